@@ -1,0 +1,258 @@
+//! Configuration: the embedded default (`default.toml`) < a TOML file < `SVC_*` environment
+//! variables < command-line flags. Validated once into typed values; an error names the key.
+//! Only this module reads the environment.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::{Table, Value};
+
+use crate::error::{Error, Result};
+
+/// The embedded default configuration.
+pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
+/// The configuration file read when `--config` is not given, if it exists.
+pub const SYSTEM_CONFIG: &str = "/etc/svc-nextgen/svcd.toml";
+
+/// The API path prefix.
+pub const API_PREFIX: &str = "/api/svc-nextgen";
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Directory of the store and the control socket (default `./var`).
+    pub data_dir: PathBuf,
+    /// Base URL for emitted links (default `http://<http.listen>`).
+    pub public_url: String,
+    /// HTTP facade settings.
+    pub http: HttpConfig,
+}
+
+/// The `[http]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Listen address (default `127.0.0.1:7777`; port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Extra API prefixes (default none).
+    pub compat_prefixes: Vec<String>,
+}
+
+/// Overrides given on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+}
+
+impl Config {
+    /// Builds the configuration from all sources.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the file or key that is wrong.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self> {
+        let env: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("SVC_"))
+            .collect();
+        let file = file.map(Path::to_path_buf).or_else(|| {
+            let system = PathBuf::from(SYSTEM_CONFIG);
+            system.exists().then_some(system)
+        });
+        Self::from_sources(file.as_deref(), &env, overrides)
+    }
+
+    /// Builds the configuration from explicit sources (testable without the environment).
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the file or key that is wrong.
+    pub fn from_sources(
+        file: Option<&Path>,
+        env: &[(String, String)],
+        overrides: &Overrides,
+    ) -> Result<Self> {
+        let mut table: Table = DEFAULT_TOML
+            .parse()
+            .expect("the embedded default is valid TOML");
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+            let overlay: Table = text
+                .parse()
+                .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+            merge(&mut table, overlay);
+        }
+        for (name, value) in env {
+            apply_env(&mut table, name, value)?;
+        }
+        let mut config: Config = Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| Error::Config(e.message().to_string()))?;
+        if let Some(dir) = &overrides.data_dir {
+            config.data_dir = dir.clone();
+        }
+        if let Some(listen) = overrides.listen {
+            config.http.listen = listen;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<()> {
+        for prefix in &self.http.compat_prefixes {
+            if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.len() < 2 {
+                return Err(Error::Config(format!(
+                    "http.compat_prefixes: {prefix:?} must start with '/' and not end with '/'"
+                )));
+            }
+        }
+        if !self.public_url.is_empty() && !self.public_url.starts_with("http") {
+            return Err(Error::Config(format!(
+                "public_url: {:?} is not an http(s) URL",
+                self.public_url
+            )));
+        }
+        Ok(())
+    }
+
+    /// The directory of the RocksDB store.
+    pub fn store_dir(&self) -> PathBuf {
+        self.data_dir.join("db")
+    }
+
+    /// The control socket of a running daemon.
+    pub fn control_socket(&self) -> PathBuf {
+        self.data_dir.join("svcd.sock")
+    }
+
+    /// The file a running daemon writes its bound HTTP address to.
+    pub fn address_file(&self) -> PathBuf {
+        self.data_dir.join("svcd.addr")
+    }
+
+    /// The base URL for emitted links, given the bound address.
+    pub fn public_base(&self, bound: SocketAddr) -> String {
+        if self.public_url.is_empty() {
+            format!("http://{bound}")
+        } else {
+            self.public_url.trim_end_matches('/').to_string()
+        }
+    }
+}
+
+fn merge(base: &mut Table, overlay: Table) {
+    for (key, value) in overlay {
+        match (base.get_mut(&key), value) {
+            (Some(Value::Table(b)), Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(key, v);
+            }
+        }
+    }
+}
+
+/// `SVC_DATA_DIR` sets `data_dir`, `SVC_HTTP_LISTEN` sets `http.listen`: the first `_` after
+/// the section name separates section and key. Lists are comma-separated.
+fn apply_env(table: &mut Table, name: &str, value: &str) -> Result<()> {
+    let key = name.trim_start_matches("SVC_").to_ascii_lowercase();
+    if table.get(&key).is_some_and(|v| !v.is_table()) {
+        let old = table[&key].clone();
+        table.insert(key, env_value(&old, value));
+        return Ok(());
+    }
+    for (section, rest) in key
+        .match_indices('_')
+        .map(|(i, _)| (&key[..i], &key[i + 1..]))
+    {
+        if let Some(Value::Table(sub)) = table.get_mut(section) {
+            if let Some(old) = sub.get(rest).cloned() {
+                sub.insert(rest.to_string(), env_value(&old, value));
+                return Ok(());
+            }
+        }
+    }
+    Err(Error::Config(format!(
+        "environment variable {name} names no configuration key"
+    )))
+}
+
+fn env_value(old: &Value, value: &str) -> Value {
+    match old {
+        Value::Array(_) => Value::Array(
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::String(s.into()))
+                .collect(),
+        ),
+        Value::Integer(_) => value
+            .parse()
+            .map_or_else(|_| Value::String(value.into()), Value::Integer),
+        Value::Boolean(_) => value
+            .parse()
+            .map_or_else(|_| Value::String(value.into()), Value::Boolean),
+        _ => Value::String(value.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_runs_from_var() {
+        let c = Config::from_sources(None, &[], &Overrides::default()).unwrap();
+        assert_eq!(c.data_dir, PathBuf::from("./var"));
+        assert_eq!(c.http.listen.to_string(), "127.0.0.1:7777");
+    }
+
+    #[test]
+    fn precedence_is_default_file_env_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("svcd.toml");
+        std::fs::write(
+            &file,
+            "data_dir = \"/srv/a\"\n[http]\nlisten = \"0.0.0.0:1\"\n",
+        )
+        .unwrap();
+        let env = vec![("SVC_HTTP_LISTEN".to_string(), "127.0.0.1:2".to_string())];
+        let c = Config::from_sources(Some(&file), &env, &Overrides::default()).unwrap();
+        assert_eq!(c.data_dir, PathBuf::from("/srv/a"));
+        assert_eq!(c.http.listen.port(), 2);
+        let flags = Overrides {
+            data_dir: Some("/x".into()),
+            listen: Some("127.0.0.1:3".parse().unwrap()),
+        };
+        let c = Config::from_sources(Some(&file), &env, &flags).unwrap();
+        assert_eq!((c.data_dir, c.http.listen.port()), (PathBuf::from("/x"), 3));
+        let env = vec![(
+            "SVC_HTTP_COMPAT_PREFIXES".to_string(),
+            "/api/freva-nextgen".to_string(),
+        )];
+        let c = Config::from_sources(None, &env, &Overrides::default()).unwrap();
+        assert_eq!(c.http.compat_prefixes, ["/api/freva-nextgen"]);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("svcd.toml");
+        std::fs::write(&file, "colour = 1\n").unwrap();
+        let err = Config::from_sources(Some(&file), &[], &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("colour"), "{err}");
+        let env = vec![("SVC_NOPE".to_string(), "1".to_string())];
+        let err = Config::from_sources(None, &env, &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("SVC_NOPE"), "{err}");
+        let env = vec![("SVC_HTTP_LISTEN".to_string(), "nonsense".to_string())];
+        assert!(Config::from_sources(None, &env, &Overrides::default()).is_err());
+    }
+}

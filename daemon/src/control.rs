@@ -1,0 +1,237 @@
+//! The control socket: lets `svcd index ...` reach a running daemon, whose store is locked
+//! while it runs. A Unix socket in the data directory, mode 0600, so only the daemon's user
+//! can write to the catalogue through it.
+//!
+//! Protocol: the client sends one JSON request line; for `add` the JSON Lines records follow
+//! until the client shuts down its write half. The daemon answers with JSON lines: `progress`
+//! events during an add, then one final `done` or `error` line.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::net::UnixListener;
+
+use crate::Daemon;
+use crate::catalog::{LoadSummary, Loader, Query, SearchParams, Stats};
+use crate::error::{Error, Result};
+
+/// A request on the control socket.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Add JSON Lines records (they follow the request line).
+    Add,
+    /// Remove the records matching the filters (standard facet names, all versions).
+    Remove {
+        /// `(key, value)` filters, as in a search.
+        filters: Vec<(String, String)>,
+    },
+    /// Report catalogue statistics.
+    Stats,
+}
+
+/// A reply line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// Lines processed so far.
+    Progress {
+        /// Input lines read.
+        lines: u64,
+    },
+    /// Result of an add.
+    Loaded(LoadSummary),
+    /// Result of a remove.
+    Removed {
+        /// Records removed.
+        removed: u64,
+    },
+    /// Result of stats.
+    Stats(Stats),
+    /// The request failed.
+    Error {
+        /// Why.
+        detail: String,
+    },
+}
+
+/// The query a removal runs: the filters over standard names, every version, catalogue and
+/// user data alike.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for an unknown facet or malformed value.
+pub fn removal_query(daemon: &Daemon, filters: &[(String, String)]) -> Result<Query> {
+    if filters.is_empty() {
+        return Err(Error::invalid(
+            "refusing to remove everything: give --file or at least one key=value filter",
+        ));
+    }
+    let flavour = daemon.flavours().resolve("svc", None)?;
+    let mut pairs = filters.to_vec();
+    pairs.push(("multi-version".into(), "true".into()));
+    pairs.push(("translate".into(), "false".into()));
+    let mut params = SearchParams::parse(&pairs)?;
+    params.filters.retain(|(k, _)| k != "multi-version");
+    Query::build(&flavour, &params)
+}
+
+/// Serves the control socket until the task is dropped.
+///
+/// # Errors
+/// When the socket cannot be created.
+pub async fn serve(daemon: Arc<Daemon>, path: &Path) -> Result<()> {
+    let _ = std::fs::remove_file(path);
+    let listener =
+        UnixListener::bind(path).map_err(|e| Error::io(format!("bind {}", path.display()), e))?;
+    set_owner_only(path)?;
+    loop {
+        let (stream, _) = listener
+            .accept()
+            .await
+            .map_err(|e| Error::io("accept on control socket", e))?;
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            if let Err(e) = handle(daemon, stream).await {
+                tracing::warn!(error = %e, "control connection failed");
+            }
+        });
+    }
+}
+
+fn set_owner_only(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io(format!("chmod {}", path.display()), e))
+}
+
+async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    let io = |e| Error::io("control socket", e);
+    let Some(first) = lines.next_line().await.map_err(io)? else {
+        return Ok(());
+    };
+    let reply = match serde_json::from_str::<Request>(&first) {
+        Err(e) => Reply::Error {
+            detail: format!("bad request: {e}"),
+        },
+        Ok(Request::Stats) => Reply::Stats(daemon.catalog().stats()),
+        Ok(Request::Remove { filters }) => {
+            let d = Arc::clone(&daemon);
+            let result = tokio::task::spawn_blocking(move || {
+                d.catalog().remove(&removal_query(&d, &filters)?)
+            })
+            .await
+            .expect("removal task does not panic");
+            match result {
+                Ok(removed) => Reply::Removed { removed },
+                Err(e) => Reply::Error {
+                    detail: e.to_string(),
+                },
+            }
+        }
+        Ok(Request::Add) => {
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<String>>(1024);
+            let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+            let d = Arc::clone(&daemon);
+            let loader = tokio::task::spawn_blocking(move || {
+                let catalog = Arc::clone(d.catalog());
+                let mut loader = Loader::new(|batch| catalog.add(batch));
+                while let Some(Some(line)) = rx.blocking_recv() {
+                    loader.push_line(&line)?;
+                    if loader.lines() % 10_000 == 0 {
+                        let _ = progress_tx.send(loader.lines());
+                    }
+                }
+                loader.finish()
+            });
+            loop {
+                tokio::select! {
+                    line = lines.next_line() => {
+                        let line = line.map_err(io)?;
+                        let end = line.is_none();
+                        if tx.send(line).await.is_err() || end { break; }
+                    }
+                    Some(n) = progress_rx.recv() => {
+                        let msg = serde_json::to_string(&Reply::Progress { lines: n }).expect("replies serialise");
+                        write.write_all(format!("{msg}\n").as_bytes()).await.map_err(io)?;
+                    }
+                }
+            }
+            drop(tx);
+            match loader.await.expect("loader task does not panic") {
+                Ok(summary) => Reply::Loaded(summary),
+                Err(e) => Reply::Error {
+                    detail: e.to_string(),
+                },
+            }
+        }
+    };
+    let msg = serde_json::to_string(&reply).expect("replies serialise");
+    write
+        .write_all(format!("{msg}\n").as_bytes())
+        .await
+        .map_err(io)?;
+    write.shutdown().await.map_err(io)
+}
+
+/// A client connection to a running daemon's control socket.
+pub struct Client {
+    stream: UnixStream,
+}
+
+impl Client {
+    /// Connects, or returns `None` when no daemon listens on `path`.
+    pub fn connect(path: &Path) -> Option<Self> {
+        UnixStream::connect(path)
+            .ok()
+            .map(|stream| Client { stream })
+    }
+
+    /// Sends a request line.
+    ///
+    /// # Errors
+    /// An I/O error on the socket.
+    pub fn send(&mut self, request: &Request) -> Result<()> {
+        let line = serde_json::to_string(request).expect("requests serialise");
+        self.send_line(&line)
+    }
+
+    /// Sends one raw line (records of an add).
+    ///
+    /// # Errors
+    /// An I/O error on the socket.
+    pub fn send_line(&mut self, line: &str) -> Result<()> {
+        self.stream
+            .write_all(line.as_bytes())
+            .and_then(|()| self.stream.write_all(b"\n"))
+            .map_err(|e| Error::io("control socket", e))
+    }
+
+    /// Ends the request body and reads the replies; `on_progress` sees progress events.
+    ///
+    /// # Errors
+    /// An I/O error, or a reply that is not JSON.
+    pub fn finish(self, mut on_progress: impl FnMut(u64)) -> Result<Reply> {
+        self.stream
+            .shutdown(std::net::Shutdown::Write)
+            .map_err(|e| Error::io("control socket", e))?;
+        let reader = BufReader::new(&self.stream);
+        for line in reader.lines() {
+            let line = line.map_err(|e| Error::io("control socket", e))?;
+            match serde_json::from_str::<Reply>(&line) {
+                Ok(Reply::Progress { lines }) => on_progress(lines),
+                Ok(reply) => return Ok(reply),
+                Err(e) => return Err(Error::invalid(format!("bad reply from daemon: {e}"))),
+            }
+        }
+        Err(Error::io(
+            "control socket",
+            std::io::Error::other("daemon closed the connection without a reply"),
+        ))
+    }
+}

@@ -1,0 +1,154 @@
+//! intake-esm catalogues: the esmcat JSON with the matching records inline in `catalog_dict`.
+//!
+//! The body is produced piece by piece ([`IntakeCatalogue::next_chunk`]) so a large result is
+//! streamed, never held whole. Facet values are arrays of strings (spec 1), `fs_type` and the
+//! location are strings; the column set is the facet hierarchy restricted to facets with at
+//! least one value in the result, so intake-esm gets no all-empty columns.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::catalog::{Catalog, Cursor, Record, Selection};
+use crate::error::Result;
+
+use super::Search;
+
+/// Columns of an intake catalogue, in order (standard names).
+const HIERARCHY: [&str; 14] = [
+    "project",
+    "product",
+    "institute",
+    "model",
+    "experiment",
+    "time_frequency",
+    "realm",
+    "variable",
+    "ensemble",
+    "cmor_table",
+    "fs_type",
+    "grid_label",
+    "grid_id",
+    "format",
+];
+
+/// Records fetched from the store per chunk.
+const BATCH: usize = 2_000;
+
+/// A streamed intake-esm catalogue.
+pub struct IntakeCatalogue {
+    header: Option<String>,
+    cursor: Cursor,
+    /// `(standard name, column name)` of each column.
+    columns: Vec<(String, String)>,
+    uniq_key: &'static str,
+    first: bool,
+    done: bool,
+}
+
+impl IntakeCatalogue {
+    pub(super) fn new(
+        catalog: &Arc<Catalog>,
+        search: &Search,
+        selection: Selection,
+        version: &str,
+    ) -> Self {
+        let flavour = &search.flavour;
+        let present: Vec<&str> = HIERARCHY.to_vec();
+        let counts = catalog.facet_counts(&selection, &present);
+        let columns: Vec<(String, String)> = HIERARCHY
+            .iter()
+            .zip(counts)
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(std, _)| {
+                let name = if search.params.translate {
+                    flavour.to_flavour(std).unwrap_or(std)
+                } else {
+                    std
+                };
+                (std.to_string(), name.to_string())
+            })
+            .collect();
+        let uniq_key = search.uniq_key.as_str();
+        let variable = columns
+            .iter()
+            .find(|(s, _)| s == "variable")
+            .map_or("variable", |(_, n)| n.as_str());
+        let format = columns
+            .iter()
+            .find(|(s, _)| s == "format")
+            .map_or("format", |(_, n)| n.as_str());
+        let header = json!({
+            "esmcat_version": "0.1.0",
+            "attributes": columns.iter().map(|(_, n)| json!({"column_name": n, "vocabulary": ""})).collect::<Vec<_>>(),
+            "assets": {"column_name": uniq_key, "format_column_name": format},
+            "id": flavour.name,
+            "description": format!("Catalogue from svc-nextgen databrowser v{version}"),
+            "title": "svc-nextgen databrowser catalogue",
+            "last_updated": chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            "aggregation_control": {
+                "variable_column_name": variable,
+                "groupby_attrs": columns.iter().map(|(_, n)| n.as_str()).filter(|n| *n != variable).collect::<Vec<_>>(),
+                "aggregations": columns.iter().map(|(_, n)| json!({"type": "union", "attribute_name": n, "options": {}})).collect::<Vec<_>>(),
+            },
+        });
+        let mut header = serde_json::to_string_pretty(&header).expect("JSON values serialise");
+        header.truncate(header.len() - 2);
+        header.push_str(",\n  \"catalog_dict\": [");
+        IntakeCatalogue {
+            header: Some(header),
+            cursor: catalog.cursor(selection, search.params.start),
+            columns,
+            uniq_key,
+            first: true,
+            done: false,
+        }
+    }
+
+    fn entry(&self, record: &Record) -> Value {
+        let mut object = serde_json::Map::new();
+        let location = if self.uniq_key == "uri" {
+            &record.uri
+        } else {
+            &record.file
+        };
+        object.insert(self.uniq_key.to_string(), Value::String(location.clone()));
+        for (std, name) in &self.columns {
+            let Some(values) = record.facets.get(std) else {
+                continue;
+            };
+            let value = if std == "fs_type" {
+                Value::String(values.first().cloned().unwrap_or_default())
+            } else {
+                values.iter().cloned().map(Value::String).collect()
+            };
+            object.insert(name.clone(), value);
+        }
+        Value::Object(object)
+    }
+
+    /// The next piece of the body; `None` at the end.
+    ///
+    /// # Errors
+    /// A store error while reading records.
+    pub fn next_chunk(&mut self) -> Result<Option<String>> {
+        if let Some(header) = self.header.take() {
+            return Ok(Some(header));
+        }
+        if self.done {
+            return Ok(None);
+        }
+        let records = self.cursor.next_records(BATCH)?;
+        if records.is_empty() {
+            self.done = true;
+            return Ok(Some("\n  ]\n}\n".to_string()));
+        }
+        let mut out = String::new();
+        for record in &records {
+            out.push_str(if self.first { "\n    " } else { ",\n    " });
+            self.first = false;
+            out.push_str(&self.entry(record).to_string());
+        }
+        Ok(Some(out))
+    }
+}

@@ -1,0 +1,218 @@
+//! The databrowser searches: a request (flavour, caller, query pairs) becomes a [`Search`];
+//! metadata counts, location streams, intake-esm and static STAC catalogues are computed from
+//! it. The HTTP facade only extracts and shapes.
+
+mod intake;
+mod static_stac;
+
+use std::sync::Arc;
+
+pub use intake::IntakeCatalogue;
+pub use static_stac::StaticCatalogue;
+
+use crate::catalog::facet::{self, default_count_facets};
+use crate::catalog::{Catalog, Cursor, FacetCounts, Query, SearchParams, Selection, UniqKey};
+use crate::error::{Error, Result};
+use crate::flavours::{Flavour, Flavours};
+
+/// A validated search request.
+#[derive(Debug, Clone)]
+pub struct Search {
+    /// The flavour the request speaks.
+    pub flavour: Flavour,
+    /// The request's options and raw filters.
+    pub params: SearchParams,
+    /// The filters over standard names.
+    pub query: Query,
+    /// File paths or URIs.
+    pub uniq_key: UniqKey,
+}
+
+/// The answer of a metadata search.
+#[derive(Debug, Clone)]
+pub struct MetadataResult {
+    /// Number of matching records.
+    pub total_count: u64,
+    /// Facet name (as requested) -> term counts.
+    pub facets: Vec<(String, FacetCounts)>,
+    /// Standard name -> flavour name for each counted facet the flavour has.
+    pub facet_mapping: Vec<(String, String)>,
+    /// The flavour's primary facets.
+    pub primary_facets: Vec<String>,
+}
+
+/// The searches of the databrowser over a catalogue and its flavours.
+pub struct Databrowser {
+    catalog: Arc<Catalog>,
+    flavours: Arc<Flavours>,
+}
+
+impl Databrowser {
+    /// The databrowser over a catalogue.
+    pub fn new(catalog: Arc<Catalog>, flavours: Arc<Flavours>) -> Self {
+        Databrowser { catalog, flavours }
+    }
+
+    /// The flavours.
+    pub fn flavours(&self) -> &Flavours {
+        &self.flavours
+    }
+
+    /// The catalogue.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    /// Validates a request.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] or [`Error::UnknownFlavour`] saying what was wrong.
+    pub fn prepare(
+        &self,
+        flavour: &str,
+        uniq_key: &str,
+        caller: Option<&str>,
+        pairs: &[(String, String)],
+    ) -> Result<Search> {
+        let uniq_key = UniqKey::parse(uniq_key).ok_or_else(|| {
+            Error::invalid(format!(
+                "Invalid uniq_key '{uniq_key}': use 'file' or 'uri'."
+            ))
+        })?;
+        let flavour = self.flavours.resolve(flavour, caller)?;
+        let params = SearchParams::parse(pairs)?;
+        let query = Query::build(&flavour, &params)?;
+        Ok(Search {
+            flavour,
+            params,
+            query,
+            uniq_key,
+        })
+    }
+
+    /// The records a search matches.
+    pub fn select(&self, search: &Search) -> Selection {
+        self.catalog.select(&search.query)
+    }
+
+    /// Facet counts of a search.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a facet name the flavour does not have.
+    pub fn metadata(&self, search: &Search) -> Result<MetadataResult> {
+        let flavour = &search.flavour;
+        let translate = search.params.translate;
+        let facets = self.count_facets(search)?;
+        let selection = self.select(search);
+        let names: Vec<&str> = facets.iter().map(String::as_str).collect();
+        let counts = self.catalog.facet_counts(&selection, &names);
+        let shown = |std: &str| {
+            if translate {
+                flavour.to_flavour(std).unwrap_or(std)
+            } else {
+                std
+            }
+            .to_string()
+        };
+        Ok(MetadataResult {
+            total_count: selection.len(),
+            facets: facets.iter().map(|f| shown(f)).zip(counts).collect(),
+            facet_mapping: facets
+                .iter()
+                .filter_map(|f| flavour.to_flavour(f).map(|to| (f.clone(), to.to_string())))
+                .collect(),
+            primary_facets: flavour.primary_facets(translate),
+        })
+    }
+
+    /// The standard facets a metadata search counts.
+    fn count_facets(&self, search: &Search) -> Result<Vec<String>> {
+        let flavour = &search.flavour;
+        let mut facets: Vec<String> = if search.params.facets.is_empty() {
+            default_count_facets()
+                .filter(|f| flavour.has(f))
+                .map(String::from)
+                .collect()
+        } else {
+            search
+                .params
+                .facets
+                .iter()
+                .map(|name| {
+                    let std = if search.params.translate {
+                        flavour.to_standard(name)
+                    } else {
+                        Some(name.as_str())
+                    };
+                    std.filter(|s| facet::is_term_facet(s) && (flavour.has(s) || *s == "version"))
+                        .map(String::from)
+                        .ok_or_else(|| {
+                            Error::invalid(format!(
+                                "Unknown facet '{name}' in 'facets' for flavour '{}'.",
+                                flavour.name
+                            ))
+                        })
+                })
+                .collect::<Result<_>>()?
+        };
+        if search.params.multi_version && !facets.iter().any(|f| f == "version") {
+            facets.push("version".to_string());
+        }
+        Ok(facets)
+    }
+
+    /// A cursor over the matching records in result order, after `start`.
+    pub fn locations(&self, search: &Search) -> Cursor {
+        self.catalog
+            .cursor(self.select(search), search.params.start)
+    }
+
+    /// Checks the result size against `max-results` and that something matched.
+    fn bounded_selection(&self, search: &Search) -> Result<Selection> {
+        let selection = self.select(search);
+        let count = selection.len().saturating_sub(search.params.start);
+        if count == 0 {
+            return Err(Error::NoResults);
+        }
+        if let Some(max) = search.params.max_results {
+            if count > max {
+                return Err(Error::TooManyResults { count, max });
+            }
+        }
+        Ok(selection)
+    }
+
+    /// An intake-esm catalogue of the search.
+    ///
+    /// # Errors
+    /// [`Error::NoResults`] or [`Error::TooManyResults`].
+    pub fn intake(&self, search: &Search, version: &str) -> Result<IntakeCatalogue> {
+        let selection = self.bounded_selection(search)?;
+        Ok(IntakeCatalogue::new(
+            &self.catalog,
+            search,
+            selection,
+            version,
+        ))
+    }
+
+    /// A static STAC catalogue (ZIP) of the search.
+    ///
+    /// # Errors
+    /// [`Error::NoResults`] or [`Error::TooManyResults`].
+    pub fn static_catalogue(
+        &self,
+        search: &Search,
+        links: static_stac::Links,
+    ) -> Result<StaticCatalogue> {
+        let selection = self.bounded_selection(search)?;
+        Ok(StaticCatalogue::new(
+            &self.catalog,
+            search,
+            selection,
+            links,
+        ))
+    }
+}
+
+pub use static_stac::Links as StaticLinks;

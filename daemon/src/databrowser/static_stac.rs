@@ -1,0 +1,314 @@
+//! Static STAC catalogues: a ZIP with one catalog, one collection and one item per record,
+//! every JSON a valid STAC 1.1.0 object.
+//!
+//! Layout: `stac-catalog/catalog.json`, `stac-catalog/collections/<id>/items/item<N>.json` in
+//! result order, then `stac-catalog/collections/<id>/collection.json` (last, when the extents
+//! are known). Relative links point where the files are: an item's root and parent are
+//! `../../../catalog.json`. Decision: a record without a time range is time-invariant (fx) and
+//! gets `datetime: null` with the open interval 0001-01-01..9999-12-31, which STAC requires for
+//! a null datetime; a collection with no timed item has the interval `[[null, null]]`.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use zip::write::SimpleFileOptions;
+
+use crate::catalog::time::format_instant;
+use crate::catalog::{Catalog, Cursor, Record, Selection};
+use crate::error::{Error, Result};
+
+use super::Search;
+
+const STAC_VERSION: &str = "1.1.0";
+const BATCH: usize = 2_000;
+
+/// Where the catalogue's assets point.
+#[derive(Debug, Clone)]
+pub struct Links {
+    /// Absolute base URL of the API, e.g. `http://host:7777/api/svc-nextgen`.
+    pub api_base: String,
+}
+
+/// A static catalogue ready to be written.
+pub struct StaticCatalogue {
+    cursor: Cursor,
+    search: Search,
+    links: Links,
+    /// The collection id, `Dataset-<uuid prefix>`.
+    pub collection_id: String,
+    /// The suggested file name of the ZIP.
+    pub file_name: String,
+}
+
+impl StaticCatalogue {
+    pub(super) fn new(
+        catalog: &Arc<Catalog>,
+        search: &Search,
+        selection: Selection,
+        links: Links,
+    ) -> Self {
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let collection_id = format!("Dataset-{}", &uuid[..18]);
+        let file_name = format!(
+            "stac-catalog-{collection_id}-{}.zip",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        StaticCatalogue {
+            cursor: catalog.cursor(selection, search.params.start),
+            search: search.clone(),
+            links,
+            collection_id,
+            file_name,
+        }
+    }
+
+    /// Writes the ZIP to a (possibly unseekable) writer.
+    ///
+    /// # Errors
+    /// A store error, or an I/O error of the writer.
+    pub fn write_to<W: Write>(mut self, writer: W) -> Result<()> {
+        let mut zip = zip::ZipWriter::new_stream(writer);
+        let options =
+            SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+        let cid = self.collection_id.clone();
+        let put = |zip: &mut zip::ZipWriter<_>, name: String, value: &Value| -> Result<()> {
+            zip.start_file(name, options).map_err(zip_error)?;
+            let bytes = serde_json::to_vec_pretty(value).expect("JSON values serialise");
+            zip.write_all(&bytes)
+                .map_err(|e| Error::io("write static catalogue", e))
+        };
+        put(
+            &mut zip,
+            "stac-catalog/catalog.json".into(),
+            &self.catalog_json(),
+        )?;
+        let mut extent = Extent::default();
+        let mut n = 0usize;
+        loop {
+            let records = self.cursor.next_records(BATCH)?;
+            if records.is_empty() {
+                break;
+            }
+            for record in &records {
+                extent.widen(record);
+                let item = self.item_json(n, record);
+                put(
+                    &mut zip,
+                    format!("stac-catalog/collections/{cid}/items/item{n}.json"),
+                    &item,
+                )?;
+                n += 1;
+            }
+        }
+        put(
+            &mut zip,
+            format!("stac-catalog/collections/{cid}/collection.json"),
+            &self.collection_json(n, &extent),
+        )?;
+        zip.finish().map_err(zip_error)?;
+        Ok(())
+    }
+
+    fn catalog_json(&self) -> Value {
+        json!({
+            "type": "Catalog",
+            "stac_version": STAC_VERSION,
+            "id": "static-catalog",
+            "description": "Static STAC catalog of an svc-nextgen databrowser search",
+            "links": [
+                {"rel": "root", "href": "./catalog.json", "type": "application/json"},
+                {"rel": "child", "href": format!("./collections/{}/collection.json", self.collection_id), "type": "application/json"},
+            ],
+        })
+    }
+
+    fn search_query(&self, extra: Option<(&str, &str)>) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in &self.search.params.filters {
+            query.append_pair(k, v);
+        }
+        if self.search.params.multi_version {
+            query.append_pair("multi-version", "true");
+        }
+        if let Some((k, v)) = extra {
+            query.append_pair(k, v);
+        }
+        query.finish()
+    }
+
+    fn endpoint(&self, name: &str) -> String {
+        format!(
+            "{}/databrowser/{name}/{}/{}",
+            self.links.api_base,
+            self.search.flavour.name,
+            self.search.uniq_key.as_str()
+        )
+    }
+
+    fn item_json(&self, n: usize, record: &Record) -> Value {
+        let flavour = &self.search.flavour;
+        let location = match self.search.uniq_key.as_str() {
+            "uri" => &record.uri,
+            _ => &record.file,
+        };
+        let mut properties = serde_json::Map::new();
+        for (std, values) in &record.facets {
+            let name = flavour.to_flavour(std).unwrap_or(std);
+            properties.insert(
+                name.to_string(),
+                values.iter().cloned().map(Value::String).collect(),
+            );
+        }
+        if let Some(v) = &record.version {
+            properties.insert("version".into(), Value::String(v.clone()));
+        }
+        properties.insert("title".into(), Value::String(location.clone()));
+        let (start, end, datetime) = match record.time_range() {
+            Some(t) => (
+                format_instant(t.start),
+                format_instant(t.end),
+                Value::String(format_instant(t.start)),
+            ),
+            None => (
+                "0001-01-01T00:00:00Z".to_string(),
+                "9999-12-31T23:59:59Z".to_string(),
+                Value::Null,
+            ),
+        };
+        properties.insert("datetime".into(), datetime);
+        properties.insert("start_datetime".into(), Value::String(start));
+        properties.insert("end_datetime".into(), Value::String(end));
+        let mut item = json!({
+            "type": "Feature",
+            "stac_version": STAC_VERSION,
+            "stac_extensions": [],
+            "id": format!("item{n}"),
+            "geometry": record.bbox.map(polygon),
+            "properties": properties,
+            "links": [
+                {"rel": "self", "href": format!("./item{n}.json"), "type": "application/json"},
+                {"rel": "root", "href": "../../../catalog.json", "type": "application/json"},
+                {"rel": "parent", "href": "../../../catalog.json", "type": "application/json"},
+                {"rel": "collection", "href": "../collection.json", "type": "application/json"},
+            ],
+            "assets": {
+                "access-data": {
+                    "href": location,
+                    "title": "Access data",
+                    "description": "The file or object this item describes.",
+                    "roles": ["data"],
+                    "type": media_type(location),
+                },
+                "intake-catalogue": {
+                    "href": format!("{}?{}", self.endpoint("intake-catalogue"), self.search_query(Some(("file", &record.file)))),
+                    "title": "intake-esm catalogue",
+                    "description": "An intake-esm catalogue of this file: intake.open_esm_datastore(href).",
+                    "roles": ["metadata"],
+                    "type": "application/json",
+                },
+            },
+            "collection": self.collection_id,
+        });
+        if let Some(b) = record.bbox {
+            item["bbox"] = json!(b);
+        }
+        item
+    }
+
+    fn collection_json(&self, items: usize, extent: &Extent) -> Value {
+        let mut links = vec![
+            json!({"rel": "root", "href": "../../catalog.json", "type": "application/json"}),
+            json!({"rel": "parent", "href": "../../catalog.json", "type": "application/json"}),
+        ];
+        links.extend((0..items).map(|n| json!({"rel": "item", "href": format!("./items/item{n}.json"), "type": "application/json"})));
+        let query = self.search_query(None);
+        json!({
+            "type": "Collection",
+            "stac_version": STAC_VERSION,
+            "stac_extensions": [],
+            "id": self.collection_id,
+            "description": "Static STAC collection of an svc-nextgen databrowser search",
+            "license": "other",
+            "extent": {
+                "spatial": {"bbox": [extent.bbox.unwrap_or([-180.0, -90.0, 180.0, 90.0])]},
+                "temporal": {"interval": [[extent.start.map(format_instant), extent.end.map(format_instant)]]},
+            },
+            "links": links,
+            "assets": {
+                "intake-catalogue": {
+                    "href": format!("{}?{query}", self.endpoint("intake-catalogue")),
+                    "title": "intake-esm catalogue",
+                    "roles": ["metadata"],
+                    "type": "application/json",
+                },
+                "stac-catalogue": {
+                    "href": format!("{}?{query}", self.endpoint("stac-catalogue")),
+                    "title": "This STAC Catalogue",
+                    "roles": ["metadata"],
+                    "type": "application/zip",
+                },
+                "data-search": {
+                    "href": format!("{}?{query}", self.endpoint("data-search")),
+                    "title": "Locations of the search",
+                    "roles": ["metadata"],
+                    "type": "text/plain",
+                },
+            },
+            "providers": [{"name": "svc-nextgen databrowser", "url": self.links.api_base}],
+        })
+    }
+}
+
+#[derive(Default)]
+struct Extent {
+    bbox: Option<[f64; 4]>,
+    start: Option<i64>,
+    end: Option<i64>,
+}
+
+impl Extent {
+    fn widen(&mut self, record: &Record) {
+        if let Some(b) = record.bbox {
+            self.bbox = Some(match self.bbox {
+                None => b,
+                Some(e) => [
+                    e[0].min(b[0]),
+                    e[1].min(b[1]),
+                    e[2].max(b[2]),
+                    e[3].max(b[3]),
+                ],
+            });
+        }
+        if let Some(t) = record.time_range() {
+            self.start = Some(self.start.map_or(t.start, |s| s.min(t.start)));
+            self.end = Some(self.end.map_or(t.end, |e| e.max(t.end)));
+        }
+    }
+}
+
+fn polygon([min_lon, min_lat, max_lon, max_lat]: [f64; 4]) -> Value {
+    json!({
+        "type": "Polygon",
+        "coordinates": [[[min_lon, min_lat], [max_lon, min_lat], [max_lon, max_lat], [min_lon, max_lat], [min_lon, min_lat]]],
+    })
+}
+
+/// The media type of a location, from its suffix.
+pub(crate) fn media_type(location: &str) -> &'static str {
+    let lower = location.to_ascii_lowercase();
+    let suffix = lower.rsplit('.').next().unwrap_or("");
+    match suffix {
+        "zarr" => "application/vnd+zarr",
+        "nc" | "nc4" | "cdf" | "netcdf" => "application/netcdf",
+        "grb" | "grib" | "grb2" | "grib2" => "application/wmo-GRIB2",
+        "h5" | "hdf5" | "hdf" => "application/x-hdf5",
+        "tif" | "tiff" => "image/tiff; application=geotiff",
+        "json" => "application/json",
+        _ => "application/octet-stream",
+    }
+}
+
+fn zip_error(e: zip::result::ZipError) -> Error {
+    Error::io("write static catalogue", std::io::Error::other(e))
+}

@@ -1,0 +1,383 @@
+//! The RocksDB store: one database, one column family per kind of thing.
+//!
+//! Only this module touches `rocksdb` types. Keys are big-endian and prefix-ordered; values
+//! carry a leading format byte so they can evolve. A change that spans column families is one
+//! [`Batch`], so a crash never leaves half of it.
+
+mod columns;
+mod postings;
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options, WriteBatch};
+
+pub use columns::Columns;
+pub use postings::{PostingDelta, decode_postings};
+
+use crate::error::{Error, Result};
+
+/// Column family names, all in one place.
+pub mod cf {
+    /// Record id (u32 BE) -> format byte + record JSON.
+    pub const RECORDS: &str = "records";
+    /// File path -> record id (u32 BE). Iterating it gives the path order.
+    pub const FILES: &str = "files";
+    /// `facet \0 term` -> posting delta (merge operator unions deltas).
+    pub const POSTINGS: &str = "postings";
+    /// Record id (u32 BE) -> per-record search columns (time, bbox, uri).
+    pub const COLUMNS: &str = "columns";
+    /// `dataset key \0 id (u32 BE)` -> version string: the versions of each dataset.
+    pub const DATASETS: &str = "datasets";
+    /// Flavour key -> flavour JSON.
+    pub const FLAVOURS: &str = "flavours";
+    /// Named singletons: schema version, id counter.
+    pub const META: &str = "meta";
+    /// Every family the database has.
+    pub const ALL: [&str; 7] = [RECORDS, FILES, POSTINGS, COLUMNS, DATASETS, FLAVOURS, META];
+}
+
+/// Keys of the `meta` family.
+pub mod meta {
+    /// Schema version (u32 BE).
+    pub const SCHEMA_VERSION: &[u8] = b"schema_version";
+    /// Next record id to hand out (u32 BE).
+    pub const NEXT_ID: &[u8] = b"next_id";
+    /// Set once the built-in global flavours have been seeded.
+    pub const FLAVOURS_SEEDED: &[u8] = b"flavours_seeded";
+}
+
+/// The schema version this build reads and writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The open database.
+pub struct Db {
+    db: DB,
+    path: PathBuf,
+}
+
+/// A set of writes applied atomically by [`Db::write`].
+#[derive(Default)]
+pub struct Batch {
+    ops: Vec<Op>,
+}
+
+enum Op {
+    Put(&'static str, Vec<u8>, Vec<u8>),
+    Merge(&'static str, Vec<u8>, Vec<u8>),
+    Delete(&'static str, Vec<u8>),
+}
+
+impl Batch {
+    /// Sets `key` to `value` in `family`.
+    pub fn put(
+        &mut self,
+        family: &'static str,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) {
+        self.ops.push(Op::Put(family, key.into(), value.into()));
+    }
+
+    /// Merges a posting delta into `key` of the postings family.
+    pub fn merge_postings(&mut self, key: Vec<u8>, delta: &PostingDelta) {
+        self.ops.push(Op::Merge(cf::POSTINGS, key, delta.encode()));
+    }
+
+    /// Deletes `key` from `family`.
+    pub fn delete(&mut self, family: &'static str, key: impl Into<Vec<u8>>) {
+        self.ops.push(Op::Delete(family, key.into()));
+    }
+
+    /// Number of operations queued.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+impl Db {
+    /// Opens (creating if needed) the database in `dir`.
+    ///
+    /// # Errors
+    /// [`Error::SchemaVersion`] for a database written by an unknown schema, or a RocksDB error
+    /// (for example when another process holds the database lock).
+    pub fn open(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        options.increase_parallelism(2);
+        let families = cf::ALL.iter().map(|name| {
+            let mut cf_options = Options::default();
+            cf_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+            if *name == cf::POSTINGS {
+                cf_options.set_merge_operator_associative("posting_delta_v1", postings::merge);
+            }
+            ColumnFamilyDescriptor::new(*name, cf_options)
+        });
+        let db = DB::open_cf_descriptors(&options, dir, families)?;
+        let db = Db {
+            db,
+            path: dir.to_path_buf(),
+        };
+        db.check_schema()?;
+        Ok(db)
+    }
+
+    fn check_schema(&self) -> Result<()> {
+        match self.get(cf::META, meta::SCHEMA_VERSION)? {
+            None => {
+                let mut batch = Batch::default();
+                batch.put(cf::META, meta::SCHEMA_VERSION, SCHEMA_VERSION.to_be_bytes());
+                self.write(batch)
+            }
+            Some(v) => {
+                let found = decode_u32(cf::META, &v)?;
+                if found == SCHEMA_VERSION {
+                    Ok(())
+                } else {
+                    Err(Error::SchemaVersion {
+                        path: self.path.clone(),
+                        found,
+                        expected: SCHEMA_VERSION,
+                    })
+                }
+            }
+        }
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn family(&self, name: &str) -> &rocksdb::ColumnFamily {
+        self.db
+            .cf_handle(name)
+            .expect("every family in cf::ALL is opened")
+    }
+
+    /// Reads one value.
+    ///
+    /// # Errors
+    /// A RocksDB read error.
+    pub fn get(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get_cf(self.family(family), key)?)
+    }
+
+    /// Reads many values of one family at once.
+    ///
+    /// # Errors
+    /// A RocksDB read error.
+    pub fn multi_get(&self, family: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let handle = self.family(family);
+        let results = self.db.batched_multi_get_cf(handle, keys, false);
+        results
+            .into_iter()
+            .map(|r| Ok(r?.map(|slice| slice.to_vec())))
+            .collect()
+    }
+
+    /// Applies a batch atomically.
+    ///
+    /// # Errors
+    /// A RocksDB write error; then nothing of the batch was applied.
+    pub fn write(&self, batch: Batch) -> Result<()> {
+        let mut wb = WriteBatch::default();
+        for op in batch.ops {
+            match op {
+                Op::Put(f, k, v) => wb.put_cf(self.family(f), k, v),
+                Op::Merge(f, k, v) => wb.merge_cf(self.family(f), k, v),
+                Op::Delete(f, k) => wb.delete_cf(self.family(f), k),
+            }
+        }
+        Ok(self.db.write(wb)?)
+    }
+
+    /// Visits every entry of a family in key order; `visit` returns false to stop.
+    ///
+    /// # Errors
+    /// A RocksDB read error, or the first error `visit` returns.
+    pub fn for_each(
+        &self,
+        family: &str,
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        for item in self
+            .db
+            .iterator_cf(self.family(family), IteratorMode::Start)
+        {
+            let (k, v) = item?;
+            if !visit(&k, &v)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Visits the entries whose key starts with `prefix`, in key order.
+    ///
+    /// # Errors
+    /// A RocksDB read error, or the first error `visit` returns.
+    pub fn for_each_prefixed(
+        &self,
+        family: &str,
+        prefix: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mode = IteratorMode::From(prefix, rocksdb::Direction::Forward);
+        for item in self.db.iterator_cf(self.family(family), mode) {
+            let (k, v) = item?;
+            if !k.starts_with(prefix) {
+                break;
+            }
+            visit(&k, &v)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes the database occupies on disk (SST and log files).
+    pub fn size_on_disk(&self) -> u64 {
+        dir_size(&self.path)
+    }
+
+    /// Flushes memtables to disk (used before measuring size).
+    ///
+    /// # Errors
+    /// A RocksDB error.
+    pub fn flush(&self) -> Result<()> {
+        for name in cf::ALL {
+            self.db.flush_cf(self.family(name))?;
+        }
+        Ok(())
+    }
+
+    /// Compacts every family (used after bulk loads).
+    pub fn compact(&self) {
+        for name in cf::ALL {
+            self.db
+                .compact_range_cf(self.family(name), None::<&[u8]>, None::<&[u8]>);
+        }
+    }
+}
+
+fn dir_size(path: &Path) -> u64 {
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_size(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Decodes a big-endian u32 value.
+///
+/// # Errors
+/// [`Error::Corrupt`] when the value is not four bytes.
+pub fn decode_u32(family: &'static str, bytes: &[u8]) -> Result<u32> {
+    let array: [u8; 4] = bytes.try_into().map_err(|_| Error::Corrupt {
+        family,
+        reason: format!("expected 4 bytes, found {}", bytes.len()),
+    })?;
+    Ok(u32::from_be_bytes(array))
+}
+
+/// The key of a posting list: `facet \0 term`.
+pub fn posting_key(facet: &str, term: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(facet.len() + term.len() + 1);
+    key.extend_from_slice(facet.as_bytes());
+    key.push(0);
+    key.extend_from_slice(term.as_bytes());
+    key
+}
+
+/// Splits a posting key back into facet and term.
+///
+/// # Errors
+/// [`Error::Corrupt`] when the key has no separator or is not UTF-8.
+pub fn split_posting_key(key: &[u8]) -> Result<(&str, &str)> {
+    let corrupt = |reason: &str| Error::Corrupt {
+        family: cf::POSTINGS,
+        reason: reason.to_string(),
+    };
+    let pos = key
+        .iter()
+        .position(|b| *b == 0)
+        .ok_or_else(|| corrupt("key without separator"))?;
+    let facet = std::str::from_utf8(&key[..pos]).map_err(|_| corrupt("facet not UTF-8"))?;
+    let term = std::str::from_utf8(&key[pos + 1..]).map_err(|_| corrupt("term not UTF-8"))?;
+    Ok((facet, term))
+}
+
+/// The key of one dataset version entry: `dataset key \0 id`.
+pub fn dataset_entry_key(dataset: &str, id: u32) -> Vec<u8> {
+    let mut key = dataset_prefix(dataset);
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
+
+/// The prefix of all version entries of a dataset.
+pub fn dataset_prefix(dataset: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(dataset.len() + 5);
+    key.extend_from_slice(dataset.as_bytes());
+    key.push(0);
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_schema_version_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Db::open(dir.path()).unwrap();
+            let mut batch = Batch::default();
+            batch.put(cf::META, meta::SCHEMA_VERSION, 99u32.to_be_bytes());
+            db.write(batch).unwrap();
+        }
+        let err = Db::open(dir.path())
+            .err()
+            .expect("schema 99 must be refused");
+        assert!(
+            matches!(err, Error::SchemaVersion { found: 99, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn posting_keys_round_trip() {
+        let key = posting_key("project", "cmip6");
+        assert_eq!(split_posting_key(&key).unwrap(), ("project", "cmip6"));
+    }
+
+    #[test]
+    fn batches_span_families() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let mut batch = Batch::default();
+        batch.put(cf::FILES, b"/a".to_vec(), 1u32.to_be_bytes());
+        batch.put(cf::RECORDS, 1u32.to_be_bytes(), b"x".to_vec());
+        db.write(batch).unwrap();
+        assert_eq!(
+            db.get(cf::RECORDS, &1u32.to_be_bytes()).unwrap().unwrap(),
+            b"x"
+        );
+        assert_eq!(
+            db.get(cf::FILES, b"/a").unwrap().unwrap(),
+            1u32.to_be_bytes()
+        );
+    }
+}

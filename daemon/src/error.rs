@@ -1,0 +1,120 @@
+//! The daemon's error type and the kinds the facades map to status codes and errnos.
+
+use std::path::PathBuf;
+
+/// What a caller can do about an error; the HTTP facade maps each kind to one status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is malformed or names something that does not exist in its vocabulary.
+    Invalid,
+    /// A search matched nothing where the endpoint requires at least one hit.
+    NoResults,
+    /// The result is larger than the caller allowed.
+    TooLarge,
+    /// The caller is not authenticated.
+    Unauthenticated,
+    /// The caller is authenticated but not allowed.
+    Forbidden,
+    /// The named thing does not exist.
+    NotFound,
+    /// The thing exists already.
+    Conflict,
+    /// The service cannot answer right now.
+    Unavailable,
+    /// A bug or an environment failure.
+    Internal,
+}
+
+/// Everything that can go wrong in the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request parameter has a bad value; `detail` is shown to the user.
+    #[error("{detail}")]
+    InvalidParameter {
+        /// What was wrong, naming the parameter.
+        detail: String,
+    },
+    /// The flavour is not known to the caller.
+    #[error("{detail}")]
+    UnknownFlavour {
+        /// Message listing the available flavours.
+        detail: String,
+    },
+    /// A search found nothing.
+    #[error("No results found.")]
+    NoResults,
+    /// More results than `max-results`.
+    #[error("Result stream too big: {count} results, max-results is {max}.")]
+    TooManyResults {
+        /// How many results the search found.
+        count: u64,
+        /// The caller's bound.
+        max: u64,
+    },
+    /// The database on disk has a schema this build does not know.
+    #[error("store at {path} has schema version {found}, this svcd knows version {expected}")]
+    SchemaVersion {
+        /// Database directory.
+        path: PathBuf,
+        /// Version found on disk.
+        found: u32,
+        /// Version this build writes.
+        expected: u32,
+    },
+    /// A stored value cannot be decoded.
+    #[error("corrupt value in column family {family}: {reason}")]
+    Corrupt {
+        /// Column family name.
+        family: &'static str,
+        /// What failed.
+        reason: String,
+    },
+    /// The configuration is invalid.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// RocksDB failed.
+    #[error("store: {0}")]
+    Store(#[from] rocksdb::Error),
+    /// File system or socket failure.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// The kind of this error, for mapping to a status code or errno.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidParameter { .. } | Error::UnknownFlavour { .. } => ErrorKind::Invalid,
+            Error::NoResults => ErrorKind::NoResults,
+            Error::TooManyResults { .. } => ErrorKind::TooLarge,
+            Error::SchemaVersion { .. }
+            | Error::Corrupt { .. }
+            | Error::Config(_)
+            | Error::Store(_)
+            | Error::Io { .. } => ErrorKind::Internal,
+        }
+    }
+
+    /// Shorthand for [`Error::InvalidParameter`].
+    pub fn invalid(detail: impl Into<String>) -> Self {
+        Error::InvalidParameter {
+            detail: detail.into(),
+        }
+    }
+
+    /// Wraps an I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// Result with the daemon's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

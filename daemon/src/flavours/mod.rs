@@ -1,0 +1,400 @@
+//! Flavours: vocabularies that rename the standard facets (cmip6 calls `model` `source_id`).
+//!
+//! A [`Flavour`] carries its effective mapping, so every search endpoint translates through
+//! one type whatever the flavour's origin: built-in, global custom or personal. Custom
+//! flavours are stored in the `flavours` column family and held in memory; the registry
+//! resolves a name for a caller with the precedence built-in > global > personal, and
+//! `owner:name` addresses a personal flavour whose name is also used globally.
+//!
+//! Decision: overview attributes of a custom flavour list its effective mapping (the standard
+//! facets with the custom renames applied), not only the stored partial mapping, so a client
+//! sees every facet it can search with.
+
+mod builtin;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+
+pub use builtin::{BUILTIN_NAMES, builtin_mapping};
+
+use crate::catalog::facet::STANDARD_FACETS;
+use crate::db::{Batch, Db, cf, meta};
+use crate::error::{Error, Result};
+
+/// The owner of global flavours.
+pub const GLOBAL_OWNER: &str = "global";
+
+/// Standard facets shown first to clients that hide lesser-used ones.
+const PRIMARY_FACETS: [&str; 10] = [
+    "project",
+    "product",
+    "institute",
+    "model",
+    "experiment",
+    "time_frequency",
+    "realm",
+    "variable",
+    "ensemble",
+    "time_aggregation",
+];
+
+/// Facets of regional models, listed only by the cordex flavour.
+const REGIONAL_FACETS: [&str; 3] = ["rcm_name", "driving_model", "rcm_version"];
+
+/// A custom flavour as stored.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StoredFlavour {
+    /// Name of the flavour.
+    pub flavour_name: String,
+    /// `global` or the owner's user name.
+    pub owner: String,
+    /// Partial mapping standard name -> flavour name, as submitted.
+    pub mapping: BTreeMap<String, String>,
+    /// Creation time, `YYYY-MM-DDThh:mm:ss` UTC.
+    pub created_at: String,
+}
+
+/// A usable flavour with its effective mapping.
+#[derive(Debug, Clone)]
+pub struct Flavour {
+    /// The name the caller addresses it by (`owner:name` when disambiguated).
+    pub name: String,
+    /// `global` or the owner's user name.
+    pub owner: String,
+    /// Whether it is one of [`BUILTIN_NAMES`].
+    pub builtin: bool,
+    /// Standard name -> flavour name, in mapping order.
+    mapping: Vec<(String, String)>,
+    /// The stored partial mapping of a custom flavour (the full mapping for built-ins).
+    pub stored_mapping: Vec<(String, String)>,
+    /// Creation time of a custom flavour.
+    pub created_at: Option<String>,
+}
+
+impl Flavour {
+    fn builtin(name: &str) -> Self {
+        let mapping = builtin_mapping(name).expect("name is a built-in");
+        Flavour {
+            name: name.to_string(),
+            owner: GLOBAL_OWNER.to_string(),
+            builtin: true,
+            stored_mapping: mapping.clone(),
+            mapping,
+            created_at: None,
+        }
+    }
+
+    fn custom(stored: &StoredFlavour) -> Self {
+        let base = builtin_mapping(&stored.flavour_name).unwrap_or_else(|| {
+            STANDARD_FACETS
+                .iter()
+                .map(|f| (f.to_string(), f.to_string()))
+                .collect()
+        });
+        let mapping = base
+            .into_iter()
+            .map(|(std, to)| {
+                let to = stored.mapping.get(&std).cloned().unwrap_or(to);
+                (std, to)
+            })
+            .collect();
+        Flavour {
+            name: stored.flavour_name.clone(),
+            owner: stored.owner.clone(),
+            builtin: false,
+            mapping,
+            stored_mapping: stored
+                .mapping
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            created_at: Some(stored.created_at.clone()),
+        }
+    }
+
+    /// Whether searches through this flavour see user data (and only user data).
+    pub fn is_user_data(&self) -> bool {
+        self.name == "user"
+    }
+
+    /// The flavour's name for a standard facet, if the flavour has that facet.
+    pub fn to_flavour(&self, standard: &str) -> Option<&str> {
+        self.mapping
+            .iter()
+            .find(|(s, _)| s == standard)
+            .map(|(_, f)| f.as_str())
+    }
+
+    /// The standard facet a flavour facet name stands for.
+    pub fn to_standard(&self, name: &str) -> Option<&str> {
+        self.mapping
+            .iter()
+            .find(|(_, f)| f == name)
+            .map(|(s, _)| s.as_str())
+    }
+
+    /// Whether the flavour has the standard facet.
+    pub fn has(&self, standard: &str) -> bool {
+        self.to_flavour(standard).is_some()
+    }
+
+    /// The effective mapping, standard name -> flavour name.
+    pub fn mapping(&self) -> &[(String, String)] {
+        &self.mapping
+    }
+
+    /// Facet names the overview lists for this flavour.
+    pub fn attributes(&self) -> Vec<String> {
+        let regional = self.name == "cordex";
+        self.mapping
+            .iter()
+            .filter(|(std, _)| regional || !REGIONAL_FACETS.contains(&std.as_str()))
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+
+    /// The primary facets, in flavour names when `translate`.
+    pub fn primary_facets(&self, translate: bool) -> Vec<String> {
+        let mut out: Vec<String> = PRIMARY_FACETS
+            .iter()
+            .map(|std| {
+                if translate {
+                    self.to_flavour(std).unwrap_or(std)
+                } else {
+                    std
+                }
+                .to_string()
+            })
+            .collect();
+        if self.name == "cordex" {
+            out.extend(REGIONAL_FACETS.iter().map(|f| f.to_string()));
+        }
+        out
+    }
+}
+
+/// All flavours: built-ins plus the custom ones in the store.
+pub struct Flavours {
+    db: Arc<Db>,
+    custom: RwLock<Vec<StoredFlavour>>,
+}
+
+fn stored_key(owner: &str, name: &str) -> Vec<u8> {
+    let mut key = owner.as_bytes().to_vec();
+    key.push(0);
+    key.extend_from_slice(name.as_bytes());
+    key
+}
+
+impl Flavours {
+    /// Loads the custom flavours, seeding `nextgems` on the first start of a store.
+    ///
+    /// # Errors
+    /// A store error or a corrupt flavour.
+    pub fn open(db: Arc<Db>) -> Result<Self> {
+        if db.get(cf::META, meta::FLAVOURS_SEEDED)?.is_none() {
+            let nextgems = StoredFlavour {
+                flavour_name: "nextgems".into(),
+                owner: GLOBAL_OWNER.into(),
+                mapping: builtin::NEXTGEMS
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                created_at: now(),
+            };
+            let mut batch = Batch::default();
+            batch.put(
+                cf::FLAVOURS,
+                stored_key(GLOBAL_OWNER, "nextgems"),
+                encode(&nextgems),
+            );
+            batch.put(cf::META, meta::FLAVOURS_SEEDED, vec![1]);
+            db.write(batch)?;
+        }
+        let mut custom = Vec::new();
+        db.for_each(cf::FLAVOURS, |_, value| {
+            let stored: StoredFlavour =
+                serde_json::from_slice(value).map_err(|e| Error::Corrupt {
+                    family: cf::FLAVOURS,
+                    reason: e.to_string(),
+                })?;
+            custom.push(stored);
+            Ok(true)
+        })?;
+        custom.sort_by(|a, b| {
+            (a.owner != GLOBAL_OWNER, &a.owner, &a.flavour_name).cmp(&(
+                b.owner != GLOBAL_OWNER,
+                &b.owner,
+                &b.flavour_name,
+            ))
+        });
+        Ok(Flavours {
+            db,
+            custom: RwLock::new(custom),
+        })
+    }
+
+    /// Every flavour visible to `caller` (anonymous: `None`), in listing order: built-ins,
+    /// global custom flavours, then the caller's own. A name that occurs more than once is
+    /// given as `owner:name` on its non-global occurrences.
+    pub fn visible(&self, caller: Option<&str>) -> Vec<Flavour> {
+        let mut list: Vec<Flavour> = BUILTIN_NAMES.iter().map(|n| Flavour::builtin(n)).collect();
+        let custom = self.custom.read();
+        list.extend(
+            custom
+                .iter()
+                .filter(|f| f.owner == GLOBAL_OWNER)
+                .map(Flavour::custom),
+        );
+        list.extend(
+            custom
+                .iter()
+                .filter(|f| Some(f.owner.as_str()) == caller)
+                .map(Flavour::custom),
+        );
+        drop(custom);
+        let mut seen = std::collections::HashMap::<String, usize>::new();
+        for f in &list {
+            *seen.entry(f.name.clone()).or_default() += 1;
+        }
+        for f in &mut list {
+            if seen[&f.name] > 1 && f.owner != GLOBAL_OWNER {
+                f.name = format!("{}:{}", f.owner, f.name);
+            }
+        }
+        list
+    }
+
+    /// Resolves a flavour name for a caller.
+    ///
+    /// # Errors
+    /// [`Error::UnknownFlavour`] listing the flavours the caller can use.
+    pub fn resolve(&self, name: &str, caller: Option<&str>) -> Result<Flavour> {
+        let visible = self.visible(caller);
+        if let Some(f) = visible.iter().find(|f| f.name == name) {
+            return Ok(f.clone());
+        }
+        if let Some((owner, bare)) = name.split_once(':') {
+            if Some(owner) == caller {
+                if let Some(f) = visible
+                    .iter()
+                    .find(|f| f.owner == owner && f.name.ends_with(bare) && !f.builtin)
+                {
+                    let mut f = f.clone();
+                    f.name = bare.to_string();
+                    return Ok(f);
+                }
+            }
+        }
+        let names: Vec<&str> = visible.iter().map(|f| f.name.as_str()).collect();
+        let mut detail = format!(
+            "Invalid flavour '{name}'. Available flavours: {}",
+            names.join(", ")
+        );
+        let similar: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| n.contains(name) || name.contains(*n))
+            .collect();
+        if !similar.is_empty() {
+            detail.push_str(&format!(". Did you mean: {}", similar.join(", ")));
+        }
+        detail.push('.');
+        Err(Error::UnknownFlavour { detail })
+    }
+
+    /// The store the flavours live in.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+}
+
+fn encode(stored: &StoredFlavour) -> Vec<u8> {
+    serde_json::to_vec(stored).expect("a flavour always serialises")
+}
+
+/// The current UTC time as `YYYY-MM-DDThh:mm:ss`.
+pub fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry() -> (tempfile::TempDir, Flavours) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(Db::open(dir.path()).unwrap());
+        (dir, Flavours::open(db).unwrap())
+    }
+
+    #[test]
+    fn builtins_come_first_and_nextgems_is_seeded() {
+        let (_dir, flavours) = registry();
+        let names: Vec<String> = flavours.visible(None).into_iter().map(|f| f.name).collect();
+        assert_eq!(
+            names,
+            ["svc", "cmip6", "cmip5", "cordex", "user", "nextgems"]
+        );
+    }
+
+    #[test]
+    fn cmip6_translates_both_ways() {
+        let (_dir, flavours) = registry();
+        let cmip6 = flavours.resolve("cmip6", None).unwrap();
+        assert_eq!(cmip6.to_flavour("model"), Some("source_id"));
+        assert_eq!(cmip6.to_standard("source_id"), Some("model"));
+        assert_eq!(cmip6.to_standard("model"), None);
+        assert!(!cmip6.has("user"));
+        let nextgems = flavours.resolve("nextgems", None).unwrap();
+        assert_eq!(nextgems.to_flavour("experiment"), Some("simulation_id"));
+        assert_eq!(nextgems.to_flavour("project"), Some("project"));
+    }
+
+    #[test]
+    fn overview_attributes_match_the_reference_lists() {
+        let (_dir, flavours) = registry();
+        assert_eq!(
+            flavours.resolve("svc", None).unwrap().attributes().len(),
+            21
+        );
+        assert_eq!(
+            flavours.resolve("cmip6", None).unwrap().attributes().len(),
+            19
+        );
+        assert_eq!(
+            flavours.resolve("cordex", None).unwrap().attributes().len(),
+            22
+        );
+        let cordex = flavours.resolve("cordex", None).unwrap();
+        assert_eq!(cordex.primary_facets(true).len(), 13);
+    }
+
+    #[test]
+    fn unknown_flavours_list_the_available_ones() {
+        let (_dir, flavours) = registry();
+        let err = flavours.resolve("cmipx", None).unwrap_err().to_string();
+        assert!(
+            err.starts_with("Invalid flavour 'cmipx'. Available flavours: svc, cmip6"),
+            "{err}"
+        );
+    }
+}
+
+#[cfg(test)]
+impl Flavour {
+    /// A flavour with a given mapping, for unit tests of other modules.
+    pub(crate) fn for_tests(name: &str, mapping: Vec<(String, String)>) -> Self {
+        Flavour {
+            name: name.to_string(),
+            owner: GLOBAL_OWNER.to_string(),
+            builtin: true,
+            stored_mapping: mapping.clone(),
+            mapping,
+            created_at: None,
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Databrowser routes: overview, data-search, metadata-search, intake and static STAC
+//! catalogues. Handlers extract, call the daemon's databrowser, and shape the answer.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+use svc_daemon::VERSION;
+use svc_daemon::databrowser::{Search, StaticLinks};
+use tokio::sync::mpsc;
+
+use crate::AppState;
+use crate::error::{ApiError, Endpoint};
+use crate::extract::QueryPairs;
+
+/// Locations sent per chunk of a data-search stream.
+const LOCATIONS_PER_CHUNK: usize = 8_192;
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/databrowser/overview", get(overview))
+        .route(
+            "/databrowser/data-search/{flavour}/{uniq_key}",
+            get(data_search),
+        )
+        .route(
+            "/databrowser/metadata-search/{flavour}/{uniq_key}",
+            get(metadata_search),
+        )
+        .route(
+            "/databrowser/intake-catalogue/{flavour}/{uniq_key}",
+            get(intake_catalogue),
+        )
+        .route(
+            "/databrowser/stac-catalogue/{flavour}/{uniq_key}",
+            get(stac_catalogue),
+        )
+}
+
+async fn overview(State(state): State<AppState>) -> Json<Value> {
+    let flavours = state.daemon.flavours().visible(None);
+    let attributes: Map<String, Value> = flavours
+        .iter()
+        .map(|f| (f.name.clone(), json!(f.attributes())))
+        .collect();
+    Json(json!({
+        "flavours": flavours.iter().map(|f| f.name.clone()).collect::<Vec<_>>(),
+        "attributes": attributes,
+    }))
+}
+
+fn prepare(
+    state: &AppState,
+    flavour: &str,
+    uniq_key: &str,
+    pairs: &[(String, String)],
+) -> Result<Search, ApiError> {
+    Ok(state
+        .daemon
+        .databrowser()
+        .prepare(flavour, uniq_key, None, pairs)?)
+}
+
+/// Runs blocking work that feeds a body through a channel.
+fn stream_body(produce: impl FnOnce(mpsc::Sender<Bytes>) + Send + 'static) -> Body {
+    let (tx, rx) = mpsc::channel::<Bytes>(4);
+    tokio::task::spawn_blocking(move || produce(tx));
+    Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx).map_ok())
+}
+
+trait MapOk: Sized {
+    fn map_ok(self) -> futures::stream::Map<Self, fn(Bytes) -> Result<Bytes, std::io::Error>>;
+}
+
+impl<S: futures::Stream<Item = Bytes>> MapOk for S {
+    fn map_ok(self) -> futures::stream::Map<Self, fn(Bytes) -> Result<Bytes, std::io::Error>> {
+        futures::StreamExt::map(self, Ok)
+    }
+}
+
+async fn data_search(
+    State(state): State<AppState>,
+    Path((flavour, uniq_key)): Path<(String, String)>,
+    QueryPairs(pairs): QueryPairs,
+) -> Result<Response, ApiError> {
+    let search = prepare(&state, &flavour, &uniq_key, &pairs)?;
+    let daemon = Arc::clone(&state.daemon);
+    let uri = uniq_key == "uri";
+    let body = stream_body(move |tx| {
+        let mut cursor = daemon.databrowser().locations(&search);
+        loop {
+            let mut chunk = Vec::with_capacity(LOCATIONS_PER_CHUNK * 128);
+            let n = cursor.next_batch(LOCATIONS_PER_CHUNK, |_, path, uri_value| {
+                chunk.extend_from_slice(if uri { uri_value } else { path }.as_bytes());
+                chunk.push(b'\n');
+            });
+            if n == 0 || tx.blocking_send(Bytes::from(chunk)).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
+}
+
+async fn metadata_search(
+    State(state): State<AppState>,
+    Path((flavour, uniq_key)): Path<(String, String)>,
+    QueryPairs(pairs): QueryPairs,
+) -> Result<Json<Value>, ApiError> {
+    let search = prepare(&state, &flavour, &uniq_key, &pairs)?;
+    let daemon = Arc::clone(&state.daemon);
+    let result = tokio::task::spawn_blocking(move || daemon.databrowser().metadata(&search))
+        .await
+        .expect("metadata search does not panic")?;
+    let facets: Map<String, Value> = result
+        .facets
+        .into_iter()
+        .map(|(name, counts)| {
+            let flat: Vec<Value> = counts
+                .into_iter()
+                .flat_map(|(term, n)| [Value::String(term), Value::String(n.to_string())])
+                .collect();
+            (name, Value::Array(flat))
+        })
+        .collect();
+    let mapping: Map<String, Value> = result
+        .facet_mapping
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    Ok(Json(json!({
+        "total_count": result.total_count,
+        "facets": facets,
+        "facet_mapping": mapping,
+        "primary_facets": result.primary_facets,
+    })))
+}
+
+async fn intake_catalogue(
+    State(state): State<AppState>,
+    Path((flavour, uniq_key)): Path<(String, String)>,
+    QueryPairs(pairs): QueryPairs,
+) -> Result<Response, ApiError> {
+    let search =
+        prepare(&state, &flavour, &uniq_key, &pairs).map_err(|e| e.at(Endpoint::Intake))?;
+    let daemon = Arc::clone(&state.daemon);
+    let mut catalogue =
+        tokio::task::spawn_blocking(move || daemon.databrowser().intake(&search, VERSION))
+            .await
+            .expect("intake preparation does not panic")
+            .map_err(|e| ApiError::from(e).at(Endpoint::Intake))?;
+    let body = stream_body(move |tx| {
+        while let Ok(Some(chunk)) = catalogue.next_chunk() {
+            if tx.blocking_send(Bytes::from(chunk)).is_err() {
+                break;
+            }
+        }
+    });
+    let name = format!("IntakeEsmCatalogue_{}_{uniq_key}.json", short_id());
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::CONTENT_DISPOSITION, attachment(&name)),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+async fn stac_catalogue(
+    State(state): State<AppState>,
+    Path((flavour, uniq_key)): Path<(String, String)>,
+    QueryPairs(pairs): QueryPairs,
+) -> Result<Response, ApiError> {
+    let search = prepare(&state, &flavour, &uniq_key, &pairs)?;
+    let daemon = Arc::clone(&state.daemon);
+    let links = StaticLinks {
+        api_base: state.api_base.clone(),
+    };
+    let catalogue =
+        tokio::task::spawn_blocking(move || daemon.databrowser().static_catalogue(&search, links))
+            .await
+            .expect("static catalogue preparation does not panic")?;
+    let name = catalogue.file_name.clone();
+    let body = stream_body(move |tx| {
+        let writer = ChannelWriter {
+            tx,
+            buffer: Vec::new(),
+        };
+        if let Err(e) = catalogue.write_to(writer) {
+            tracing::warn!(error = %e, "static catalogue stream ended early");
+        }
+    });
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/zip"),
+            ),
+            (header::CONTENT_DISPOSITION, attachment(&name)),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+fn short_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
+}
+
+fn attachment(name: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
+        .expect("generated file names are ASCII")
+}
+
+/// A blocking writer that sends its bytes to a response body in 64 KiB chunks.
+struct ChannelWriter {
+    tx: mpsc::Sender<Bytes>,
+    buffer: Vec<u8>,
+}
+
+const WRITER_CHUNK: usize = 64 * 1024;
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buffer.extend_from_slice(data);
+        if self.buffer.len() >= WRITER_CHUNK {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::take(&mut self.buffer));
+        self.tx
+            .blocking_send(chunk)
+            .map_err(|_| std::io::Error::other("client went away"))
+    }
+}
+
+impl Drop for ChannelWriter {
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}

@@ -1,0 +1,79 @@
+//! Our own extractors, so that malformed input is rejected with our error body.
+
+use axum::extract::FromRequestParts;
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::Response;
+
+use crate::error::detail;
+
+/// Longest query string accepted; longer ones are refused before parsing.
+const MAX_QUERY_BYTES: usize = 64 * 1024;
+
+/// The query string as ordered `(key, value)` pairs, percent-decoded, `+` as space, keys and
+/// values required to be UTF-8.
+#[derive(Debug, Default)]
+pub(crate) struct QueryPairs(pub(crate) Vec<(String, String)>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let Some(query) = parts.uri.query() else {
+            return Ok(QueryPairs::default());
+        };
+        if query.len() > MAX_QUERY_BYTES {
+            return Err(detail(
+                StatusCode::URI_TOO_LONG,
+                format!(
+                    "Query string of {} bytes exceeds the limit of {MAX_QUERY_BYTES} bytes.",
+                    query.len()
+                ),
+            ));
+        }
+        parse_pairs(query)
+            .map(QueryPairs)
+            .map_err(|message| detail(StatusCode::UNPROCESSABLE_ENTITY, message))
+    }
+}
+
+fn decode(text: &str) -> Result<String, String> {
+    let spaced = text.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| format!("Query parameter {text:?} is not valid UTF-8 after percent-decoding."))
+}
+
+/// Splits and decodes a raw query string.
+pub(crate) fn parse_pairs(query: &str) -> Result<Vec<(String, String)>, String> {
+    query
+        .split('&')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let (key, value) = part.split_once('=').unwrap_or((part, ""));
+            Ok((decode(key)?, decode(value)?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_keep_order_and_repeats() {
+        let pairs = parse_pairs("a=1&b=x+y&a=%2Fp%2A&flag").unwrap();
+        assert_eq!(
+            pairs,
+            [("a", "1"), ("b", "x y"), ("a", "/p*"), ("flag", "")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+    }
+
+    #[test]
+    fn non_utf8_is_rejected() {
+        let err = parse_pairs("project=%FF%FE").unwrap_err();
+        assert!(err.contains("not valid UTF-8"), "{err}");
+    }
+}

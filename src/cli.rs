@@ -1,0 +1,69 @@
+//! Command-line types.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// svcd: find, open and archive climate data.
+#[derive(Debug, Parser)]
+#[command(name = "svcd", version, about)]
+pub(crate) struct Cli {
+    /// Configuration file (default: /etc/svc-nextgen/svcd.toml if it exists, else built-in).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Data directory (store and control socket); overrides the configuration.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(crate) data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run the daemon: HTTP API and control socket.
+    Serve {
+        /// Address to listen on (port 0 picks a free port); overrides the configuration.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+    },
+    /// Manage the file catalogue.
+    #[command(subcommand)]
+    Index(IndexCommand),
+    /// Write a synthetic DRS tree of small CF-compliant NetCDF files.
+    DemoData {
+        /// Directory to write into.
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum IndexCommand {
+    /// Add records from a JSON Lines file (`-` reads standard input).
+    Add {
+        /// The file, or `-`.
+        file: PathBuf,
+    },
+    /// Crawl a tree of NetCDF files and index them.
+    Crawl {
+        /// Root of the tree.
+        dir: PathBuf,
+        /// DRS template for facets from paths: svc, cmip6, cmip5, cordex or auto.
+        #[arg(long, default_value = "auto")]
+        drs: String,
+    },
+    /// Remove records by file or by facet filters (all versions).
+    Remove(RemoveArgs),
+    /// Record counts, terms per facet and store size.
+    Stats,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RemoveArgs {
+    /// Remove the record of this file.
+    #[arg(long, value_name = "PATH", conflicts_with = "filters")]
+    pub(crate) file: Option<String>,
+    /// Filters as key=value (standard facet names), e.g. project=cmip6 variable=tas.
+    #[arg(value_name = "KEY=VALUE")]
+    pub(crate) filters: Vec<String>,
+}

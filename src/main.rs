@@ -1,0 +1,46 @@
+//! `svcd`: parses arguments, loads the configuration, and runs one subcommand.
+
+mod cli;
+mod demo;
+mod index;
+mod serve;
+
+use clap::Parser;
+use svc_daemon::Config;
+use svc_daemon::config::Overrides;
+
+use cli::{Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                "svcd=info,svc_daemon=info,svc_http=info,tower_http=warn".into()
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let listen = match &cli.command {
+        Command::Serve { listen } => *listen,
+        _ => None,
+    };
+    let overrides = Overrides {
+        data_dir: cli.data_dir.clone(),
+        listen,
+    };
+    let result = Config::load(cli.config.as_deref(), &overrides)
+        .map_err(anyhow::Error::from)
+        .and_then(|config| match cli.command {
+            Command::Serve { .. } => serve::run(config),
+            Command::Index(command) => index::run(&config, command),
+            Command::DemoData { dir } => demo::run(&dir),
+        });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("svcd: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}

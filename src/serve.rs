@@ -1,0 +1,60 @@
+//! `svcd serve`: open the store, listen, notify systemd, and shut down in reverse order.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use svc_daemon::{Config, Daemon, control};
+use tokio::net::TcpListener;
+
+pub(crate) fn run(config: Config) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(config))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.http.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.http.listen))?;
+    let bound = listener.local_addr()?;
+    let opening = config.clone();
+    let daemon = tokio::task::spawn_blocking(move || Daemon::open(opening))
+        .await?
+        .with_context(|| format!("cannot open the store in {}", config.store_dir().display()))?;
+    let daemon = Arc::new(daemon);
+    let stats = daemon.catalog().stats();
+    let socket = config.control_socket();
+    let control = tokio::spawn({
+        let daemon = Arc::clone(&daemon);
+        let socket = socket.clone();
+        async move { control::serve(daemon, &socket).await }
+    });
+    let base = config.public_base(bound);
+    let app = svc_http::router(Arc::clone(&daemon), &base);
+    std::fs::write(config.address_file(), format!("{bound}\n"))
+        .context("cannot write the address file")?;
+    tracing::info!(address = %bound, records = stats.records, "listening on {base}/api/svc-nextgen");
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    svc_http::serve(listener, app, shutdown_signal()).await?;
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    control.abort();
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(config.address_file());
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler installs");
+    tokio::select! {
+        _ = interrupt => {},
+        _ = terminate.recv() => {},
+    }
+    tracing::info!("shutting down");
+}
