@@ -8,7 +8,7 @@ use axum::response::Response;
 use crate::error::detail;
 
 /// Longest query string accepted; longer ones are refused before parsing.
-const MAX_QUERY_BYTES: usize = 64 * 1024;
+const MAX_QUERY_BYTES: usize = 32 * 1024;
 
 /// The query string as ordered `(key, value)` pairs, percent-decoded, `+` as space, keys and
 /// values required to be UTF-8.

@@ -14,9 +14,18 @@ fn line(value: serde_json::Value) -> String {
     value.to_string()
 }
 
-pub fn records() -> Vec<String> {
+pub(crate) fn records() -> Vec<String> {
     let mut out = Vec::new();
-    for (version, files) in [("v20190101", [("1979-01", "1989-12"), ("1990-01", "1999-12")]), ("v20200101", [("1979-01", "1999-12"), ("2000-01", "2014-12")])] {
+    for (version, files) in [
+        (
+            "v20190101",
+            [("1979-01", "1989-12"), ("1990-01", "1999-12")],
+        ),
+        (
+            "v20200101",
+            [("1979-01", "1999-12"), ("2000-01", "2014-12")],
+        ),
+    ] {
         for (n, (start, end)) in files.iter().enumerate() {
             out.push(line(json!({
                 "file": format!("/data/cmip6/CMIP6/CMIP/CSIRO-ARCCSS/ACCESS-CM2/amip/r1i1p1f1/Amon/ua/gn/{version}/ua_{n}.nc"),
@@ -34,7 +43,11 @@ pub fn records() -> Vec<String> {
         "time_frequency": "day", "realm": "atmos", "grid_label": "gn", "format": "nc",
         "time": "[1850-01-01 TO 1899-12-31]", "bbox": [-180.0, -90.0, 180.0, 90.0], "version": "v20210101",
     })));
-    for (variable, frequency, time) in [("pr", "3hr", Some("[2007-01-02T01:30 TO 2007-01-02T04:30]")), ("tas", "day", Some("[2006-01-01 TO 2010-12-31]")), ("orog", "fx", None)] {
+    for (variable, frequency, time) in [
+        ("pr", "3hr", Some("[2007-01-02T01:30 TO 2007-01-02T04:30]")),
+        ("tas", "day", Some("[2006-01-01 TO 2010-12-31]")),
+        ("orog", "fx", None),
+    ] {
         let mut record = json!({
             "file": format!("/data/cordex/output/EUR-11/GERICS/NCC-NorESM1-M/rcp85/r1i1p1/GERICS-REMO2015/v1/{frequency}/{variable}/v20181212/{variable}_EUR-11.nc"),
             "project": "cordex", "product": "EUR-11", "institute": "GERICS", "model": "NCC-NorESM1-M-GERICS-REMO2015-v1",
@@ -48,7 +61,9 @@ pub fn records() -> Vec<String> {
         out.push(line(record));
     }
     for hour in 0..6 {
-        let file = format!("/data/obs/grid/CPC/CPC/cmorph/30min/atmos/30min/r1i1p1/v20210618/pr/pr_{hour:02}.nc");
+        let file = format!(
+            "/data/obs/grid/CPC/CPC/cmorph/30min/atmos/30min/r1i1p1/v20210618/pr/pr_{hour:02}.nc"
+        );
         out.push(line(json!({
             "file": file, "uri": format!("slk://{file}"),
             "project": "observations", "product": "grid", "institute": "CPC", "model": "CPC", "experiment": "cmorph",
@@ -66,9 +81,17 @@ pub fn records() -> Vec<String> {
 }
 
 /// Loads the fixture into a running daemon through the command line.
-pub fn load(svcd: &crate::harness::Svcd) {
+pub(crate) fn load(svcd: &crate::harness::Svcd) {
     let path = crate::harness::write_lines(&svcd.data_dir, "fixture.jsonl", &records());
     let output = svcd.cli(&["index", "add", path.to_str().unwrap()]);
-    assert!(output.status.success(), "index add failed: {}", String::from_utf8_lossy(&output.stderr));
-    assert!(crate::harness::stdout(&output).contains("added 16, replaced 0, rejected 0"), "{}", crate::harness::stdout(&output));
+    assert!(
+        output.status.success(),
+        "index add failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        crate::harness::stdout(&output).contains("added 16, replaced 0, rejected 0"),
+        "{}",
+        crate::harness::stdout(&output)
+    );
 }

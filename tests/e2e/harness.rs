@@ -8,55 +8,61 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The `svcd` binary under test.
-pub fn svcd_bin() -> &'static str {
+pub(crate) fn svcd_bin() -> &'static str {
     env!("CARGO_BIN_EXE_svcd")
 }
 
 /// A running daemon; killed on drop.
-pub struct Svcd {
+pub(crate) struct Svcd {
     child: Option<Child>,
     /// The data directory (kept for restarts).
-    pub data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// `http://127.0.0.1:<port>/api/svc-nextgen`.
-    pub api: String,
+    pub(crate) api: String,
     http: reqwest::blocking::Client,
     _temp: Option<tempfile::TempDir>,
 }
 
 /// A response as a user sees it.
-pub struct Reply {
-    pub status: u16,
-    pub headers: reqwest::header::HeaderMap,
-    pub body: Vec<u8>,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) headers: reqwest::header::HeaderMap,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Reply {
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8(self.body.clone()).expect("UTF-8 body")
     }
 
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.text().lines().map(String::from).collect()
     }
 
     /// The `detail` of an error body.
-    pub fn detail(&self) -> String {
-        self.json()["detail"].as_str().unwrap_or_else(|| panic!("no detail in {}", self.text())).to_string()
+    pub(crate) fn detail(&self) -> String {
+        self.json()["detail"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no detail in {}", self.text()))
+            .to_string()
     }
 
-    pub fn header(&self, name: &str) -> String {
-        self.headers.get(name).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default()
+    pub(crate) fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
     }
 }
 
 impl Svcd {
     /// Starts a daemon on a fresh data directory.
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let temp = tempfile::tempdir().expect("temp dir");
         let mut svcd = Self::start_in(temp.path());
         svcd._temp = Some(temp);
@@ -64,7 +70,7 @@ impl Svcd {
     }
 
     /// Starts a daemon on an existing data directory.
-    pub fn start_in(dir: &Path) -> Self {
+    pub(crate) fn start_in(dir: &Path) -> Self {
         let address_file = dir.join("svcd.addr");
         let _ = std::fs::remove_file(&address_file);
         std::fs::create_dir_all(dir).unwrap();
@@ -83,7 +89,10 @@ impl Svcd {
             child: Some(child),
             data_dir: dir.to_path_buf(),
             api: String::new(),
-            http: reqwest::blocking::Client::builder().timeout(Duration::from_secs(120)).build().unwrap(),
+            http: reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .unwrap(),
             _temp: None,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -97,20 +106,28 @@ impl Svcd {
             if let Some(status) = svcd.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("svcd exited with {status}: {}", svcd.log());
             }
-            assert!(Instant::now() < deadline, "svcd did not start: {}", svcd.log());
+            assert!(
+                Instant::now() < deadline,
+                "svcd did not start: {}",
+                svcd.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         svcd
     }
 
     /// The daemon's log so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.data_dir.join("svcd.log")).unwrap_or_default()
     }
 
     /// GET a path below the API prefix (may include a query string).
-    pub fn get(&self, path: &str) -> Reply {
-        let response = self.http.get(format!("{}{path}", self.api)).send().expect("request is answered");
+    pub(crate) fn get(&self, path: &str) -> Reply {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.api))
+            .send()
+            .expect("request is answered");
         Reply {
             status: response.status().as_u16(),
             headers: response.headers().clone(),
@@ -118,28 +135,30 @@ impl Svcd {
         }
     }
 
-    /// GET a raw URL.
-    pub fn get_url(&self, url: &str) -> Reply {
-        let response = self.http.get(url).send().expect("request is answered");
-        Reply { status: response.status().as_u16(), headers: response.headers().clone(), body: response.bytes().unwrap().to_vec() }
-    }
-
     /// Runs `svcd ARGS --data-dir <dir>`.
-    pub fn cli(&self, args: &[&str]) -> Output {
+    pub(crate) fn cli(&self, args: &[&str]) -> Output {
         cli_in(&self.data_dir, args, None)
     }
 
     /// Stops the daemon with SIGTERM and waits for it.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+            Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status()
+                .unwrap();
             let status = child.wait().unwrap();
-            assert!(status.success(), "svcd did not shut down cleanly: {status}: {}", self.log());
+            assert!(
+                status.success(),
+                "svcd did not shut down cleanly: {status}: {}",
+                self.log()
+            );
         }
     }
 
     /// Kills the daemon with SIGKILL.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -147,7 +166,7 @@ impl Svcd {
     }
 
     /// Stops and starts the daemon on the same data directory.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.stop();
         let temp = self._temp.take();
         *self = Self::start_in(&self.data_dir.clone());
@@ -162,26 +181,39 @@ impl Drop for Svcd {
 }
 
 /// Runs `svcd ARGS --data-dir DIR`, optionally feeding standard input.
-pub fn cli_in(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+pub(crate) fn cli_in(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
     let mut command = Command::new(svcd_bin());
-    command.args(args).arg("--data-dir").arg(dir).env_remove("SVC_DATA_DIR");
-    command.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    command
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir)
+        .env_remove("SVC_DATA_DIR");
+    command.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = command.spawn().expect("svcd runs");
     if let Some(input) = stdin {
         use std::io::Write;
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
     }
     child.wait_with_output().unwrap()
 }
 
 /// Standard output of a command as text.
-pub fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Writes JSON Lines to a file in `dir` and returns its path.
-pub fn write_lines(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
+pub(crate) fn write_lines(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     path

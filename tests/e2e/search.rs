@@ -23,10 +23,21 @@ fn ping_and_overview() {
     let svcd = Svcd::start();
     assert_eq!(svcd.get("/ping").json(), json!({"ping": "pong"}));
     let overview = svcd.get("/databrowser/overview").json();
-    assert_eq!(overview["flavours"], json!(["svc", "cmip6", "cmip5", "cordex", "user", "nextgems"]));
-    assert_eq!(overview["attributes"]["cmip6"].as_array().unwrap().len(), 19);
+    assert_eq!(
+        overview["flavours"],
+        json!(["svc", "cmip6", "cmip5", "cordex", "user", "nextgems"])
+    );
+    assert_eq!(
+        overview["attributes"]["cmip6"].as_array().unwrap().len(),
+        19
+    );
     assert_eq!(overview["attributes"]["svc"].as_array().unwrap().len(), 21);
-    assert!(overview["attributes"]["nextgems"].as_array().unwrap().contains(&json!("simulation_id")));
+    assert!(
+        overview["attributes"]["nextgems"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("simulation_id"))
+    );
     let openapi = svcd.get("/help/openapi.json").json();
     assert!(openapi["paths"]["/databrowser/data-search/{flavour}/{uniq_key}"].is_object());
     assert!(svcd.get("/help").text().contains("openapi.json"));
@@ -39,21 +50,43 @@ fn values_of_one_key_or_and_keys_and() {
     assert_eq!(count(&svcd, q), 13);
     assert_eq!(count(&svcd, &format!("{q}?multi-version=true")), 15);
     assert_eq!(count(&svcd, &format!("{q}?project=cmip6")), 3);
-    assert_eq!(count(&svcd, &format!("{q}?project=CMIP6&multi-version=True")), 5);
-    assert_eq!(count(&svcd, &format!("{q}?project=cmip6&project=cordex")), 6);
+    assert_eq!(
+        count(&svcd, &format!("{q}?project=CMIP6&multi-version=True")),
+        5
+    );
+    assert_eq!(
+        count(&svcd, &format!("{q}?project=cmip6&project=cordex")),
+        6
+    );
     assert_eq!(count(&svcd, &format!("{q}?project=cmip6&variable=ua")), 2);
     assert_eq!(count(&svcd, &format!("{q}?project=cmip6&variable=pr")), 0);
-    assert_eq!(count(&svcd, &format!("{q}?project=")), 13, "blank values are dropped");
+    assert_eq!(
+        count(&svcd, &format!("{q}?project=")),
+        13,
+        "blank values are dropped"
+    );
 }
 
 #[test]
 fn negation_in_four_spellings() {
     let svcd = loaded();
     let q = "/databrowser/data-search/svc/file";
-    for filter in ["project=-cmip6", "project=not%20cmip6", "project=!cmip6", "project_not_=cmip6", "project=NOT+CMIP6"] {
+    for filter in [
+        "project=-cmip6",
+        "project=not%20cmip6",
+        "project=!cmip6",
+        "project_not_=cmip6",
+        "project=NOT+CMIP6",
+    ] {
         assert_eq!(count(&svcd, &format!("{q}?{filter}")), 10, "{filter}");
     }
-    assert_eq!(count(&svcd, &format!("{q}?project=cmip6&project=cordex&variable=-tas")), 4);
+    assert_eq!(
+        count(
+            &svcd,
+            &format!("{q}?project=cmip6&project=cordex&variable=-tas")
+        ),
+        4
+    );
 }
 
 #[test]
@@ -62,14 +95,33 @@ fn wildcards_and_case_rules() {
     let q = "/databrowser/data-search/svc/file";
     assert_eq!(count(&svcd, &format!("{q}?variable=t*")), 3);
     assert_eq!(count(&svcd, &format!("{q}?variable=%3Fas")), 3);
-    assert_eq!(count(&svcd, &format!("{q}?variable=TAS")), 3, "facet values match in any case");
+    assert_eq!(
+        count(&svcd, &format!("{q}?variable=TAS")),
+        3,
+        "facet values match in any case"
+    );
     assert_eq!(count(&svcd, &format!("{q}?file=/data/obs/*")), 6);
-    assert_eq!(count(&svcd, &format!("{q}?file=/DATA/obs/*")), 0, "file matches case-sensitively");
-    assert_eq!(count(&svcd, &format!("{q}?file=/data/other/Mixed/File.nc")), 1);
-    assert_eq!(count(&svcd, &format!("{q}?file=/data/other/mixed/file.nc")), 0);
+    assert_eq!(
+        count(&svcd, &format!("{q}?file=/DATA/obs/*")),
+        0,
+        "file matches case-sensitively"
+    );
+    assert_eq!(
+        count(&svcd, &format!("{q}?file=/data/other/Mixed/File.nc")),
+        1
+    );
+    assert_eq!(
+        count(&svcd, &format!("{q}?file=/data/other/mixed/file.nc")),
+        0
+    );
     assert_eq!(count(&svcd, &format!("{q}?uri=slk:///data/obs/*")), 6);
-    let uris = svcd.get("/databrowser/data-search/svc/uri?project=observations").lines();
-    assert!(uris.iter().all(|u| u.starts_with("slk:///data/obs/")), "{uris:?}");
+    let uris = svcd
+        .get("/databrowser/data-search/svc/uri?project=observations")
+        .lines();
+    assert!(
+        uris.iter().all(|u| u.starts_with("slk:///data/obs/")),
+        "{uris:?}"
+    );
 }
 
 #[test]
@@ -78,8 +130,14 @@ fn time_and_bbox_select_modes() {
     let q = "/databrowser/data-search/svc/file";
     let cases = [
         ("time=2016-09-02T01:00+to+2016-09-02T02:59", 2),
-        ("time=2016-09-02T00:00+to+2016-09-02T02:59&time_select=strict", 3),
-        ("time=2016-09-02T01:10+to+2016-09-02T01:20&time_select=file", 1),
+        (
+            "time=2016-09-02T00:00+to+2016-09-02T02:59&time_select=strict",
+            3,
+        ),
+        (
+            "time=2016-09-02T01:10+to+2016-09-02T01:20&time_select=file",
+            1,
+        ),
         ("time=1850+to+1860", 1),
         ("time=1850+to+1860&time_select=strict", 0),
         ("time=1850+to+1860&time_select=file", 1),
@@ -99,13 +157,26 @@ fn time_and_bbox_select_modes() {
 fn versions_need_multi_version() {
     let svcd = loaded();
     let q = "/databrowser/data-search/svc/file";
-    assert_eq!(count(&svcd, &format!("{q}?multi-version=true&version=v20190101")), 2);
-    assert_eq!(count(&svcd, &format!("{q}?multi-version=true&version=20190101")), 2);
+    assert_eq!(
+        count(&svcd, &format!("{q}?multi-version=true&version=v20190101")),
+        2
+    );
+    assert_eq!(
+        count(&svcd, &format!("{q}?multi-version=true&version=20190101")),
+        2
+    );
     let reply = svcd.get(&format!("{q}?version=v20190101"));
     assert_eq!(reply.status, 422);
-    assert!(reply.detail().contains("multi-version"), "{}", reply.detail());
+    assert!(
+        reply.detail().contains("multi-version"),
+        "{}",
+        reply.detail()
+    );
     let newest = svcd.get(&format!("{q}?project=cmip6&variable=ua")).lines();
-    assert!(newest.iter().all(|l| l.contains("/v20200101/")), "{newest:?}");
+    assert!(
+        newest.iter().all(|l| l.contains("/v20200101/")),
+        "{newest:?}"
+    );
 }
 
 #[test]
@@ -115,8 +186,16 @@ fn order_is_descending_by_path_and_start_is_an_offset() {
     let mut sorted = all.clone();
     sorted.sort_by(|a, b| b.cmp(a));
     assert_eq!(all, sorted);
-    assert_eq!(svcd.get("/databrowser/data-search/svc/file?start=2").lines(), all[2..].to_vec());
-    assert_eq!(svcd.get("/databrowser/data-search/svc/file?start=100").lines(), Vec::<String>::new());
+    assert_eq!(
+        svcd.get("/databrowser/data-search/svc/file?start=2")
+            .lines(),
+        all[2..].to_vec()
+    );
+    assert_eq!(
+        svcd.get("/databrowser/data-search/svc/file?start=100")
+            .lines(),
+        Vec::<String>::new()
+    );
     let uris = svcd.get("/databrowser/data-search/svc/uri").lines();
     assert_eq!(uris.len(), all.len());
 }
@@ -125,24 +204,58 @@ fn order_is_descending_by_path_and_start_is_an_offset() {
 fn flavours_translate_both_ways() {
     let svcd = loaded();
     let d = "/databrowser/data-search";
-    assert_eq!(count(&svcd, &format!("{d}/cmip6/file?source_id=ACCESS-CM2")), 2);
+    assert_eq!(
+        count(&svcd, &format!("{d}/cmip6/file?source_id=ACCESS-CM2")),
+        2
+    );
     assert_eq!(count(&svcd, &format!("{d}/svc/file?model=access-cm2")), 2);
-    assert_eq!(svcd.get(&format!("{d}/cmip6/file?model=ACCESS-CM2")).status, 422);
-    assert_eq!(count(&svcd, &format!("{d}/cmip6/file?translate=false&model=ACCESS-CM2")), 2);
-    assert_eq!(svcd.get(&format!("{d}/cmip5/file?translate=false&activity_id=cmip")).status, 422);
+    assert_eq!(
+        svcd.get(&format!("{d}/cmip6/file?model=ACCESS-CM2")).status,
+        422
+    );
+    assert_eq!(
+        count(
+            &svcd,
+            &format!("{d}/cmip6/file?translate=false&model=ACCESS-CM2")
+        ),
+        2
+    );
+    assert_eq!(
+        svcd.get(&format!("{d}/cmip5/file?translate=false&activity_id=cmip"))
+            .status,
+        422
+    );
     assert_eq!(count(&svcd, &format!("{d}/cordex/file?domain=EUR-11")), 3);
-    assert_eq!(count(&svcd, &format!("{d}/cmip5/file?institution_id=GERICS")), 3);
-    assert_eq!(count(&svcd, &format!("{d}/nextgems/file?simulation_id=amip")), 2);
-    assert_eq!(svcd.get(&format!("{d}/user/file")).lines(), ["/home/janedoe/tas.nc"]);
+    assert_eq!(
+        count(&svcd, &format!("{d}/cmip5/file?institution_id=GERICS")),
+        3
+    );
+    assert_eq!(
+        count(&svcd, &format!("{d}/nextgems/file?simulation_id=amip")),
+        2
+    );
+    assert_eq!(
+        svcd.get(&format!("{d}/user/file")).lines(),
+        ["/home/janedoe/tas.nc"]
+    );
     assert_eq!(count(&svcd, &format!("{d}/user/file?user=janedoe")), 1);
-    assert_eq!(count(&svcd, &format!("{d}/svc/file?project=cmip5")), 0, "user data only through the user flavour");
-    assert_eq!(svcd.get(&format!("{d}/cmip6/file?user=janedoe")).status, 422);
+    assert_eq!(
+        count(&svcd, &format!("{d}/svc/file?project=cmip5")),
+        0,
+        "user data only through the user flavour"
+    );
+    assert_eq!(
+        svcd.get(&format!("{d}/cmip6/file?user=janedoe")).status,
+        422
+    );
 }
 
 #[test]
 fn metadata_counts_are_strings_sorted_by_term() {
     let svcd = loaded();
-    let m = svcd.get("/databrowser/metadata-search/svc/file?project=cmip6").json();
+    let m = svcd
+        .get("/databrowser/metadata-search/svc/file?project=cmip6")
+        .json();
     assert_eq!(m["total_count"], 3);
     assert_eq!(m["facets"]["project"], json!(["cmip6", "3"]));
     assert_eq!(m["facets"]["variable"], json!(["tas", "1", "ua", "2"]));
@@ -151,18 +264,30 @@ fn metadata_counts_are_strings_sorted_by_term() {
     assert_eq!(m["facet_mapping"]["model"], "model");
     assert_eq!(m["primary_facets"].as_array().unwrap().len(), 10);
 
-    let m = svcd.get("/databrowser/metadata-search/cmip6/file?mip_era=cmip6&facets=source_id").json();
-    assert_eq!(m["facets"], json!({"source_id": ["access-cm2", "2", "mpi-esm1-2-lr", "1"]}));
+    let m = svcd
+        .get("/databrowser/metadata-search/cmip6/file?mip_era=cmip6&facets=source_id")
+        .json();
+    assert_eq!(
+        m["facets"],
+        json!({"source_id": ["access-cm2", "2", "mpi-esm1-2-lr", "1"]})
+    );
     assert_eq!(m["facet_mapping"], json!({"model": "source_id"}));
     assert_eq!(m["primary_facets"][0], "mip_era");
 
-    let m = svcd.get("/databrowser/metadata-search/cmip6/file?translate=false&project=cmip6").json();
+    let m = svcd
+        .get("/databrowser/metadata-search/cmip6/file?translate=false&project=cmip6")
+        .json();
     assert!(m["facets"].get("model").is_some() && m["facets"].get("source_id").is_none());
     assert_eq!(m["primary_facets"][0], "project");
     assert_eq!(m["facet_mapping"]["model"], "source_id");
 
-    let m = svcd.get("/databrowser/metadata-search/svc/file?multi-version=true&project=cmip6").json();
-    assert_eq!(m["facets"]["version"], json!(["20190101", "2", "20200101", "2", "20210101", "1"]));
+    let m = svcd
+        .get("/databrowser/metadata-search/svc/file?multi-version=true&project=cmip6")
+        .json();
+    assert_eq!(
+        m["facets"]["version"],
+        json!(["20190101", "2", "20200101", "2", "20210101", "1"])
+    );
 
     let m = svcd.get("/databrowser/metadata-search/cordex/file").json();
     assert_eq!(m["primary_facets"].as_array().unwrap().len(), 13);
@@ -176,10 +301,24 @@ fn metadata_counts_are_strings_sorted_by_term() {
 #[test]
 fn data_survives_a_restart() {
     let mut svcd = loaded();
-    let before = svcd.get("/databrowser/data-search/svc/file?multi-version=true").lines();
+    let before = svcd
+        .get("/databrowser/data-search/svc/file?multi-version=true")
+        .lines();
     let counts = svcd.get("/databrowser/metadata-search/svc/file").json();
     svcd.restart();
-    assert_eq!(svcd.get("/databrowser/data-search/svc/file?multi-version=true").lines(), before);
-    assert_eq!(svcd.get("/databrowser/metadata-search/svc/file").json(), counts);
-    assert_eq!(svcd.get("/databrowser/data-search/svc/file?project=cmip6").lines().len(), 3);
+    assert_eq!(
+        svcd.get("/databrowser/data-search/svc/file?multi-version=true")
+            .lines(),
+        before
+    );
+    assert_eq!(
+        svcd.get("/databrowser/metadata-search/svc/file").json(),
+        counts
+    );
+    assert_eq!(
+        svcd.get("/databrowser/data-search/svc/file?project=cmip6")
+            .lines()
+            .len(),
+        3
+    );
 }

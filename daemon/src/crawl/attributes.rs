@@ -15,7 +15,6 @@ const SOURCES: &[(&str, &[&str])] = &[
     ("project", &["mip_era", "project_id", "project"]),
     ("product", &["activity_id", "CORDEX_domain", "product"]),
     ("institute", &["institution_id", "institute_id"]),
-    ("model", &["source_id"]),
     ("experiment", &["experiment_id", "experiment"]),
     (
         "ensemble",
@@ -31,7 +30,7 @@ const SOURCES: &[(&str, &[&str])] = &[
     ("grid_label", &["grid_label"]),
     ("time_frequency", &["frequency"]),
     ("realm", &["realm", "modeling_realm"]),
-    ("driving_model", &["driving_model_id"]),
+    ("driving_model", &["driving_model_id", "driving_source_id"]),
     ("rcm_version", &["rcm_version_id"]),
 ];
 
@@ -43,14 +42,15 @@ pub(crate) fn is_cordex(attributes: &Attributes) -> bool {
             .is_some_and(|p| p.eq_ignore_ascii_case("cordex"))
 }
 
-/// Adds every facet that `attributes` give and `facets` lacks; `cordex` routes `model_id` to
-/// `rcm_name` instead of `model`.
+/// Adds every facet that `attributes` give and `facets` lacks. In a CORDEX file `source_id`
+/// (CORDEX-CMIP6) or `model_id` (CORDEX-CMIP5) names the regional model, so `cordex` routes
+/// them to `rcm_name` instead of `model`.
 pub(crate) fn fill_facets(facets: &mut Facets, attributes: &Attributes, cordex: bool) {
-    let model_id = if cordex { "rcm_name" } else { "model" };
+    let model = if cordex { "rcm_name" } else { "model" };
     let sources = SOURCES
         .iter()
         .copied()
-        .chain([(model_id, &["model_id"][..])]);
+        .chain([(model, &["source_id", "model_id"][..])]);
     for (facet, names) in sources {
         if facets.contains_key(facet) {
             continue;
@@ -62,16 +62,23 @@ pub(crate) fn fill_facets(facets: &mut Facets, attributes: &Attributes, cordex: 
             facets.insert(facet, values);
         }
     }
-    if !facets.contains_key("ensemble") {
-        if let Some(ensemble) = cmip5_ensemble(attributes) {
-            facets.insert("ensemble", vec![ensemble]);
-        }
+    if !facets.contains_key("ensemble")
+        && let Some(ensemble) = cmip5_ensemble(attributes)
+    {
+        facets.insert("ensemble", vec![ensemble]);
     }
 }
 
-/// Sets `model` to `<driving_model>-<rcm_name>-<rcm_version>` for a CORDEX file that has no
-/// model yet, as the reference catalogue names CORDEX models.
-pub(crate) fn complete_cordex_model(facets: &mut Facets) {
+/// Completes a CORDEX file's facets as the reference catalogue does: `model` becomes
+/// `<driving_model>-<rcm_name>-<rcm_version>` and `cmor_table` the frequency (CORDEX tables are
+/// per frequency), where the file has none.
+pub(crate) fn complete_cordex(facets: &mut Facets) {
+    if let (false, Some(frequency)) = (
+        facets.contains_key("cmor_table"),
+        facets.get("time_frequency"),
+    ) {
+        facets.insert("cmor_table", frequency.clone());
+    }
     if facets.contains_key("model") {
         return;
     }
@@ -125,7 +132,9 @@ mod tests {
         let attributes = attributes(pairs);
         let mut facets = Facets::new();
         fill_facets(&mut facets, &attributes, is_cordex(&attributes));
-        complete_cordex_model(&mut facets);
+        if is_cordex(&attributes) {
+            complete_cordex(&mut facets);
+        }
         facets
     }
 
@@ -168,13 +177,27 @@ mod tests {
             ("driving_model_id", "NCC-NorESM1-M"),
             ("model_id", "GERICS-REMO2015"),
             ("rcm_version_id", "v1"),
+            ("frequency", "3hr"),
         ]);
         assert_eq!(facets.get("product").cloned(), one("EUR-11"));
+        assert_eq!(facets.get("cmor_table").cloned(), one("3hr"));
         assert_eq!(facets.get("rcm_name").cloned(), one("GERICS-REMO2015"));
         assert_eq!(
             facets.get("model").cloned(),
             one("NCC-NorESM1-M-GERICS-REMO2015-v1")
         );
+    }
+
+    #[test]
+    fn cordex_cmip6_attributes_name_both_models() {
+        let facets = filled(&[
+            ("CORDEX_domain", "EUR-11"),
+            ("source_id", "CLMcom-BTU-ICON-2-6-5-rc"),
+            ("driving_source_id", "EC-Earth-Consortium-EC-Earth3-Veg"),
+            ("rcm_version_id", "v1"),
+        ]);
+        let model = "EC-Earth-Consortium-EC-Earth3-Veg-CLMcom-BTU-ICON-2-6-5-rc-v1";
+        assert_eq!(facets.get("model").cloned(), one(model));
     }
 
     #[test]

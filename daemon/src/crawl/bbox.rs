@@ -72,15 +72,25 @@ pub(crate) fn bbox(file: &File) -> Result<Option<[f64; 4]>, String> {
         return Ok(None);
     };
     let (west, east) = longitude_interval(west, east);
-    let outward = |value: f64, round: fn(f64) -> f64, limit: f64| {
-        (round(value * 1e6) / 1e6).clamp(-limit, limit)
-    };
     Ok(Some([
-        outward(west, f64::floor, 180.0),
-        outward(south, f64::floor, 90.0),
-        outward(east, f64::ceil, 180.0),
-        outward(north, f64::ceil, 90.0),
+        round_outward(west, f64::floor).clamp(-180.0, 180.0),
+        round_outward(south, f64::floor).clamp(-90.0, 90.0),
+        round_outward(east, f64::ceil).clamp(-180.0, 180.0),
+        round_outward(north, f64::ceil).clamp(-90.0, 90.0),
     ]))
+}
+
+/// `value` rounded with `round` (floor or ceil) to 1e-6 degrees; a value within 1e-9 degrees of
+/// a step counts as on it, so arithmetic noise does not widen the box.
+fn round_outward(value: f64, round: fn(f64) -> f64) -> f64 {
+    let micro = value * 1e6;
+    let nearest = micro.round();
+    let rounded = if (micro - nearest).abs() < 1e-3 {
+        nearest
+    } else {
+        round(micro)
+    };
+    rounded / 1e6
 }
 
 /// The coordinate variable for `axis`: by `standard_name`, else by units, else by name.
@@ -103,10 +113,10 @@ fn coordinate(file: &File, axis: Axis) -> Option<Variable<'_>> {
 
 /// The range of the coordinate's bounds, or of its values when it has no (valid) bounds.
 fn extent(file: &File, coordinate: &Variable) -> Result<Option<(f64, f64)>, String> {
-    if let Some(bounds) = linked_variable(file, coordinate, "bounds") {
-        if let Some(range) = extrema(&bounds)? {
-            return Ok(Some(range));
-        }
+    if let Some(bounds) = linked_variable(file, coordinate, "bounds")
+        && let Some(range) = extrema(&bounds)?
+    {
+        return Ok(Some(range));
     }
     extrema(coordinate)
 }
@@ -137,6 +147,13 @@ mod tests {
         assert_eq!(longitude_interval(180.0, 200.0), (-180.0, -160.0));
         assert_eq!(longitude_interval(-190.0, -170.0), (-180.0, 180.0));
         assert_eq!(longitude_interval(400.0, 410.0), (40.0, 50.0));
+    }
+
+    #[test]
+    fn rounding_is_outward_but_ignores_noise() {
+        assert_eq!(round_outward(44.594_001_770_019_53, f64::floor), 44.594_001);
+        assert_eq!(round_outward(44.594_001_770_019_53, f64::ceil), 44.594_002);
+        assert_eq!(round_outward(-24.640_000_000_000_01, f64::floor), -24.64);
     }
 
     #[test]

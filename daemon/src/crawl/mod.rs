@@ -26,8 +26,9 @@ pub use walk::find_netcdf_files;
 /// Facets come from the path's DRS segments first; global attributes fill the facets the path
 /// does not give (see `attributes.rs` for the mapping), keeping their original case. When neither
 /// names the variable, `variable` lists the file's data variables. A CORDEX file's `model` is
-/// `<driving_model>-<rcm_name>-<rcm_version>`. `version` is the DRS version segment. A file
-/// without time coordinate (fx) has no `time`, one without latitude/longitude no `bbox`.
+/// `<driving_model>-<rcm_name>-<rcm_version>` and its `cmor_table` its frequency, as in the
+/// reference catalogue. `version` is the DRS version segment. A file without time coordinate
+/// (fx) has no `time`, one without latitude/longitude no `bbox`.
 ///
 /// # Errors
 /// A message saying why the file cannot be read, e.g. `not a NetCDF file: NetCDF: Unknown file
@@ -69,7 +70,7 @@ fn facets(file: &netcdf::File, from_path: &drs::PathFacets) -> attributes::Facet
     let cordex = from_path.template == Some(Drs::Cordex) || attributes::is_cordex(&global);
     attributes::fill_facets(&mut facets, &global, cordex);
     if cordex {
-        attributes::complete_cordex_model(&mut facets);
+        attributes::complete_cordex(&mut facets);
     }
     if !facets.contains_key("variable") {
         let variables = netcdf_read::data_variables(file);

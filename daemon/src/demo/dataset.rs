@@ -450,7 +450,6 @@ fn parse_ids(layout: Layout, drs: &'static str) -> Ids {
             variable: at(8),
             realm: "atmos",
             grid_label: "gn",
-            ..Ids::default()
         },
     }
 }
