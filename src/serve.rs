@@ -33,7 +33,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         async move { control::serve(daemon, &socket).await }
     });
     let base = config.public_base(bound);
-    let app = svc_http::router(Arc::clone(&daemon), &base);
+    let app = svc_http::router(&daemon, &base);
     std::fs::write(config.address_file(), format!("{bound}\n"))
         .context("cannot write the address file")?;
     tracing::info!(address = %bound, records = stats.records, "listening on {base}/api/svc-nextgen");

@@ -168,11 +168,11 @@ fn apply_env(table: &mut Table, name: &str, value: &str) -> Result<()> {
         .match_indices('_')
         .map(|(i, _)| (&key[..i], &key[i + 1..]))
     {
-        if let Some(Value::Table(sub)) = table.get_mut(section) {
-            if let Some(old) = sub.get(rest).cloned() {
-                sub.insert(rest.to_string(), env_value(&old, value));
-                return Ok(());
-            }
+        if let Some(Value::Table(sub)) = table.get_mut(section)
+            && let Some(old) = sub.get(rest).cloned()
+        {
+            sub.insert(rest.to_string(), env_value(&old, value));
+            return Ok(());
         }
     }
     Err(Error::Config(format!(
@@ -236,6 +236,17 @@ mod tests {
         )];
         let c = Config::from_sources(None, &env, &Overrides::default()).unwrap();
         assert_eq!(c.http.compat_prefixes, ["/api/freva-nextgen"]);
+    }
+
+    #[test]
+    fn the_example_system_config_is_valid() {
+        let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../systemd/svcd.toml");
+        let c = Config::from_sources(Some(Path::new(example)), &[], &Overrides::default()).unwrap();
+        assert_eq!(c.http.compat_prefixes, ["/api/freva-nextgen"]);
+        assert_eq!(
+            c.public_base("127.0.0.1:1".parse().unwrap()),
+            "https://data.example.org"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! until the client shuts down its write half. The daemon answers with JSON lines: `progress`
 //! events during an add, then one final `done` or `error` line.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
@@ -181,15 +181,15 @@ async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<(
 
 /// A client connection to a running daemon's control socket.
 pub struct Client {
-    stream: UnixStream,
+    writer: BufWriter<UnixStream>,
 }
 
 impl Client {
     /// Connects, or returns `None` when no daemon listens on `path`.
     pub fn connect(path: &Path) -> Option<Self> {
-        UnixStream::connect(path)
-            .ok()
-            .map(|stream| Client { stream })
+        UnixStream::connect(path).ok().map(|stream| Client {
+            writer: BufWriter::with_capacity(1 << 16, stream),
+        })
     }
 
     /// Sends a request line.
@@ -206,10 +206,9 @@ impl Client {
     /// # Errors
     /// An I/O error on the socket.
     pub fn send_line(&mut self, line: &str) -> Result<()> {
-        self.stream
-            .write_all(line.as_bytes())
-            .and_then(|()| self.stream.write_all(b"\n"))
-            .map_err(|e| Error::io("control socket", e))
+        let io = |e| Error::io("control socket", e);
+        self.writer.write_all(line.as_bytes()).map_err(io)?;
+        self.writer.write_all(b"\n").map_err(io)
     }
 
     /// Ends the request body and reads the replies; `on_progress` sees progress events.
@@ -217,12 +216,12 @@ impl Client {
     /// # Errors
     /// An I/O error, or a reply that is not JSON.
     pub fn finish(self, mut on_progress: impl FnMut(u64)) -> Result<Reply> {
-        self.stream
-            .shutdown(std::net::Shutdown::Write)
-            .map_err(|e| Error::io("control socket", e))?;
-        let reader = BufReader::new(&self.stream);
+        let io = |e| Error::io("control socket", e);
+        let stream = self.writer.into_inner().map_err(|e| io(e.into_error()))?;
+        stream.shutdown(std::net::Shutdown::Write).map_err(io)?;
+        let reader = BufReader::new(&stream);
         for line in reader.lines() {
-            let line = line.map_err(|e| Error::io("control socket", e))?;
+            let line = line.map_err(io)?;
             match serde_json::from_str::<Reply>(&line) {
                 Ok(Reply::Progress { lines }) => on_progress(lines),
                 Ok(reply) => return Ok(reply),

@@ -73,17 +73,8 @@ fn prepare(
 fn stream_body(produce: impl FnOnce(mpsc::Sender<Bytes>) + Send + 'static) -> Body {
     let (tx, rx) = mpsc::channel::<Bytes>(4);
     tokio::task::spawn_blocking(move || produce(tx));
-    Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx).map_ok())
-}
-
-trait MapOk: Sized {
-    fn map_ok(self) -> futures::stream::Map<Self, fn(Bytes) -> Result<Bytes, std::io::Error>>;
-}
-
-impl<S: futures::Stream<Item = Bytes>> MapOk for S {
-    fn map_ok(self) -> futures::stream::Map<Self, fn(Bytes) -> Result<Bytes, std::io::Error>> {
-        futures::StreamExt::map(self, Ok)
-    }
+    let chunks = tokio_stream::wrappers::ReceiverStream::new(rx);
+    Body::from_stream(futures::StreamExt::map(chunks, Ok::<Bytes, std::io::Error>))
 }
 
 async fn data_search(
@@ -165,17 +156,7 @@ async fn intake_catalogue(
         }
     });
     let name = format!("IntakeEsmCatalogue_{}_{uniq_key}.json", short_id());
-    Ok((
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            ),
-            (header::CONTENT_DISPOSITION, attachment(&name)),
-        ],
-        body,
-    )
-        .into_response())
+    Ok(download("application/json", &name, body))
 }
 
 async fn stac_catalogue(
@@ -202,26 +183,22 @@ async fn stac_catalogue(
             tracing::warn!(error = %e, "static catalogue stream ended early");
         }
     });
-    Ok((
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/zip"),
-            ),
-            (header::CONTENT_DISPOSITION, attachment(&name)),
-        ],
-        body,
-    )
-        .into_response())
+    Ok(download("application/zip", &name, body))
+}
+
+/// A streamed file download with its media type and suggested file name.
+fn download(content_type: &'static str, name: &str, body: Body) -> Response {
+    let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
+        .expect("generated file names are ASCII");
+    let headers = [
+        (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+        (header::CONTENT_DISPOSITION, disposition),
+    ];
+    (headers, body).into_response()
 }
 
 fn short_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
-}
-
-fn attachment(name: &str) -> HeaderValue {
-    HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
-        .expect("generated file names are ASCII")
 }
 
 /// A blocking writer that sends its bytes to a response body in 64 KiB chunks.

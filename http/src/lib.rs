@@ -32,10 +32,10 @@ pub(crate) struct AppState {
 }
 
 /// The application: the API under `/api/svc-nextgen` and every configured compat prefix.
-pub fn router(daemon: Arc<Daemon>, public_base: &str) -> Router {
+pub fn router(daemon: &Arc<Daemon>, public_base: &str) -> Router {
     let state = AppState {
         api_base: format!("{public_base}{API_PREFIX}"),
-        daemon: Arc::clone(&daemon),
+        daemon: Arc::clone(daemon),
     };
     let api = Router::new()
         .merge(help::routes())

@@ -10,7 +10,7 @@
 
 use serde_json::json;
 
-fn line(value: serde_json::Value) -> String {
+fn line(value: &serde_json::Value) -> String {
     value.to_string()
 }
 
@@ -27,7 +27,7 @@ pub(crate) fn records() -> Vec<String> {
         ),
     ] {
         for (n, (start, end)) in files.iter().enumerate() {
-            out.push(line(json!({
+            out.push(line(&json!({
                 "file": format!("/data/cmip6/CMIP6/CMIP/CSIRO-ARCCSS/ACCESS-CM2/amip/r1i1p1f1/Amon/ua/gn/{version}/ua_{n}.nc"),
                 "project": "CMIP6", "product": "CMIP", "institute": "CSIRO-ARCCSS", "model": "ACCESS-CM2",
                 "experiment": "amip", "ensemble": "r1i1p1f1", "cmor_table": "Amon", "variable": ["ua"],
@@ -36,7 +36,7 @@ pub(crate) fn records() -> Vec<String> {
             })));
         }
     }
-    out.push(line(json!({
+    out.push(line(&json!({
         "file": "/data/cmip6/CMIP6/CMIP/MPI-M/MPI-ESM1-2-LR/historical/r1i1p1f1/day/tas/gn/v20210101/tas_0.nc",
         "project": "CMIP6", "product": "CMIP", "institute": "MPI-M", "model": "MPI-ESM1-2-LR",
         "experiment": "historical", "ensemble": "r1i1p1f1", "cmor_table": "day", "variable": "tas",
@@ -58,13 +58,13 @@ pub(crate) fn records() -> Vec<String> {
         if let Some(t) = time {
             record["time"] = json!(t);
         }
-        out.push(line(record));
+        out.push(line(&record));
     }
     for hour in 0..6 {
         let file = format!(
             "/data/obs/grid/CPC/CPC/cmorph/30min/atmos/30min/r1i1p1/v20210618/pr/pr_{hour:02}.nc"
         );
-        out.push(line(json!({
+        out.push(line(&json!({
             "file": file, "uri": format!("slk://{file}"),
             "project": "observations", "product": "grid", "institute": "CPC", "model": "CPC", "experiment": "cmorph",
             "time_frequency": "30min", "cmor_table": "30min", "realm": "atmos", "variable": "pr", "ensemble": "r1i1p1",
@@ -72,8 +72,8 @@ pub(crate) fn records() -> Vec<String> {
             "version": "v20210618",
         })));
     }
-    out.push(line(json!({"file": "/data/other/Mixed/File.nc", "project": "Mock", "variable": "TAS", "experiment": "Test"})));
-    out.push(line(json!({
+    out.push(line(&json!({"file": "/data/other/Mixed/File.nc", "project": "Mock", "variable": "TAS", "experiment": "Test"})));
+    out.push(line(&json!({
         "file": "/home/janedoe/tas.nc", "user": "janedoe", "project": "cmip5", "variable": "tas",
         "time_frequency": "mon", "time": "[2000-01 TO 2000-12]",
     })));

@@ -97,11 +97,11 @@ impl Svcd {
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(text) = std::fs::read_to_string(&address_file) {
-                if text.ends_with('\n') {
-                    svcd.api = format!("http://{}/api/svc-nextgen", text.trim());
-                    break;
-                }
+            if let Ok(text) = std::fs::read_to_string(&address_file)
+                && text.ends_with('\n')
+            {
+                svcd.api = format!("http://{}/api/svc-nextgen", text.trim());
+                break;
             }
             if let Some(status) = svcd.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("svcd exited with {status}: {}", svcd.log());

@@ -51,12 +51,12 @@ pub fn default_count_facets() -> impl Iterator<Item = &'static str> {
 /// (so `v20191108` and `20191108` are the same version).
 pub fn term(facet: &str, value: &str) -> String {
     let lower = value.trim().to_lowercase();
-    if facet == "version" {
-        if let Some(rest) = lower.strip_prefix('v') {
-            if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()) {
-                return rest.to_string();
-            }
-        }
+    if facet == "version"
+        && let Some(rest) = lower.strip_prefix('v')
+        && !rest.is_empty()
+        && rest.bytes().all(|b| b.is_ascii_digit())
+    {
+        return rest.to_string();
     }
     lower
 }

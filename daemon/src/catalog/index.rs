@@ -39,10 +39,8 @@ impl Paths {
         if self.spans.len() <= idx {
             self.spans.resize(idx + 1, (0, u32::MAX));
         }
-        if let Some(existing) = self.get(id) {
-            if existing == path {
-                return;
-            }
+        if self.get(id) == Some(path) {
+            return;
         }
         self.spans[idx] = (self.bytes.len() as u64, path.len() as u32);
         self.bytes.extend_from_slice(path.as_bytes());
@@ -162,22 +160,22 @@ impl Index {
         }
         self.insert_in_order(fresh);
         for ((facet, term), delta) in change.postings {
-            self.apply_delta(facet, term, &delta);
+            self.apply_delta(facet, &term, &delta);
         }
     }
 
-    fn apply_delta(&mut self, facet: String, term: String, delta: &PostingDelta) {
+    fn apply_delta(&mut self, facet: String, term: &str, delta: &PostingDelta) {
         if facet == LATEST {
             self.latest -= &delta.removes;
             self.latest |= &delta.adds;
             return;
         }
         let dictionary = self.terms.entry(facet).or_default();
-        let ids = dictionary.entry(term.clone()).or_default();
+        let ids = dictionary.entry(term.to_string()).or_default();
         *ids -= &delta.removes;
         *ids |= &delta.adds;
         if ids.is_empty() {
-            dictionary.remove(&term);
+            dictionary.remove(term);
         }
     }
 
@@ -215,7 +213,7 @@ impl Index {
 
     /// The URI of a live record.
     pub(crate) fn uri(&self, id: u32) -> &str {
-        self.uris.get(&id).map_or_else(|| self.path(id), |u| u)
+        self.uris.get(&id).map_or_else(|| self.path(id), |u| &**u)
     }
 
     pub(crate) fn live(&self) -> &RoaringBitmap {

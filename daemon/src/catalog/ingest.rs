@@ -255,7 +255,7 @@ pub(crate) fn compare_versions(a: &str, b: &str) -> Ordering {
 ///
 /// # Errors
 /// A store error; then nothing of the batch is written.
-pub(crate) fn write_records(db: &Db, records: Vec<Record>) -> Result<(Change, WriteCounts)> {
+pub(crate) fn write_records(db: &Db, records: &[Record]) -> Result<(Change, WriteCounts)> {
     let mut last_of_file: HashMap<&str, usize> = HashMap::new();
     for (i, r) in records.iter().enumerate() {
         last_of_file.insert(r.file.as_str(), i);

@@ -43,7 +43,7 @@ pub struct Loader<F> {
     summary: LoadSummary,
 }
 
-impl<F: FnMut(Vec<Record>) -> Result<WriteCounts>> Loader<F> {
+impl<F: FnMut(&[Record]) -> Result<WriteCounts>> Loader<F> {
     /// A loader committing through `sink`.
     pub fn new(sink: F) -> Self {
         Loader {
@@ -104,7 +104,8 @@ impl<F: FnMut(Vec<Record>) -> Result<WriteCounts>> Loader<F> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let counts = (self.sink)(std::mem::take(&mut self.batch))?;
+        let counts = (self.sink)(&self.batch)?;
+        self.batch.clear();
         self.summary.added += counts.added;
         self.summary.replaced += counts.replaced;
         Ok(())

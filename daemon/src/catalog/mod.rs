@@ -9,6 +9,8 @@ pub mod facet;
 mod index;
 mod ingest;
 pub mod loader;
+#[cfg(test)]
+mod oracle_tests;
 pub mod query;
 pub mod record;
 mod select;
@@ -21,7 +23,7 @@ use parking_lot::{Mutex, RwLock};
 use roaring::RoaringBitmap;
 
 pub use ingest::WriteCounts;
-pub use loader::{LoadSummary, Loader, Rejection};
+pub use loader::{LOAD_BATCH, LoadSummary, Loader, Rejection};
 pub use query::{Query, SearchParams};
 pub use record::Record;
 
@@ -121,7 +123,7 @@ impl Catalog {
     ///
     /// # Errors
     /// A store error; then nothing of the batch is visible.
-    pub fn add(&self, records: Vec<Record>) -> Result<WriteCounts> {
+    pub fn add(&self, records: &[Record]) -> Result<WriteCounts> {
         let _writer = self.writer.lock();
         let (change, counts) = ingest::write_records(&self.db, records)?;
         self.index.write().apply(change);
@@ -222,7 +224,7 @@ impl Catalog {
 ///
 /// # Errors
 /// A store error; then nothing of the batch is written.
-pub fn write_to_store(db: &Db, records: Vec<Record>) -> Result<WriteCounts> {
+pub fn write_to_store(db: &Db, records: &[Record]) -> Result<WriteCounts> {
     Ok(ingest::write_records(db, records)?.1)
 }
 

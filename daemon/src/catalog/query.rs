@@ -233,8 +233,8 @@ impl Query {
             match name.as_str() {
                 "time_select" => time_mode = parse_mode(key, value)?,
                 "bbox_select" => bbox_mode = parse_mode(key, value)?,
-                "file" => query.add_value(Field::File, value.clone(), negate_key)?,
-                "uri" => query.add_value(Field::Uri, value.clone(), negate_key)?,
+                "file" => query.add_value(Field::File, value, negate_key)?,
+                "uri" => query.add_value(Field::Uri, value, negate_key)?,
                 _ => {
                     let standard = standard_name(flavour, &name, params.translate)
                         .ok_or_else(|| unknown_facet(flavour, key, params.translate))?;
@@ -248,7 +248,7 @@ impl Query {
                         }
                         _ => {
                             let field = Field::Facet(standard.to_string());
-                            query.add_value(field, facet::term(standard, value), negate_key)?;
+                            query.add_value(field, &facet::term(standard, value), negate_key)?;
                         }
                     }
                 }
@@ -265,8 +265,8 @@ impl Query {
         Ok(query)
     }
 
-    fn add_value(&mut self, field: Field, value: String, negate_key: bool) -> Result<()> {
-        let (negated, text) = split_negation(&value);
+    fn add_value(&mut self, field: Field, value: &str, negate_key: bool) -> Result<()> {
+        let (negated, text) = split_negation(value);
         let pattern = Pattern::new(text.to_string())?;
         if pattern.text.is_empty() {
             return Ok(());
@@ -372,7 +372,7 @@ mod tests {
     }
 
     fn cmip6() -> Flavour {
-        crate::flavours::Flavour::for_tests("cmip6", builtin_mapping("cmip6").unwrap())
+        crate::flavours::Flavour::global("cmip6", builtin_mapping("cmip6").unwrap())
     }
 
     #[test]

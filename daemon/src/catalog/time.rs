@@ -48,7 +48,7 @@ impl SelectMode {
     }
 
     /// Whether `record` is selected by `query` for 1-D intervals given as `(lo, hi)`.
-    pub fn selects<T: PartialOrd>(self, record: (T, T), query: (T, T)) -> bool {
+    pub fn selects<T: PartialOrd + Copy>(self, record: (T, T), query: (T, T)) -> bool {
         match self {
             SelectMode::Flexible => record.0 <= query.1 && record.1 >= query.0,
             SelectMode::Strict => query.0 <= record.0 && record.1 <= query.1,

@@ -325,12 +325,18 @@ fn parse_reference(text: &str) -> Option<(DateTime, i64)> {
     Some((DateTime { date, seconds }, offset))
 }
 
+/// Reference years beyond this are nonsense and would overflow the day arithmetic.
+const MAX_REFERENCE_YEAR: i64 = 1_000_000;
+
 fn parse_date(text: &str, negative: bool) -> Option<Date> {
     let mut fields = text.split('-');
     let year: i64 = fields.next()?.parse().ok()?;
     let month: u32 = fields.next().map_or(Some(1), |f| f.parse().ok())?;
     let day: u32 = fields.next().map_or(Some(1), |f| f.parse().ok())?;
-    let valid = fields.next().is_none() && (1..=12).contains(&month) && (1..=31).contains(&day);
+    let valid = fields.next().is_none()
+        && year <= MAX_REFERENCE_YEAR
+        && (1..=12).contains(&month)
+        && (1..=31).contains(&day);
     valid.then_some(Date {
         year: if negative { -year } else { year },
         month,
@@ -572,6 +578,7 @@ mod tests {
         assert!(TimeUnits::parse("days after 2000-01-01", None).is_err());
         assert!(TimeUnits::parse("furlongs since 2000-01-01", None).is_err());
         assert!(TimeUnits::parse("days since 2000-13-01", None).is_err());
+        assert!(TimeUnits::parse("days since 9000000000000000000-01-01", None).is_err());
         assert!(TimeUnits::parse("days since 2000-01-01", Some("martian")).is_err());
         let units = TimeUnits::parse("days since 2000-01-01", None).unwrap();
         assert_eq!(units.datetime(f64::NAN), None);

@@ -174,10 +174,10 @@ impl Databrowser {
         if count == 0 {
             return Err(Error::NoResults);
         }
-        if let Some(max) = search.params.max_results {
-            if count > max {
-                return Err(Error::TooManyResults { count, max });
-            }
+        if let Some(max) = search.params.max_results
+            && count > max
+        {
+            return Err(Error::TooManyResults { count, max });
         }
         Ok(selection)
     }

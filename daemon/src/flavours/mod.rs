@@ -27,19 +27,9 @@ use crate::error::{Error, Result};
 /// The owner of global flavours.
 pub const GLOBAL_OWNER: &str = "global";
 
-/// Standard facets shown first to clients that hide lesser-used ones.
-const PRIMARY_FACETS: [&str; 10] = [
-    "project",
-    "product",
-    "institute",
-    "model",
-    "experiment",
-    "time_frequency",
-    "realm",
-    "variable",
-    "ensemble",
-    "time_aggregation",
-];
+/// Standard facets shown first to clients that hide lesser-used ones: the first ten of the
+/// canonical order.
+const PRIMARY_FACETS: &[&str] = STANDARD_FACETS.as_slice().split_at(10).0;
 
 /// Facets of regional models, listed only by the cordex flavour.
 const REGIONAL_FACETS: [&str; 3] = ["rcm_name", "driving_model", "rcm_version"];
@@ -76,7 +66,11 @@ pub struct Flavour {
 
 impl Flavour {
     fn builtin(name: &str) -> Self {
-        let mapping = builtin_mapping(name).expect("name is a built-in");
+        Self::global(name, builtin_mapping(name).expect("name is a built-in"))
+    }
+
+    /// A global flavour whose stored mapping is its full mapping.
+    pub(crate) fn global(name: &str, mapping: Vec<(String, String)>) -> Self {
         Flavour {
             name: name.to_string(),
             owner: GLOBAL_OWNER.to_string(),
@@ -112,6 +106,19 @@ impl Flavour {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             created_at: Some(stored.created_at.clone()),
+        }
+    }
+
+    /// The name without an `owner:` disambiguation prefix.
+    pub fn stored_name(&self) -> &str {
+        let prefix_len = self.owner.len() + 1;
+        if self.name.len() > prefix_len
+            && self.name.starts_with(&self.owner)
+            && self.name.as_bytes()[self.owner.len()] == b':'
+        {
+            &self.name[prefix_len..]
+        } else {
+            &self.name
         }
     }
 
@@ -277,17 +284,15 @@ impl Flavours {
         if let Some(f) = visible.iter().find(|f| f.name == name) {
             return Ok(f.clone());
         }
-        if let Some((owner, bare)) = name.split_once(':') {
-            if Some(owner) == caller {
-                if let Some(f) = visible
-                    .iter()
-                    .find(|f| f.owner == owner && f.name.ends_with(bare) && !f.builtin)
-                {
-                    let mut f = f.clone();
-                    f.name = bare.to_string();
-                    return Ok(f);
-                }
-            }
+        if let Some((owner, bare)) = name.split_once(':')
+            && Some(owner) == caller
+            && let Some(f) = visible
+                .iter()
+                .find(|f| f.owner == owner && !f.builtin && f.stored_name() == bare)
+        {
+            let mut f = f.clone();
+            f.name = bare.to_string();
+            return Ok(f);
         }
         let names: Vec<&str> = visible.iter().map(|f| f.name.as_str()).collect();
         let mut detail = format!(
@@ -381,20 +386,5 @@ mod tests {
             err.starts_with("Invalid flavour 'cmipx'. Available flavours: svc, cmip6"),
             "{err}"
         );
-    }
-}
-
-#[cfg(test)]
-impl Flavour {
-    /// A flavour with a given mapping, for unit tests of other modules.
-    pub(crate) fn for_tests(name: &str, mapping: Vec<(String, String)>) -> Self {
-        Flavour {
-            name: name.to_string(),
-            owner: GLOBAL_OWNER.to_string(),
-            builtin: true,
-            stored_mapping: mapping.clone(),
-            mapping,
-            created_at: None,
-        }
     }
 }

@@ -1,0 +1,61 @@
+# svc-nextgen: `make run` serves a demo catalogue on 127.0.0.1:7777, `make test` runs every test.
+# Both install what they need on a fresh Debian 12 machine.
+
+SHELL := /bin/bash
+CARGO_TARGET_DIR ?= /var/tmp/svc-nextgen-target
+export CARGO_TARGET_DIR
+APT_PACKAGES := clang libclang-dev libnetcdf-dev libhdf5-dev pkg-config python3-venv netcdf-bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+VENV := .venv-test
+RELEASE_SVCD := $(CARGO_TARGET_DIR)/release/svcd
+DEBUG_SVCD := $(CARGO_TARGET_DIR)/debug/svcd
+
+.PHONY: run test deps check rust-tests python-tests bench
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	@command -v cargo >/dev/null || { echo "cargo is missing: install Rust from rustup.rs"; exit 1; }
+
+run: deps
+	cargo build --release --bin svcd
+	@if [ ! -d var/db ]; then \
+		$(RELEASE_SVCD) demo-data var/demo && $(RELEASE_SVCD) --data-dir var index crawl var/demo; \
+	fi
+	@echo
+	@echo "svcd serves ./var on http://127.0.0.1:7777 — try:"
+	@echo "  curl -s http://127.0.0.1:7777/api/svc-nextgen/databrowser/overview"
+	@echo "  curl -s 'http://127.0.0.1:7777/api/svc-nextgen/databrowser/data-search/svc/file?project=cmip6&variable=tas'"
+	@echo "  curl -s 'http://127.0.0.1:7777/api/svc-nextgen/databrowser/metadata-search/cmip6/file?facets=source_id'"
+	@echo
+	exec $(RELEASE_SVCD) serve
+
+$(VENV)/.installed: tests/python/requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r tests/python/requirements.txt
+	touch $@
+
+check: deps
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+# One feature set for every command (--workspace), so RocksDB's C++ is compiled once; the
+# benchmark binaries are built (not run) by `cargo test --workspace`.
+rust-tests: deps
+	cargo test --workspace
+	cargo test --workspace --benches --no-run
+
+python-tests: deps $(VENV)/.installed
+	cargo test --workspace --no-run
+	SVCD_BIN=$(DEBUG_SVCD) $(VENV)/bin/pytest -q tests/python
+
+test: check rust-tests python-tests
+
+# The catalogue benchmark (10M records by default; BENCH_ARGS="--records 1000000" for a quick run).
+bench: deps
+	cargo build --release --bin svcd
+	cargo bench -p svc-bench --bench catalog -- $(BENCH_ARGS)
