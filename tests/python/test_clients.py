@@ -26,7 +26,9 @@ def test_intake_catalogue_opens_in_intake_esm(svcd, tmp_path):
     assert set(cat.df["file"]) == set(requests.get(f"{svcd}/databrowser/data-search/svc/file?project=cmip6", timeout=60).text.split())
     subset = cat.search(variable="tas")
     assert 0 < len(subset.df) < len(cat.df)
-    assert len(cat.keys()) > 0
+    assert "tas" in cat.unique()["variable"]
+    # Facet values are arrays of strings (spec 1): intake-esm searches them, but it cannot
+    # group by array-valued columns, so keys() and to_dataset_dict() are not available.
 
 
 def test_cmip6_flavour_catalogue_uses_cmip6_columns(svcd, tmp_path):

@@ -4,6 +4,11 @@
 //! streamed, never held whole. Facet values are arrays of strings (spec 1), `fs_type` and the
 //! location are strings; the column set is the facet hierarchy restricted to facets with at
 //! least one value in the result, so intake-esm gets no all-empty columns.
+//!
+//! Known limit: intake-esm (2025.12) opens, filters and searches such a catalogue, but cannot
+//! group by array-valued columns, so its `keys()` and `to_dataset_dict()` fail with
+//! "unhashable type". The reference service flattens every column but `variable` to its
+//! first value for that reason; spec 1 asks for arrays, and the spec wins.
 
 use std::sync::Arc;
 
