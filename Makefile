@@ -44,7 +44,7 @@ check: deps
 	cargo clippy --workspace --all-targets -- -D warnings
 
 # One feature set for every command (--workspace), so RocksDB's C++ is compiled once; the
-# benchmark binaries are built (not run) by `cargo test --workspace`.
+# benchmark targets are compiled (not run) in the same feature set.
 rust-tests: deps
 	cargo test --workspace
 	cargo test --workspace --benches --no-run
@@ -57,5 +57,5 @@ test: check rust-tests python-tests
 
 # The catalogue benchmark (10M records by default; BENCH_ARGS="--records 1000000" for a quick run).
 bench: deps
-	cargo build --release --bin svcd
-	cargo bench -p svc-bench --bench catalog -- $(BENCH_ARGS)
+	cargo bench --workspace --all-targets --no-run
+	SVCD_BIN=$(RELEASE_SVCD) cargo bench --workspace --bench catalog -- $(BENCH_ARGS)

@@ -10,7 +10,8 @@
 //! 4. the same queries over HTTP against a running `svcd serve`, and its resident memory.
 //!
 //! Run: `make bench` or `cargo bench -p svc-bench --bench catalog -- --records 10000000`.
-//! Data lives in a temporary directory (about 3 GB for 10M records) unless `--dir` is given.
+//! Data lives in a temporary directory (about 2.2 GB for 10M records) unless `--dir` is given;
+//! `--dir D --reuse` repeats the queries on stores an earlier run left in D.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -51,16 +52,25 @@ fn main() -> anyhow::Result<()> {
     );
 
     let store_dir = dir.join("svcd");
-    let svcd_ingest = ingest_svcd(&store_dir.join("db"), records)?;
     let tantivy_dir = dir.join("tantivy");
-    let (tantivy_index, fields, tantivy_ingest) = ingest_tantivy(&tantivy_dir, records)?;
-    report_pair("ingest records/s", svcd_ingest.0, tantivy_ingest.0, true);
-    println!(
-        "size on disk: svcd {} MiB, tantivy {} MiB",
-        svcd_ingest.1 >> 20,
-        tantivy_ingest.1 >> 20
-    );
-
+    let reuse = args.iter().any(|a| a == "--reuse") && tantivy_dir.join("meta.json").exists();
+    let (tantivy_index, fields) = if reuse {
+        println!(
+            "reusing the stores in {} (no ingest figures)",
+            dir.display()
+        );
+        open_tantivy(&tantivy_dir)?
+    } else {
+        let svcd_ingest = ingest_svcd(&store_dir.join("db"), records)?;
+        let (index, fields, tantivy_ingest) = ingest_tantivy(&tantivy_dir, records)?;
+        report_pair("ingest records/s", svcd_ingest.0, tantivy_ingest.0, true);
+        println!(
+            "size on disk: svcd {} MiB, tantivy {} MiB",
+            svcd_ingest.1 >> 20,
+            tantivy_ingest.1 >> 20
+        );
+        (index, fields)
+    };
     let db = Arc::new(Db::open(&store_dir.join("db"))?);
     let start = Instant::now();
     let catalog = Arc::new(Catalog::open(Arc::clone(&db))?);
@@ -232,8 +242,25 @@ fn ingest_tantivy(dir: &Path, records: u64) -> anyhow::Result<(Index, Fields, (f
     writer.commit()?;
     writer.wait_merging_threads()?;
     let rate = records as f64 / started.elapsed().as_secs_f64();
-    let index = Index::open_in_dir(dir)?;
+    let (index, fields) = open_tantivy(dir)?;
     Ok((index, fields, (rate, dir_size(dir))))
+}
+
+fn open_tantivy(dir: &Path) -> anyhow::Result<(Index, Fields)> {
+    let mut index = Index::open_in_dir(dir)?;
+    // Searches use every core, as svcd's facet counts do.
+    index.set_default_multithread_executor()?;
+    let schema = index.schema();
+    let facets = FACETS
+        .iter()
+        .map(|(name, _)| schema.get_field(name))
+        .collect::<Result<_, _>>()?;
+    let fields = Fields {
+        facets,
+        latest: schema.get_field("latest")?,
+        file: schema.get_field("file")?,
+    };
+    Ok((index, fields))
 }
 
 fn dir_size(dir: &Path) -> u64 {

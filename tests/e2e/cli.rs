@@ -126,3 +126,41 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn serve_notifies_systemd_and_stops_on_sigterm() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut child = std::process::Command::new(crate::harness::svcd_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env("NOTIFY_SOCKET", &socket_path)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buffer = [0u8; 256];
+    let n = socket.recv(&mut buffer).expect("READY=1 arrives");
+    assert_eq!(String::from_utf8_lossy(&buffer[..n]).trim(), "READY=1");
+    let address =
+        std::fs::read_to_string(dir.path().join("data/svcd.addr")).expect("listening once ready");
+    let ping =
+        reqwest::blocking::get(format!("http://{}/api/svc-nextgen/ping", address.trim())).unwrap();
+    assert_eq!(ping.status(), 200);
+    std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let n = socket.recv(&mut buffer).expect("STOPPING=1 arrives");
+    assert_eq!(String::from_utf8_lossy(&buffer[..n]).trim(), "STOPPING=1");
+    assert!(child.wait().unwrap().success());
+    assert!(
+        !dir.path().join("data/svcd.sock").exists(),
+        "the control socket is removed"
+    );
+}

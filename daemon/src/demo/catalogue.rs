@@ -1,7 +1,7 @@
 //! What the demo tree holds: CMIP6, CMIP5, CORDEX and observational datasets chosen so that
 //! every facet, several versions, the CF calendars and the kinds of grids occur.
 
-use super::dataset::{Dataset, Layout};
+use super::dataset::{Dataset, GLOBAL_180, Layout};
 use super::grid::Grid;
 use super::period::{Period, Sampling};
 
@@ -125,27 +125,11 @@ fn cmip6() -> Vec<Dataset> {
             .periods(years(1990, 5, 2))
             .versions(&[("v20190406", 1), ("v20190627", 2)]),
         cmip6("CMIP/EC-Earth-Consortium/EC-Earth3/historical/r1i1p1f1/3hr/pr/gr")
-            .grid(Grid::Regular {
-                west: -180.0,
-                east: 180.0,
-                south: -90.0,
-                north: 90.0,
-                nlat: 4,
-                nlon: 8,
-                cell_bounds: true,
-            })
+            .grid(GLOBAL_180)
             .periods(days_of_steps((2014, 12, 30), 180, 2, Sampling::Mean))
             .versions(&[("v20200310", 2)]),
         cmip6("CMIP/EC-Earth-Consortium/EC-Earth3/historical/r1i1p1f1/E1hr/psl/gr")
-            .grid(Grid::Regular {
-                west: -180.0,
-                east: 180.0,
-                south: -90.0,
-                north: 90.0,
-                nlat: 4,
-                nlon: 8,
-                cell_bounds: true,
-            })
+            .grid(GLOBAL_180)
             .periods(days_of_steps((2014, 12, 30), 60, 2, Sampling::Point))
             .versions(&[("v20200310", 2)]),
     ]

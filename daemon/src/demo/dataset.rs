@@ -66,6 +66,17 @@ pub(crate) const GLOBAL_0_360: Grid = Grid::Regular {
     cell_bounds: true,
 };
 
+/// The same grid with longitudes -180..180, as regridded (`gr`) products write them.
+pub(crate) const GLOBAL_180: Grid = Grid::Regular {
+    west: -180.0,
+    east: 180.0,
+    south: -90.0,
+    north: 90.0,
+    nlat: 4,
+    nlon: 8,
+    cell_bounds: true,
+};
+
 impl Dataset {
     /// A dataset from its DRS directories between the project segment and the version, without
     /// the version (e.g. `CMIP/MPI-M/MPI-ESM1-2-LR/historical/r1i1p1f1/Amon/tas/gn` for CMIP6);
