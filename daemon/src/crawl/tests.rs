@@ -4,16 +4,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::demo::{FileSpec, Format, Grid, TimeAxis, Value, VariableSpec, write_netcdf};
-
-const GLOBAL: Grid = Grid::Regular {
-    west: -180.0,
-    east: 180.0,
-    south: -90.0,
-    north: 90.0,
-    nlat: 4,
-    nlon: 8,
-    cell_bounds: true,
+use crate::demo::{
+    FileSpec, Format, GLOBAL_180 as GLOBAL, Grid, TimeAxis, Value, VariableSpec, write_netcdf,
 };
 
 fn spec(grid: Grid, time: Option<TimeAxis>) -> FileSpec {

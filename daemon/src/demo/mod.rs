@@ -17,6 +17,9 @@ use std::path::Path;
 pub use file_spec::{FileSpec, Format, TimeAxis, Value, VariableSpec, write_netcdf};
 pub use grid::Grid;
 
+#[cfg(test)]
+pub(crate) use dataset::GLOBAL_180;
+
 /// What `write_demo_tree` wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DemoSummary {
