@@ -30,10 +30,32 @@ pub(crate) enum Command {
     /// Manage the file catalogue.
     #[command(subcommand)]
     Index(IndexCommand),
+    /// Issue bearer tokens signed with the daemon's key.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Write a synthetic DRS tree of small CF-compliant NetCDF files.
     DemoData {
         /// Directory to write into.
         dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TokenCommand {
+    /// Print a token for a user (and optionally write a freva-client token file).
+    Issue {
+        /// The user name the token carries.
+        #[arg(long)]
+        user: String,
+        /// Give the token the admin role.
+        #[arg(long)]
+        admin: bool,
+        /// How long the token is valid, e.g. 30m, 1h, 7d.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+        /// Also write a token file for `freva-client --token-file` (mode 0600).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
     },
 }
 

@@ -4,6 +4,7 @@ mod cli;
 mod demo;
 mod index;
 mod serve;
+mod token;
 
 use clap::Parser;
 use svc_daemon::Config;
@@ -34,6 +35,7 @@ fn main() -> std::process::ExitCode {
         .and_then(|config| match cli.command {
             Command::Serve { .. } => serve::run(config),
             Command::Index(command) => index::run(&config, command),
+            Command::Token(command) => token::run(&config, command),
             Command::DemoData { dir } => demo::run(&dir),
         });
     match result {

@@ -25,6 +25,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await?
         .with_context(|| format!("cannot open the store in {}", config.store_dir().display()))?;
     let daemon = Arc::new(daemon);
+    daemon.auth().start().await;
     let stats = daemon.catalog().stats();
     let socket = config.control_socket();
     let control = tokio::spawn({

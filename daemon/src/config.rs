@@ -29,6 +29,24 @@ pub struct Config {
     pub public_url: String,
     /// HTTP facade settings.
     pub http: HttpConfig,
+    /// Token verification settings.
+    pub auth: AuthConfig,
+}
+
+/// The `[auth]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// `iss` of the tokens this daemon issues (default `svcd`).
+    pub issuer: String,
+    /// `aud` required on every token (default `svc-nextgen`).
+    pub audience: String,
+    /// Roles that make a token's holder an admin (default `["admin"]`).
+    pub admin_roles: Vec<String>,
+    /// OpenID Connect discovery URLs of trusted identity providers (default none).
+    pub oidc_discovery_urls: Vec<String>,
+    /// Callback ports announced to freva-client.
+    pub auth_ports: Vec<u16>,
 }
 
 /// The `[http]` section.
@@ -110,6 +128,18 @@ impl Config {
                 )));
             }
         }
+        for url in &self.auth.oidc_discovery_urls {
+            if !url.starts_with("http://") && !url.starts_with("https://") {
+                return Err(Error::Config(format!(
+                    "auth.oidc_discovery_urls: {url:?} is not an http(s) URL"
+                )));
+            }
+        }
+        if self.auth.audience.is_empty() || self.auth.issuer.is_empty() {
+            return Err(Error::Config(
+                "auth.issuer and auth.audience must not be empty".into(),
+            ));
+        }
         if !self.public_url.is_empty() && !self.public_url.starts_with("http") {
             return Err(Error::Config(format!(
                 "public_url: {:?} is not an http(s) URL",
@@ -127,6 +157,11 @@ impl Config {
     /// The control socket of a running daemon.
     pub fn control_socket(&self) -> PathBuf {
         self.data_dir.join("svcd.sock")
+    }
+
+    /// The daemon's token signing key.
+    pub fn signing_key_file(&self) -> PathBuf {
+        self.data_dir.join("auth").join("signing-key.pem")
     }
 
     /// The file a running daemon writes its bound HTTP address to.
@@ -182,12 +217,15 @@ fn apply_env(table: &mut Table, name: &str, value: &str) -> Result<()> {
 
 fn env_value(old: &Value, value: &str) -> Value {
     match old {
-        Value::Array(_) => Value::Array(
+        Value::Array(items) => Value::Array(
             value
                 .split(',')
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
-                .map(|s| Value::String(s.into()))
+                .map(|s| match items.first() {
+                    Some(first) => env_value(first, s),
+                    None => Value::String(s.into()),
+                })
                 .collect(),
         ),
         Value::Integer(_) => value

@@ -51,6 +51,24 @@ pub enum Error {
         /// The caller's bound.
         max: u64,
     },
+    /// No valid credentials; `detail` says what is wrong with the token.
+    #[error("{detail}")]
+    Unauthenticated {
+        /// What was wrong.
+        detail: String,
+    },
+    /// The caller may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The named thing does not exist (for this caller).
+    #[error("{0}")]
+    NotFound(String),
+    /// The thing exists already.
+    #[error("{0}")]
+    Conflict(String),
+    /// A service the daemon depends on cannot be reached.
+    #[error("{0}")]
+    Unavailable(String),
     /// The database on disk has a schema this build does not know.
     #[error("store at {path} has schema version {found}, this svcd knows version {expected}")]
     SchemaVersion {
@@ -92,6 +110,11 @@ impl Error {
             Error::InvalidParameter { .. } | Error::UnknownFlavour { .. } => ErrorKind::Invalid,
             Error::NoResults => ErrorKind::NoResults,
             Error::TooManyResults { .. } => ErrorKind::TooLarge,
+            Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
+            Error::Forbidden(_) => ErrorKind::Forbidden,
+            Error::NotFound(_) => ErrorKind::NotFound,
+            Error::Conflict(_) => ErrorKind::Conflict,
+            Error::Unavailable(_) => ErrorKind::Unavailable,
             Error::SchemaVersion { .. }
             | Error::Corrupt { .. }
             | Error::Config(_)
@@ -103,6 +126,13 @@ impl Error {
     /// Shorthand for [`Error::InvalidParameter`].
     pub fn invalid(detail: impl Into<String>) -> Self {
         Error::InvalidParameter {
+            detail: detail.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Unauthenticated`].
+    pub fn unauthenticated(detail: impl Into<String>) -> Self {
+        Error::Unauthenticated {
             detail: detail.into(),
         }
     }

@@ -1,4 +1,5 @@
-//! `svc-daemon`: the core of `svcd`. It owns the RocksDB store ([`db`]), the file catalogue
+//! `svc-daemon`: the core of `svcd`. It owns the RocksDB store ([`db`]), bearer tokens
+//! ([`auth`]), the file catalogue
 //! and its search index ([`catalog`]), the flavours ([`flavours`]), the databrowser searches
 //! ([`databrowser`]), NetCDF crawling ([`crawl`]) and demo data ([`demo`]), and the control
 //! socket ([`control`]).
@@ -7,6 +8,7 @@
 //! [`ErrorKind`] to their own codes. Blocking work (RocksDB scans, NetCDF reads) is the
 //! caller's to move off async runtime workers; the HTTP facade uses `spawn_blocking`.
 
+pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod control;
@@ -16,12 +18,14 @@ pub mod db;
 pub mod demo;
 mod error;
 pub mod flavours;
+pub mod userdata;
 
 use std::sync::Arc;
 
 pub use config::Config;
 pub use error::{Error, ErrorKind, Result};
 
+use auth::Auth;
 use catalog::Catalog;
 use databrowser::Databrowser;
 use db::Db;
@@ -33,6 +37,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// An open daemon core: store, catalogue, flavours.
 pub struct Daemon {
     config: Config,
+    auth: Auth,
     catalog: Arc<Catalog>,
     flavours: Arc<Flavours>,
     databrowser: Databrowser,
@@ -45,12 +50,14 @@ impl Daemon {
     /// When the store cannot be opened (locked by another process, unknown schema) or is
     /// corrupt.
     pub fn open(config: Config) -> Result<Self> {
+        let auth = Auth::open(&config)?;
         let db = Arc::new(Db::open(&config.store_dir())?);
         let catalog = Arc::new(Catalog::open(Arc::clone(&db))?);
         let flavours = Arc::new(Flavours::open(db)?);
         let databrowser = Databrowser::new(Arc::clone(&catalog), Arc::clone(&flavours));
         Ok(Daemon {
             config,
+            auth,
             catalog,
             flavours,
             databrowser,
@@ -60,6 +67,11 @@ impl Daemon {
     /// The configuration the daemon runs with.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Token issuing and verification.
+    pub fn auth(&self) -> &Auth {
+        &self.auth
     }
 
     /// The file catalogue.

@@ -18,6 +18,7 @@ use svc_daemon::databrowser::{Search, StaticLinks};
 use tokio::sync::mpsc;
 
 use crate::AppState;
+use crate::auth::MaybeAuthenticated;
 use crate::error::{ApiError, Endpoint};
 use crate::extract::QueryPairs;
 
@@ -45,8 +46,8 @@ pub(crate) fn routes() -> Router<AppState> {
         )
 }
 
-async fn overview(State(state): State<AppState>) -> Json<Value> {
-    let flavours = state.daemon.flavours().visible(None);
+async fn overview(State(state): State<AppState>, caller: MaybeAuthenticated) -> Json<Value> {
+    let flavours = state.daemon.flavours().visible(caller.user());
     let attributes: Map<String, Value> = flavours
         .iter()
         .map(|f| (f.name.clone(), json!(f.attributes())))
@@ -59,6 +60,7 @@ async fn overview(State(state): State<AppState>) -> Json<Value> {
 
 fn prepare(
     state: &AppState,
+    caller: &MaybeAuthenticated,
     flavour: &str,
     uniq_key: &str,
     pairs: &[(String, String)],
@@ -66,7 +68,7 @@ fn prepare(
     Ok(state
         .daemon
         .databrowser()
-        .prepare(flavour, uniq_key, None, pairs)?)
+        .prepare(flavour, uniq_key, caller.user(), pairs)?)
 }
 
 /// Runs blocking work that feeds a body through a channel.
@@ -80,9 +82,10 @@ fn stream_body(produce: impl FnOnce(mpsc::Sender<Bytes>) + Send + 'static) -> Bo
 async fn data_search(
     State(state): State<AppState>,
     Path((flavour, uniq_key)): Path<(String, String)>,
+    caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
-    let search = prepare(&state, &flavour, &uniq_key, &pairs)?;
+    let search = prepare(&state, &caller, &flavour, &uniq_key, &pairs)?;
     let daemon = Arc::clone(&state.daemon);
     let uri = uniq_key == "uri";
     let body = stream_body(move |tx| {
@@ -104,9 +107,10 @@ async fn data_search(
 async fn metadata_search(
     State(state): State<AppState>,
     Path((flavour, uniq_key)): Path<(String, String)>,
+    caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
-    let search = prepare(&state, &flavour, &uniq_key, &pairs)?;
+    let search = prepare(&state, &caller, &flavour, &uniq_key, &pairs)?;
     let daemon = Arc::clone(&state.daemon);
     let result = tokio::task::spawn_blocking(move || daemon.databrowser().metadata(&search))
         .await
@@ -138,10 +142,11 @@ async fn metadata_search(
 async fn intake_catalogue(
     State(state): State<AppState>,
     Path((flavour, uniq_key)): Path<(String, String)>,
+    caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
-    let search =
-        prepare(&state, &flavour, &uniq_key, &pairs).map_err(|e| e.at(Endpoint::Intake))?;
+    let search = prepare(&state, &caller, &flavour, &uniq_key, &pairs)
+        .map_err(|e| e.at(Endpoint::Intake))?;
     let daemon = Arc::clone(&state.daemon);
     let mut catalogue =
         tokio::task::spawn_blocking(move || daemon.databrowser().intake(&search, VERSION))
@@ -162,9 +167,10 @@ async fn intake_catalogue(
 async fn stac_catalogue(
     State(state): State<AppState>,
     Path((flavour, uniq_key)): Path<(String, String)>,
+    caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
-    let search = prepare(&state, &flavour, &uniq_key, &pairs)?;
+    let search = prepare(&state, &caller, &flavour, &uniq_key, &pairs)?;
     let daemon = Arc::clone(&state.daemon);
     let links = StaticLinks {
         api_base: state.api_base.clone(),

@@ -1,11 +1,25 @@
 //! Our own extractors, so that malformed input is rejected with our error body.
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::Response;
 
 use crate::error::detail;
+
+/// A request body as bytes; a body that is too large or cannot be read gets our error body.
+pub(crate) struct RawBody(pub(crate) bytes::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        bytes::Bytes::from_request(request, state)
+            .await
+            .map(RawBody)
+            .map_err(|e| detail(e.status(), format!("Request body: {}.", e.body_text())))
+    }
+}
 
 /// Longest query string accepted; longer ones are refused before parsing.
 const MAX_QUERY_BYTES: usize = 32 * 1024;

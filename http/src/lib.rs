@@ -5,10 +5,12 @@
 //! Entry points: [`router`] builds the application for a daemon; [`serve`] runs it on a
 //! listener until a shutdown future completes.
 
+mod auth;
 mod databrowser;
 mod error;
 mod extract;
 mod help;
+mod userdata;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,6 +42,8 @@ pub fn router(daemon: &Arc<Daemon>, public_base: &str) -> Router {
     let api = Router::new()
         .merge(help::routes())
         .merge(databrowser::routes())
+        .merge(userdata::routes())
+        .merge(auth::routes())
         .with_state(state);
     let mut app = Router::new().nest(API_PREFIX, api.clone());
     for prefix in &daemon.config().http.compat_prefixes {

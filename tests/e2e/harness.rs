@@ -69,8 +69,20 @@ impl Svcd {
         svcd
     }
 
+    /// Starts a daemon on a fresh data directory with extra environment (`SVC_*` settings).
+    pub(crate) fn start_with(env: &[(&str, &str)]) -> Self {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let mut svcd = Self::start_in_with(temp.path(), env);
+        svcd._temp = Some(temp);
+        svcd
+    }
+
     /// Starts a daemon on an existing data directory.
     pub(crate) fn start_in(dir: &Path) -> Self {
+        Self::start_in_with(dir, &[])
+    }
+
+    fn start_in_with(dir: &Path, env: &[(&str, &str)]) -> Self {
         let address_file = dir.join("svcd.addr");
         let _ = std::fs::remove_file(&address_file);
         std::fs::create_dir_all(dir).unwrap();
@@ -81,6 +93,7 @@ impl Svcd {
             .env_remove("SVC_DATA_DIR")
             .env_remove("SVC_HTTP_LISTEN")
             .env("SVC_PUBLIC_URL", "")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -133,6 +146,41 @@ impl Svcd {
             headers: response.headers().clone(),
             body: response.bytes().expect("body").to_vec(),
         }
+    }
+
+    /// A request with an optional bearer token and JSON body.
+    pub(crate) fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Reply {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut request = self.http.request(method, format!("{}{path}", self.api));
+        if let Some(token) = token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().expect("request is answered");
+        Reply {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            body: response.bytes().expect("body").to_vec(),
+        }
+    }
+
+    /// A token from `svcd token issue`.
+    pub(crate) fn token(&self, user: &str, admin: bool) -> String {
+        let mut args = vec!["token", "issue", "--user", user];
+        if admin {
+            args.push("--admin");
+        }
+        let output = self.cli(&args);
+        assert!(output.status.success(), "{output:?}");
+        stdout(&output).trim().to_string()
     }
 
     /// Runs `svcd ARGS --data-dir <dir>`.

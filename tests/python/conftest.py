@@ -1,4 +1,7 @@
-"""Starts a real svcd on a free port with a crawled demo catalogue for the client tests."""
+"""Starts a real svcd on a free port with a crawled demo catalogue for the client tests.
+
+The daemon also answers on /api/freva-nextgen (config `http.compat_prefixes`), the prefix
+freva-client has hard-coded."""
 
 import os
 import subprocess
@@ -9,9 +12,23 @@ import pytest
 import requests
 
 
+class Svcd:
+    """A running daemon: its API base URL, host URL, data directory and binary."""
+
+    def __init__(self, base, host, data, binary):
+        self.base, self.host, self.data, self.binary = base, host, data, binary
+
+    def token_file(self, path, user, admin=False):
+        """Write a freva-client token file for `user` with `svcd token issue`."""
+        args = [self.binary, "--data-dir", str(self.data), "token", "issue", "--user", user, "--token-file", str(path)]
+        result = subprocess.run(args + (["--admin"] if admin else []), capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+
 @pytest.fixture(scope="session")
-def svcd(tmp_path_factory):
-    """Yield the API base URL of a running svcd serving the demo data."""
+def daemon(tmp_path_factory):
+    """Yield a running svcd serving the demo data."""
     binary = os.environ.get("SVCD_BIN")
     assert binary, "set SVCD_BIN to the svcd binary"
     data = tmp_path_factory.mktemp("svcd")
@@ -22,15 +39,23 @@ def svcd(tmp_path_factory):
     result = run("index", "crawl", str(tree))
     assert result.returncode == 0, result.stdout + result.stderr
     log = open(data / "svcd.log", "w")
-    proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0"], stderr=log, stdout=log)
+    env = dict(os.environ, SVC_HTTP_COMPAT_PREFIXES="/api/freva-nextgen")
+    proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0"], stderr=log, stdout=log, env=env)
     address = data / "svcd.addr"
     deadline = time.monotonic() + 60
     while not (address.exists() and address.read_text().endswith("\n")):
         assert proc.poll() is None, (data / "svcd.log").read_text()
         assert time.monotonic() < deadline, "svcd did not start"
         time.sleep(0.05)
-    base = f"http://{address.read_text().strip()}/api/svc-nextgen"
+    host = f"http://{address.read_text().strip()}"
+    base = f"{host}/api/svc-nextgen"
     assert requests.get(f"{base}/ping", timeout=10).json() == {"ping": "pong"}
-    yield base
+    yield Svcd(base, host, data, binary)
     proc.terminate()
     assert proc.wait(timeout=30) == 0, "svcd shut down uncleanly"
+
+
+@pytest.fixture(scope="session")
+def svcd(daemon):
+    """The API base URL of the running svcd."""
+    return daemon.base

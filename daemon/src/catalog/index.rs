@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use roaring::RoaringBitmap;
 
+use super::forward::Forward;
 use crate::db::{self, Columns, Db, PostingDelta, cf};
 use crate::error::Result;
 
@@ -67,6 +68,8 @@ impl Paths {
 pub(crate) struct Index {
     /// Facet -> term -> ids.
     terms: HashMap<String, BTreeMap<String, RoaringBitmap>>,
+    /// Facet -> the same postings by record.
+    forward: HashMap<String, Forward>,
     /// Ids of the newest version of every dataset.
     latest: RoaringBitmap,
     /// Ids of all records.
@@ -115,6 +118,11 @@ impl Index {
             if facet == LATEST {
                 index.latest = ids;
             } else if !ids.is_empty() {
+                index
+                    .forward
+                    .entry(facet.to_string())
+                    .or_default()
+                    .add(&ids, term);
                 index
                     .terms
                     .entry(facet.to_string())
@@ -170,6 +178,9 @@ impl Index {
             self.latest |= &delta.adds;
             return;
         }
+        let forward = self.forward.entry(facet.clone()).or_default();
+        forward.remove(&delta.removes, term);
+        forward.add(&delta.adds, term);
         let dictionary = self.terms.entry(facet).or_default();
         let ids = dictionary.entry(term.to_string()).or_default();
         *ids -= &delta.removes;
@@ -229,9 +240,21 @@ impl Index {
         self.terms.get(facet)
     }
 
+    /// The forward column of a facet, when it can be counted through.
+    pub(crate) fn forward(&self, facet: &str) -> Option<&Forward> {
+        self.forward.get(facet).filter(|f| f.usable())
+    }
+
     /// Ids in result order.
     pub(crate) fn order(&self) -> &[u32] {
         &self.order
+    }
+
+    /// Whether a record with this file path is indexed.
+    pub(crate) fn contains_path(&self, path: &str) -> bool {
+        self.order
+            .get(self.position_of(path))
+            .is_some_and(|id| self.path(*id) == path)
     }
 
     /// Where `path` stands (or would stand) in the result order.

@@ -6,6 +6,7 @@
 //! the index, under one writer lock so ids and dataset versions stay consistent.
 
 pub mod facet;
+mod forward;
 mod index;
 mod ingest;
 pub mod loader;
@@ -105,6 +106,10 @@ pub struct Catalog {
 /// probe per record.
 const SORT_SHARE: u64 = 64;
 
+/// Below this share of all records facet counts walk the selection through the forward
+/// columns; above it they intersect posting lists (see [`forward`]).
+const FORWARD_SHARE: u64 = 8;
+
 impl Catalog {
     /// Opens the catalogue and loads its index from the store.
     ///
@@ -128,6 +133,32 @@ impl Catalog {
         let (change, counts) = ingest::write_records(&self.db, records)?;
         self.index.write().apply(change);
         Ok(counts)
+    }
+
+    /// Adds the records whose location is not indexed yet, in one atomic batch; a location
+    /// already indexed, or repeated within `records`, is skipped. Returns how many records
+    /// were added and how many skipped. The check and the write hold the writer lock, so
+    /// concurrent adds of one location add it once.
+    ///
+    /// # Errors
+    /// A store error; then nothing was added.
+    pub fn add_new(&self, records: &[Record]) -> Result<(u64, u64)> {
+        let _writer = self.writer.lock();
+        let mut seen = std::collections::HashSet::new();
+        let fresh: Vec<Record> = {
+            let index = self.index.read();
+            records
+                .iter()
+                .filter(|r| !index.contains_path(&r.file) && seen.insert(r.file.as_str()))
+                .cloned()
+                .collect()
+        };
+        if !fresh.is_empty() {
+            let (change, _) = ingest::write_records(&self.db, &fresh)?;
+            self.index.write().apply(change);
+        }
+        let added = fresh.len() as u64;
+        Ok((added, records.len() as u64 - added))
     }
 
     /// Removes every record the query selects (all versions, catalogue and user data alike
@@ -157,7 +188,12 @@ impl Catalog {
     pub fn facet_counts(&self, selection: &Selection, facets: &[&str]) -> Vec<FacetCounts> {
         let index = self.index.read();
         let index: &Index = &index;
+        let walk: Option<Vec<u32>> = (selection.len() * FORWARD_SHARE < index.live().len())
+            .then(|| selection.ids.iter().collect());
         let count = |facet: &str| -> FacetCounts {
+            if let (Some(ids), Some(forward)) = (&walk, index.forward(facet)) {
+                return forward.count(ids);
+            }
             let Some(dictionary) = index.dictionary(facet) else {
                 return Vec::new();
             };

@@ -11,14 +11,16 @@
 //! sees every facet it can search with.
 
 mod builtin;
+mod manage;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 pub use builtin::{BUILTIN_NAMES, builtin_mapping};
+pub use manage::{FlavourRequest, ListFilter};
 
 use crate::catalog::facet::STANDARD_FACETS;
 use crate::db::{Batch, Db, cf, meta};
@@ -187,6 +189,21 @@ impl Flavour {
 pub struct Flavours {
     db: Arc<Db>,
     custom: RwLock<Vec<StoredFlavour>>,
+    /// Held across the check and the write of every change.
+    write: Mutex<()>,
+    /// When the store was first opened: the creation time listed for built-ins.
+    created_at: String,
+}
+
+/// Listing order of custom flavours: global ones first, then by owner and name.
+fn sort(custom: &mut [StoredFlavour]) {
+    custom.sort_by(|a, b| {
+        (a.owner != GLOBAL_OWNER, &a.owner, &a.flavour_name).cmp(&(
+            b.owner != GLOBAL_OWNER,
+            &b.owner,
+            &b.flavour_name,
+        ))
+    });
 }
 
 fn stored_key(owner: &str, name: &str) -> Vec<u8> {
@@ -202,7 +219,12 @@ impl Flavours {
     /// # Errors
     /// A store error or a corrupt flavour.
     pub fn open(db: Arc<Db>) -> Result<Self> {
-        if db.get(cf::META, meta::FLAVOURS_SEEDED)?.is_none() {
+        let seeded = db.get(cf::META, meta::FLAVOURS_SEEDED)?;
+        let created_at = match &seeded {
+            Some(value) if value.len() > 1 => String::from_utf8_lossy(value).into_owned(),
+            _ => now(),
+        };
+        if seeded.is_none() {
             let nextgems = StoredFlavour {
                 flavour_name: "nextgems".into(),
                 owner: GLOBAL_OWNER.into(),
@@ -218,7 +240,11 @@ impl Flavours {
                 stored_key(GLOBAL_OWNER, "nextgems"),
                 encode(&nextgems),
             );
-            batch.put(cf::META, meta::FLAVOURS_SEEDED, vec![1]);
+            batch.put(
+                cf::META,
+                meta::FLAVOURS_SEEDED,
+                created_at.as_bytes().to_vec(),
+            );
             db.write(batch)?;
         }
         let mut custom = Vec::new();
@@ -231,16 +257,12 @@ impl Flavours {
             custom.push(stored);
             Ok(true)
         })?;
-        custom.sort_by(|a, b| {
-            (a.owner != GLOBAL_OWNER, &a.owner, &a.flavour_name).cmp(&(
-                b.owner != GLOBAL_OWNER,
-                &b.owner,
-                &b.flavour_name,
-            ))
-        });
+        sort(&mut custom);
         Ok(Flavours {
             db,
             custom: RwLock::new(custom),
+            write: Mutex::new(()),
+            created_at,
         })
     }
 

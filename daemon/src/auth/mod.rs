@@ -1,0 +1,302 @@
+//! Bearer tokens: the daemon's own JWTs and those of trusted OpenID Connect providers.
+//!
+//! - Own tokens are signed EdDSA (Ed25519) with the key in `<data_dir>/auth/signing-key.pem`,
+//!   created with mode 0600 on first use ([`key`]); `svcd token issue` signs with the same
+//!   key, and `auth/v2/.well-known/jwks.json` publishes its public half. Their `iss` is
+//!   `auth.issuer`.
+//! - Tokens whose `iss` is a configured provider's issuer are verified with that provider's
+//!   JWKS ([`oidc`]): fetched at start, cached, refetched when a token names an unknown `kid`
+//!   (at most once per [`oidc::REFETCH_INTERVAL`], so no request triggers a fetch storm).
+//!
+//! On both, the signature algorithm is the key's own (a token cannot pick a weaker one), and
+//! `exp`, `aud` (`auth.audience`) and `iss` are required and checked. The caller's name and
+//! admin role come from the claims as DECISIONS.md sets out ([`Caller::from_claims`]).
+
+pub mod key;
+mod oidc;
+
+use std::time::Duration;
+
+use jsonwebtoken::errors::ErrorKind as JwtErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::{Value, json};
+
+use crate::config::{AuthConfig, Config};
+use crate::error::{Error, Result};
+pub use key::SigningKey;
+use oidc::Provider;
+
+/// Claims holding the caller's name, first present wins (then `sub`).
+const USERNAME_CLAIMS: [&str; 4] = ["preferred_username", "user_name", "uid", "username"];
+
+/// Tolerated clock difference on `exp`, `nbf` and `iat`.
+const LEEWAY: Duration = Duration::from_secs(30);
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The user name.
+    pub user: String,
+    /// Whether the token carries an admin role.
+    pub admin: bool,
+}
+
+impl Caller {
+    /// Reads name and role from verified claims: the name is the first present of
+    /// `preferred_username`, `user_name`, `uid`, `username`, else `sub`; the caller is an
+    /// admin when `roles`, `realm_access.roles` or `groups` contain one of `admin_roles`.
+    ///
+    /// # Errors
+    /// [`Error::Unauthenticated`] when no claim names the user.
+    pub fn from_claims(claims: &Value, admin_roles: &[String]) -> Result<Self> {
+        let user = USERNAME_CLAIMS
+            .iter()
+            .chain(std::iter::once(&"sub"))
+            .find_map(|c| claims.get(*c).and_then(Value::as_str))
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| Error::unauthenticated("the token names no user"))?;
+        let role_lists = [
+            claims.get("roles"),
+            claims.pointer("/realm_access/roles"),
+            claims.get("groups"),
+        ];
+        let admin = role_lists
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_array)
+            .flatten()
+            .filter_map(Value::as_str)
+            .any(|role| admin_roles.iter().any(|a| a == role));
+        Ok(Caller {
+            user: user.to_string(),
+            admin,
+        })
+    }
+}
+
+/// Issues and verifies tokens.
+pub struct Auth {
+    config: AuthConfig,
+    own: SigningKey,
+    providers: Vec<Provider>,
+}
+
+impl Auth {
+    /// Loads (or creates) the signing key. Providers are not contacted yet: see [`Auth::start`].
+    ///
+    /// # Errors
+    /// The key file cannot be read, created or is not private.
+    pub fn open(config: &Config) -> Result<Self> {
+        let own = SigningKey::load_or_create(&config.signing_key_file())?;
+        let providers = config
+            .auth
+            .oidc_discovery_urls
+            .iter()
+            .map(|url| Provider::new(url))
+            .collect::<Result<_>>()?;
+        Ok(Auth {
+            config: config.auth.clone(),
+            own,
+            providers,
+        })
+    }
+
+    /// Fetches every provider's discovery document and keys. A provider that cannot be
+    /// reached is logged and tried again when a token needs it.
+    pub async fn start(&self) {
+        for provider in &self.providers {
+            if let Err(e) = provider.refresh().await {
+                tracing::warn!(provider = provider.discovery_url(), error = %e, "OIDC provider not reachable yet");
+            }
+        }
+    }
+
+    /// Signs a token for `user` valid for `ttl`.
+    ///
+    /// # Errors
+    /// Signing failed (a bug).
+    pub fn issue(&self, user: &str, admin: bool, ttl: Duration) -> Result<(String, u64)> {
+        let now = jsonwebtoken::get_current_timestamp();
+        let exp = now + ttl.as_secs();
+        let roles: Vec<&str> = if admin {
+            self.config
+                .admin_roles
+                .first()
+                .map(String::as_str)
+                .into_iter()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let claims = json!({
+            "sub": user,
+            "preferred_username": user,
+            "roles": roles,
+            "iss": self.config.issuer,
+            "aud": self.config.audience,
+            "iat": now,
+            "exp": exp,
+            "jti": uuid::Uuid::new_v4().to_string(),
+        });
+        Ok((self.own.sign(&claims)?, exp))
+    }
+
+    /// The JWKS document of the daemon's own key.
+    pub fn jwks(&self) -> Value {
+        json!({ "keys": [self.own.jwk()] })
+    }
+
+    /// Verifies a bearer token and names its holder.
+    ///
+    /// # Errors
+    /// [`Error::Unauthenticated`] saying what is wrong with the token.
+    pub async fn verify(&self, token: &str) -> Result<Caller> {
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|_| Error::unauthenticated("the token is not a JWT"))?;
+        let issuer = unverified_issuer(token)?;
+        let (key, algorithm): (DecodingKey, Algorithm) = if issuer == self.config.issuer {
+            if header.kid.as_deref().is_some_and(|k| k != self.own.kid()) {
+                return Err(Error::unauthenticated(
+                    "the token is signed with an unknown key",
+                ));
+            }
+            (self.own.decoding_key().clone(), Algorithm::EdDSA)
+        } else {
+            let provider = self.provider_for(&issuer).await.ok_or_else(|| {
+                Error::unauthenticated(format!("the token issuer {issuer:?} is not trusted"))
+            })?;
+            provider.key(header.kid.as_deref()).await?
+        };
+        let mut validation = Validation::new(algorithm);
+        validation.leeway = LEEWAY.as_secs();
+        validation.set_audience(&[&self.config.audience]);
+        validation.set_issuer(&[&issuer]);
+        validation.set_required_spec_claims(&["exp", "aud", "iss"]);
+        let data = jsonwebtoken::decode::<Value>(token, &key, &validation).map_err(|e| {
+            Error::unauthenticated(match e.kind() {
+                JwtErrorKind::ExpiredSignature => "the token has expired".to_string(),
+                JwtErrorKind::InvalidAudience => format!(
+                    "the token is not meant for this service (audience is not {:?})",
+                    self.config.audience
+                ),
+                JwtErrorKind::InvalidSignature => "the token signature is invalid".to_string(),
+                JwtErrorKind::InvalidAlgorithm => {
+                    "the token is signed with the wrong algorithm".to_string()
+                }
+                JwtErrorKind::ImmatureSignature => "the token is not valid yet".to_string(),
+                JwtErrorKind::MissingRequiredClaim(claim) => {
+                    format!("the token has no {claim:?} claim")
+                }
+                _ => format!("invalid token: {e}"),
+            })
+        })?;
+        Caller::from_claims(&data.claims, &self.config.admin_roles)
+    }
+
+    async fn provider_for(&self, issuer: &str) -> Option<&Provider> {
+        if let Some(p) = self
+            .providers
+            .iter()
+            .find(|p| p.issuer().as_deref() == Some(issuer))
+        {
+            return Some(p);
+        }
+        // A provider unreachable at start has no issuer yet: try those again (rate-limited).
+        for provider in self.providers.iter().filter(|p| p.issuer().is_none()) {
+            if provider.refresh_if_due().await && provider.issuer().as_deref() == Some(issuer) {
+                return Some(provider);
+            }
+        }
+        None
+    }
+}
+
+/// The `iss` claim of a token before verification, to choose the key.
+fn unverified_issuer(token: &str) -> Result<String> {
+    use base64::Engine;
+    let payload = token
+        .split('.')
+        .nth(1)
+        .ok_or_else(|| Error::unauthenticated("the token is not a JWT"))?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .map_err(|_| Error::unauthenticated("the token payload is not base64url"))?;
+    let claims: Value = serde_json::from_slice(&bytes)
+        .map_err(|_| Error::unauthenticated("the token payload is not JSON"))?;
+    claims
+        .get("iss")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| Error::unauthenticated("the token has no \"iss\" claim"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(dir: &std::path::Path) -> Auth {
+        let mut config = Config::from_sources(None, &[], &Default::default()).unwrap();
+        config.data_dir = dir.to_path_buf();
+        Auth::open(&config).unwrap()
+    }
+
+    #[test]
+    fn names_and_roles_follow_the_claim_precedence() {
+        let admins = vec!["admin".to_string()];
+        let c = Caller::from_claims(&json!({"sub": "s", "uid": "u"}), &admins).unwrap();
+        assert_eq!(c.user, "u");
+        let c = Caller::from_claims(
+            &json!({"sub": "s", "preferred_username": "p", "realm_access": {"roles": ["admin"]}}),
+            &admins,
+        )
+        .unwrap();
+        assert_eq!((c.user.as_str(), c.admin), ("p", true));
+        let c = Caller::from_claims(&json!({"sub": "s", "groups": ["administrators"]}), &admins)
+            .unwrap();
+        assert_eq!((c.user.as_str(), c.admin), ("s", false));
+        assert!(Caller::from_claims(&json!({"roles": ["admin"]}), &admins).is_err());
+    }
+
+    #[tokio::test]
+    async fn issued_tokens_verify_and_tampering_is_caught() {
+        let dir = tempfile::tempdir().unwrap();
+        let auth = auth(dir.path());
+        let (token, _) = auth.issue("jane", true, Duration::from_secs(60)).unwrap();
+        let caller = auth.verify(&token).await.unwrap();
+        assert_eq!(
+            caller,
+            Caller {
+                user: "jane".into(),
+                admin: true
+            }
+        );
+
+        // Same key after a restart.
+        let again = super::tests::auth(dir.path());
+        assert_eq!(again.verify(&token).await.unwrap().user, "jane");
+
+        // Jane's header and claims with the signature of John's token.
+        let (john, _) = auth.issue("john", false, Duration::from_secs(60)).unwrap();
+        let spliced = format!(
+            "{}.{}",
+            token.rsplit_once('.').unwrap().0,
+            john.rsplit_once('.').unwrap().1
+        );
+        let err = auth.verify(&spliced).await.unwrap_err();
+        assert!(err.to_string().contains("signature"), "{err}");
+
+        let now = jsonwebtoken::get_current_timestamp();
+        let expired = auth
+            .own
+            .sign(&json!({"sub": "jane", "iss": "svcd", "aud": "svc-nextgen", "exp": now - 120}))
+            .unwrap();
+        let err = auth.verify(&expired).await.unwrap_err();
+        assert!(err.to_string().contains("expired"), "{err}");
+
+        let mut strict = auth;
+        strict.config.audience = "other".into();
+        let err = strict.verify(&token).await.unwrap_err();
+        assert!(err.to_string().contains("audience"), "{err}");
+        assert!(strict.verify("not a token").await.is_err());
+    }
+}

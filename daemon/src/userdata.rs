@@ -1,0 +1,288 @@
+//! Users' own file entries (spec 1, endpoints 6 and 7).
+//!
+//! An add is validated as a whole before anything is stored: every entry needs string values
+//! for `file`, `variable`, `time` and `time_frequency`, and a parsable `time`; one bad entry
+//! rejects the request with a 422 naming each offending entry. The accepted entries are then
+//! written in one atomic batch ([`Catalog::add_new`]), so a crash leaves either all of them
+//! or none, and they are searchable through the `user` flavour before the answer is sent.
+//!
+//! Decisions where the spec and DECISIONS.md are silent:
+//! - A location is one record in the catalogue. An entry whose `file` is already indexed (by
+//!   the caller, another user or the crawler) is a duplicate: skipped and counted, never
+//!   overwritten, so nobody can replace another user's entry.
+//! - `time` may be `fx` (time-invariant files, as freva-client sends them): the entry has no
+//!   time range.
+//! - Entry keys that are not standard facets are accepted and not indexed (they could not be
+//!   searched). `facets` may not set `user`, `file` or `uri` (422): the owner is always the
+//!   caller and the location comes from the entry.
+//! - Delete keys are standard facet names with string (or number) values, matched as the
+//!   search matches them (case-insensitive, wildcards); `file` and `uri` match exactly.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::auth::Caller;
+use crate::catalog::facet::{self, STANDARD_FACETS};
+use crate::catalog::time::TimeRange;
+use crate::catalog::{Catalog, Query, Record, SearchParams};
+use crate::error::{Error, Result};
+use crate::flavours::Flavour;
+
+/// Keys every entry must carry.
+const REQUIRED: [&str; 4] = ["file", "variable", "time", "time_frequency"];
+
+/// How many entry problems a 422 lists before summarising.
+const LISTED_PROBLEMS: usize = 20;
+
+/// Keys `facets` may not set.
+const FIXED_KEYS: [&str; 3] = ["user", "file", "uri"];
+
+fn object(body: &[u8]) -> Result<Map<String, Value>> {
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(Error::invalid("body: expected a JSON object")),
+        Err(e) => Err(Error::invalid(format!("body: invalid JSON: {e}"))),
+    }
+}
+
+/// Turns an add request into records owned by `caller`.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] listing every problem.
+pub fn parse_add(body: &[u8], caller: &Caller) -> Result<Vec<Record>> {
+    let mut body = object(body)?;
+    if let Some(unknown) = body
+        .keys()
+        .find(|k| *k != "user_metadata" && *k != "facets")
+    {
+        return Err(Error::invalid(format!(
+            "body: unknown field {unknown:?}; expected user_metadata and facets"
+        )));
+    }
+    let entries = match body.remove("user_metadata") {
+        Some(Value::Array(entries)) => entries,
+        Some(_) => {
+            return Err(Error::invalid(
+                "user_metadata: expected an array of objects",
+            ));
+        }
+        None => return Err(Error::invalid("user_metadata: required")),
+    };
+    if entries.is_empty() {
+        return Err(Error::invalid("user_metadata: no entries"));
+    }
+    let facets = match body.remove("facets") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(Error::invalid("facets: expected an object")),
+    };
+    let mut extra = BTreeMap::new();
+    for (key, value) in facets {
+        if FIXED_KEYS.contains(&key.as_str()) {
+            return Err(Error::invalid(format!(
+                "facets: {key:?} cannot be set; it is the caller or the entry's location"
+            )));
+        }
+        match value {
+            Value::String(s) => extra.insert(key, s),
+            _ => return Err(Error::invalid(format!("facets.{key}: expected a string"))),
+        };
+    }
+    let mut problems = Vec::new();
+    let mut records = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        match entry_record(entry, &extra, caller) {
+            Ok(record) => records.push(record),
+            Err(problem) => problems.push(format!("user_metadata[{i}]: {problem}")),
+        }
+    }
+    if problems.is_empty() {
+        return Ok(records);
+    }
+    let total = problems.len();
+    problems.truncate(LISTED_PROBLEMS);
+    let mut detail = format!(
+        "Invalid user data, nothing was added: {}",
+        problems.join("; ")
+    );
+    if total > LISTED_PROBLEMS {
+        detail.push_str(&format!("; and {} more", total - LISTED_PROBLEMS));
+    }
+    Err(Error::invalid(detail))
+}
+
+fn entry_record(
+    entry: Value,
+    facets: &BTreeMap<String, String>,
+    caller: &Caller,
+) -> std::result::Result<Record, String> {
+    let Value::Object(entry) = entry else {
+        return Err("expected an object".into());
+    };
+    let mut values = BTreeMap::new();
+    for (key, value) in entry {
+        match value {
+            Value::String(s) => values.insert(key, s),
+            other => return Err(format!("{key:?} must be a string, not {other}")),
+        };
+    }
+    let missing: Vec<&str> = REQUIRED
+        .iter()
+        .copied()
+        .filter(|k| values.get(*k).is_none_or(|v| v.trim().is_empty()))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("missing {}", missing.join(", ")));
+    }
+    let mut record = Record::new(values["file"].clone());
+    let time = values["time"].trim();
+    if !time.eq_ignore_ascii_case("fx") {
+        TimeRange::parse_record(time)?;
+        record.time = Some(time.to_string());
+    }
+    let merged = values.iter().chain(facets.iter());
+    for (key, value) in merged {
+        match key.as_str() {
+            "file" | "uri" | "time" | "user" => {}
+            "version" => record.version = Some(value.clone()).filter(|v| !v.is_empty()),
+            _ if facet::is_term_facet(key) && !value.is_empty() => {
+                record.facets.insert(key.clone(), vec![value.clone()]);
+            }
+            _ => {}
+        }
+    }
+    record
+        .facets
+        .insert("user".into(), vec![caller.user.clone()]);
+    record.validate()?;
+    Ok(record)
+}
+
+/// Adds parsed records; returns the status message.
+///
+/// # Errors
+/// A store error; then nothing was added.
+pub fn add(catalog: &Catalog, records: &[Record]) -> Result<String> {
+    let (added, duplicates) = catalog.add_new(records)?;
+    Ok(if added == 0 {
+        format!(
+            "No data was added to the databrowser. {duplicates} files were duplicates and not added."
+        )
+    } else {
+        format!(
+            "{added} files have been successfully added to the databrowser. \
+             {duplicates} files were duplicates and not added."
+        )
+    })
+}
+
+/// Deletes the caller's entries matching every key of the body; returns the status message.
+///
+/// # Errors
+/// 422 for a malformed body or an unknown key; a store error (nothing removed).
+pub fn delete(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<String> {
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        Map::new()
+    } else {
+        object(body)?
+    };
+    let mut pairs = vec![
+        ("user".to_string(), caller.user.clone()),
+        ("multi-version".to_string(), "true".to_string()),
+    ];
+    for (key, value) in body {
+        if key == "user" {
+            // Only the caller's own entries can be deleted, whatever the body says.
+            continue;
+        }
+        if !STANDARD_FACETS.contains(&key.as_str()) && key != "file" && key != "uri" {
+            return Err(Error::invalid(format!(
+                "{key:?} is not a search key; use the standard facet names, file or uri"
+            )));
+        }
+        let value = match value {
+            Value::String(s) => s,
+            Value::Number(n) => n.to_string(),
+            _ => return Err(Error::invalid(format!("{key}: expected a string"))),
+        };
+        pairs.push((key, value));
+    }
+    let params = SearchParams::parse(&pairs)?;
+    let user = Flavour::global(
+        "user",
+        crate::flavours::builtin_mapping("user").expect("built-in"),
+    );
+    let query = Query::build(&user, &params)?;
+    let removed = catalog.remove(&query)?;
+    Ok(format!(
+        "User data has been deleted successfully from the databrowser: {removed} files removed."
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn jane() -> Caller {
+        Caller {
+            user: "jane".into(),
+            admin: false,
+        }
+    }
+
+    fn entry(file: &str) -> Value {
+        json!({"file": file, "variable": "tas", "time_frequency": "mon",
+               "time": "[2000-01-16T12:00:00Z TO 2000-12-16T12:00:00Z]", "version": ""})
+    }
+
+    #[test]
+    fn entries_become_records_of_the_caller() {
+        let body = json!({"user_metadata": [entry("/a.nc"), {"file": "/b.nc", "variable": "pr",
+                          "time_frequency": "fx", "time": "fx", "cmor_table": "fx", "odd": "x"}],
+                          "facets": {"project": "Mine", "variable": "tas2"}});
+        let records = parse_add(body.to_string().as_bytes(), &jane()).unwrap();
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].facets["user"], ["jane"]);
+        assert_eq!(records[0].facets["project"], ["Mine"]);
+        // `facets` apply to every entry and win over the entry's own values.
+        assert_eq!(records[1].facets["variable"], ["tas2"]);
+        assert!(records[0].version.is_none());
+        assert!(records[1].time.is_none());
+        assert_eq!(records[1].facets["cmor_table"], ["fx"]);
+        assert!(!records[1].facets.contains_key("odd"));
+    }
+
+    #[test]
+    fn one_bad_entry_rejects_the_request_naming_it() {
+        let body = json!({"user_metadata": [entry("/a.nc"), {"file": "/b.nc"},
+                          {"file": "/c.nc", "variable": 1, "time": "x", "time_frequency": "d"},
+                          {"file": "/d.nc", "variable": "v", "time": "[2000 TO 1999]",
+                           "time_frequency": "d"}]});
+        let err = parse_add(body.to_string().as_bytes(), &jane()).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("user_metadata[1]: missing variable, time, time_frequency"),
+            "{text}"
+        );
+        assert!(
+            text.contains("user_metadata[2]: \"variable\" must be a string"),
+            "{text}"
+        );
+        assert!(text.contains("user_metadata[3]:"), "{text}");
+        assert!(!text.contains("user_metadata[0]"), "{text}");
+        for bad in [
+            json!({"user_metadata": {}}),
+            json!({"user_metadata": []}),
+            json!({"user_metadata": [entry("/a")], "facets": {"user": "john"}}),
+            json!({"user_metadata": [entry("/a")], "other": 1}),
+            json!([1]),
+        ] {
+            assert!(
+                parse_add(bad.to_string().as_bytes(), &jane()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}

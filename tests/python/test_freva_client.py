@@ -1,0 +1,105 @@
+"""The unmodified freva-client CLI against svcd on the /api/freva-nextgen compat prefix.
+
+freva-client exits 0 even when the server answers with an error, so every test asserts on
+what the command printed, compared with what the API itself answers."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+CLIENT = str(Path(sys.executable).parent / "freva-client")
+
+
+@pytest.fixture(scope="module")
+def client(daemon, tmp_path_factory):
+    """Run `freva-client databrowser ...` with an isolated HOME; return stdout."""
+    home = tmp_path_factory.mktemp("home")
+
+    def run(*args):
+        env = dict(os.environ, HOME=str(home), NO_COLOR="1", COLUMNS="200")
+        result = subprocess.run(
+            [CLIENT, "databrowser", *args, "--host", daemon.host],
+            capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    return run
+
+
+def api(daemon, path, **params):
+    reply = requests.get(f"{daemon.base}/databrowser/{path}", params=params, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return reply
+
+
+def test_searches_match_the_api(daemon, client):
+    expected = api(daemon, "data-search/svc/file", project="cmip6", variable="tas").text.split()
+    assert expected
+    assert client("data-search", "project=cmip6", "variable=tas").split() == expected
+
+    total = api(daemon, "metadata-search/svc/file", project="cmip6").json()["total_count"]
+    assert json.loads(client("data-count", "--json", "project=cmip6")) == total
+
+    facets = json.loads(client("metadata-search", "--json", "project=cmip6"))
+    assert "tas" in facets["variable"]
+
+    overview = client("data-overview")
+    for flavour in ("svc", "cmip6", "cordex", "nextgems"):
+        assert flavour in overview
+
+
+def test_intake_catalogue_is_written(daemon, client, tmp_path):
+    target = tmp_path / "cat.json"
+    client("intake-catalogue", "--filename", str(target), "project=cmip6")
+    catalogue = json.loads(target.read_text())
+    total = api(daemon, "metadata-search/svc/file", project="cmip6").json()["total_count"]
+    assert len(catalogue["catalog_dict"]) == total
+
+
+def test_user_data_add_search_and_delete(daemon, client, tmp_path):
+    token = tmp_path / "jane.json"
+    daemon.token_file(token, "jane")
+    # A copy of a demo file at a new location: the client reads it with xarray.
+    source = next((daemon.data / "demo").rglob("*.nc"))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    shutil.copy(source, mine / "copy.nc")
+    out = client("user-data", "add", "--path", str(mine), "--facet", "project=janes",
+                 "--token-file", str(token))
+    assert "1 files have been successfully added" in out, out
+    found = api(daemon, "data-search/user/file", project="janes").text.split()
+    assert found == [str(mine / "copy.nc")]
+    assert api(daemon, "data-search/user/file", user="jane").text.split() == found
+
+    out = client("user-data", "add", "--path", str(mine), "--facet", "project=janes",
+                 "--token-file", str(token))
+    assert "1 files were duplicates" in out, out
+
+    client("user-data", "delete", "-s", "project=janes", "--token-file", str(token))
+    assert api(daemon, "data-search/user/file", project="janes").text == ""
+
+
+def test_flavour_add_list_use_and_delete(daemon, client, tmp_path):
+    admin = tmp_path / "admin.json"
+    daemon.token_file(admin, "ada", admin=True)
+    out = client("flavour", "add", "clientflav", "--map", "model=source", "--map",
+                 "experiment=exp", "--global", "--token-file", str(admin))
+    assert "added successfully" in out, out
+    names = [f["flavour_name"] for f in json.loads(client("flavour", "list", "--json"))]
+    assert "clientflav" in names and "svc" in names
+
+    expected = api(daemon, "data-search/svc/file", experiment="historical").text.split()
+    assert expected
+    assert client("data-search", "--flavour", "clientflav", "exp=historical").split() == expected
+
+    out = client("flavour", "delete", "clientflav", "--global", "--token-file", str(admin))
+    assert "deleted successfully" in out, out
+    names = [f["flavour_name"] for f in json.loads(client("flavour", "list", "--json"))]
+    assert "clientflav" not in names
