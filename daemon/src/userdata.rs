@@ -209,11 +209,7 @@ pub fn delete(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<String>
         pairs.push((key, value));
     }
     let params = SearchParams::parse(&pairs)?;
-    let user = Flavour::global(
-        "user",
-        crate::flavours::builtin_mapping("user").expect("built-in"),
-    );
-    let query = Query::build(&user, &params)?;
+    let query = Query::build(&Flavour::builtin("user"), &params)?;
     let removed = catalog.remove(&query)?;
     Ok(format!(
         "User data has been deleted successfully from the databrowser: {removed} files removed."

@@ -136,16 +136,7 @@ impl Svcd {
 
     /// GET a path below the API prefix (may include a query string).
     pub(crate) fn get(&self, path: &str) -> Reply {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.api))
-            .send()
-            .expect("request is answered");
-        Reply {
-            status: response.status().as_u16(),
-            headers: response.headers().clone(),
-            body: response.bytes().expect("body").to_vec(),
-        }
+        self.send("GET", path, None, None)
     }
 
     /// A request with an optional bearer token and JSON body.

@@ -76,6 +76,11 @@ fn check_name(name: &str) -> Result<()> {
     }
 }
 
+/// The 403 for a regular user acting on a global flavour.
+fn admins_only(action: &str) -> Error {
+    Error::Forbidden(format!("Only admin users can {action} global flavours."))
+}
+
 fn is_builtin(name: &str) -> bool {
     BUILTIN_NAMES.iter().any(|b| b.eq_ignore_ascii_case(name))
 }
@@ -147,9 +152,7 @@ impl Flavours {
         check_mapping(name, mapping)?;
         let global = request.global();
         if global && !caller.admin {
-            return Err(Error::Forbidden(
-                "Only admin users can create global flavours.".into(),
-            ));
+            return Err(admins_only("create"));
         }
         let owner = if global { GLOBAL_OWNER } else { &caller.user };
         let _write = self.write.lock();
@@ -261,7 +264,6 @@ impl Flavours {
 
     /// The flavours visible to the caller that pass the filters, as the listing shows them.
     pub fn list(&self, caller: Option<&Caller>, filter: &ListFilter) -> Value {
-        let created = self.created_at.clone();
         let flavours: Vec<Value> = self
             .visible(caller.map(|c| c.user.as_str()))
             .into_iter()
@@ -282,7 +284,7 @@ impl Flavours {
                     "flavour_name": f.name,
                     "mapping": mapping,
                     "owner": f.owner,
-                    "created_at": f.created_at.clone().unwrap_or_else(|| created.clone()),
+                    "created_at": f.created_at.as_deref().unwrap_or(&self.created_at),
                 })
             })
             .collect();
@@ -298,9 +300,7 @@ impl Flavours {
         action: &str,
     ) -> Result<StoredFlavour> {
         if global && !caller.admin {
-            return Err(Error::Forbidden(format!(
-                "Only admin users can {action} global flavours."
-            )));
+            return Err(admins_only(action));
         }
         let (owner_prefix, bare) = match name.split_once(':') {
             Some((owner, bare)) => (Some(owner), bare),
@@ -323,9 +323,7 @@ impl Flavours {
         }
         let found = self.find(GLOBAL_OWNER, bare).ok_or_else(not_found)?;
         if !caller.admin {
-            return Err(Error::Forbidden(format!(
-                "Only admin users can {action} global flavours."
-            )));
+            return Err(admins_only(action));
         }
         Ok(found)
     }

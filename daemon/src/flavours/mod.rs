@@ -67,7 +67,8 @@ pub struct Flavour {
 }
 
 impl Flavour {
-    fn builtin(name: &str) -> Self {
+    /// A built-in flavour; `name` must be one of [`BUILTIN_NAMES`].
+    pub(crate) fn builtin(name: &str) -> Self {
         Self::global(name, builtin_mapping(name).expect("name is a built-in"))
     }
 
