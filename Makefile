@@ -59,3 +59,16 @@ test: check rust-tests python-tests
 bench: deps
 	cargo bench --workspace --all-targets --no-run
 	SVCD_BIN=$(RELEASE_SVCD) cargo bench --workspace --bench catalog -- $(BENCH_ARGS)
+
+# The blob-manifest benchmark: resolve throughput against blobmap==0.5.0 (from .venv-test) and
+# the partition of a 1M-object listing (BENCH_ARGS="--keys N --python-keys N --objects N").
+.PHONY: bench-manifests
+bench-manifests: deps $(VENV)/.installed
+	BLOBMAP_PYTHON=$(CURDIR)/$(VENV)/bin/python cargo bench --workspace --bench manifests -- $(BENCH_ARGS)
+
+# The STAC API benchmark: search page latency over HTTP on the catalogue benchmark's store
+# (BENCH_ARGS="--dir /var/tmp/bench10m" reuses it; "--records N" for a smaller one).
+.PHONY: bench-stac
+bench-stac: deps
+	cargo bench --workspace --all-targets --no-run
+	SVCD_BIN=$(RELEASE_SVCD) cargo bench --workspace --bench stac -- $(BENCH_ARGS)

@@ -33,6 +33,8 @@ pub(crate) enum Command {
     /// Issue bearer tokens signed with the daemon's key.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Blob manifests: partition Zarr stores into blobs, resolve keys, pin, report.
+    Manifest(crate::manifest::ManifestArgs),
     /// Write a synthetic DRS tree of small CF-compliant NetCDF files.
     DemoData {
         /// Directory to write into.

@@ -3,6 +3,7 @@
 mod cli;
 mod demo;
 mod index;
+mod manifest;
 mod serve;
 mod token;
 
@@ -37,6 +38,7 @@ fn main() -> std::process::ExitCode {
             Command::Index(command) => index::run(&config, command),
             Command::Token(command) => token::run(&config, command),
             Command::DemoData { dir } => demo::run(&dir),
+            Command::Manifest(args) => manifest::run(args),
         });
     match result {
         Ok(code) => code,

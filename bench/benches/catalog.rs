@@ -14,12 +14,12 @@
 //! `--dir D --reuse` repeats the queries on stores an earlier run left in D.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use svc_bench::{FACETS, Workload, value};
-use svc_daemon::catalog::{self, Catalog, LOAD_BATCH};
+use svc_daemon::catalog::Catalog;
 use svc_daemon::databrowser::Databrowser;
 use svc_daemon::db::Db;
 use svc_daemon::flavours::Flavours;
@@ -37,15 +37,9 @@ type Filters = Vec<(String, String)>;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let records: u64 = arg("--records").map_or(Ok(10_000_000), |v| v.parse())?;
+    let records: u64 = svc_bench::arg("--records").map_or(Ok(10_000_000), |v| v.parse())?;
     let temp = tempfile::tempdir()?;
-    let dir = arg("--dir").map_or_else(|| temp.path().to_path_buf(), PathBuf::from);
+    let dir = svc_bench::arg("--dir").map_or_else(|| temp.path().to_path_buf(), PathBuf::from);
     println!(
         "# catalogue benchmark: {records} records, data in {}",
         dir.display()
@@ -61,7 +55,7 @@ fn main() -> anyhow::Result<()> {
         );
         open_tantivy(&tantivy_dir)?
     } else {
-        let svcd_ingest = ingest_svcd(&store_dir.join("db"), records)?;
+        let svcd_ingest = svc_bench::ingest(&store_dir.join("db"), records)?;
         let (index, fields, tantivy_ingest) = ingest_tantivy(&tantivy_dir, records)?;
         report_pair("ingest records/s", svcd_ingest.0, tantivy_ingest.0, true);
         println!(
@@ -185,24 +179,6 @@ fn time(mut f: impl FnMut()) -> (Duration, Duration) {
         .collect();
     samples.sort();
     (samples[REPS / 2], samples[(REPS * 99 / 100).min(REPS - 1)])
-}
-
-fn ingest_svcd(dir: &Path, records: u64) -> anyhow::Result<(f64, u64)> {
-    let db = Db::open(dir)?;
-    let started = Instant::now();
-    let mut batch = Vec::with_capacity(LOAD_BATCH);
-    for record in Workload::new(records) {
-        batch.push(record);
-        if batch.len() == LOAD_BATCH {
-            catalog::write_to_store(&db, &batch)?;
-            batch.clear();
-        }
-    }
-    catalog::write_to_store(&db, &batch)?;
-    db.flush()?;
-    let rate = records as f64 / started.elapsed().as_secs_f64();
-    db.compact();
-    Ok((rate, db.size_on_disk()))
 }
 
 struct Fields {
@@ -374,22 +350,8 @@ fn serve_and_measure(
         );
         return Ok(());
     }
-    let _ = std::fs::remove_file(store_dir.join("svcd.addr"));
     let started = Instant::now();
-    let mut child = Command::new(&binary)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(store_dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let address = loop {
-        if let Ok(text) = std::fs::read_to_string(store_dir.join("svcd.addr"))
-            && text.ends_with('\n')
-        {
-            break text.trim().to_string();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (mut child, address) = svc_bench::serve(&binary, store_dir)?;
     println!(
         "svcd serve ready in {:.1} s, resident memory {} MiB",
         started.elapsed().as_secs_f64(),

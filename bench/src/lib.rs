@@ -6,7 +6,11 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use svc_daemon::catalog::Record;
+use std::path::Path;
+use std::time::Instant;
+
+use svc_daemon::catalog::{self, LOAD_BATCH, Record};
+use svc_daemon::db::Db;
 
 /// Files per dataset.
 pub const FILES_PER_DATASET: u64 = 20;
@@ -92,5 +96,61 @@ impl Iterator for Workload {
         record.bbox = Some([-180.0, -90.0, 180.0, 90.0]);
         record.version = Some(version.to_string());
         Some(record)
+    }
+}
+
+/// Writes `records` synthetic records into a new store at `dir`, then compacts it; returns
+/// records per second and the size on disk.
+///
+/// # Errors
+/// A store error.
+pub fn ingest(dir: &Path, records: u64) -> svc_daemon::Result<(f64, u64)> {
+    let db = Db::open(dir)?;
+    let started = Instant::now();
+    let mut batch = Vec::with_capacity(LOAD_BATCH);
+    for record in Workload::new(records) {
+        batch.push(record);
+        if batch.len() == LOAD_BATCH {
+            catalog::write_to_store(&db, &batch)?;
+            batch.clear();
+        }
+    }
+    catalog::write_to_store(&db, &batch)?;
+    db.flush()?;
+    let rate = records as f64 / started.elapsed().as_secs_f64();
+    db.compact();
+    Ok((rate, db.size_on_disk()))
+}
+
+/// The value after `--name` on the benchmark's command line.
+pub fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == name)?;
+    args.get(at + 1).cloned()
+}
+
+/// Starts `svcd serve` on `data_dir` on a free port; returns the process and its address.
+///
+/// # Errors
+/// When the binary cannot be started or exits before it listens.
+pub fn serve(binary: &str, data_dir: &Path) -> std::io::Result<(std::process::Child, String)> {
+    let address_file = data_dir.join("svcd.addr");
+    let _ = std::fs::remove_file(&address_file);
+    let mut child = std::process::Command::new(binary)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&address_file)
+            && text.ends_with('\n')
+        {
+            return Ok((child, text.trim().to_string()));
+        }
+        if let Some(status) = child.try_wait()? {
+            return Err(std::io::Error::other(format!("svcd exited with {status}")));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

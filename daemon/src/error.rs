@@ -7,6 +7,9 @@ use std::path::PathBuf;
 pub enum ErrorKind {
     /// The request is malformed or names something that does not exist in its vocabulary.
     Invalid,
+    /// The request cannot be parsed at all (a syntax error in a parameter, as opposed to a
+    /// well-formed value that is not allowed).
+    Malformed,
     /// A search matched nothing where the endpoint requires at least one hit.
     NoResults,
     /// The result is larger than the caller allowed.
@@ -34,6 +37,9 @@ pub enum Error {
         /// What was wrong, naming the parameter.
         detail: String,
     },
+    /// A parameter does not parse; `detail` is shown to the user.
+    #[error("{0}")]
+    Malformed(String),
     /// The flavour is not known to the caller.
     #[error("{detail}")]
     UnknownFlavour {
@@ -108,6 +114,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::InvalidParameter { .. } | Error::UnknownFlavour { .. } => ErrorKind::Invalid,
+            Error::Malformed(_) => ErrorKind::Malformed,
             Error::NoResults => ErrorKind::NoResults,
             Error::TooManyResults { .. } => ErrorKind::TooLarge,
             Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,

@@ -18,6 +18,7 @@ pub mod db;
 pub mod demo;
 mod error;
 pub mod flavours;
+pub mod stac;
 pub mod userdata;
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use catalog::Catalog;
 use databrowser::Databrowser;
 use db::Db;
 use flavours::Flavours;
+use stac::StacApi;
 
 /// The version of this build.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -41,6 +43,7 @@ pub struct Daemon {
     catalog: Arc<Catalog>,
     flavours: Arc<Flavours>,
     databrowser: Databrowser,
+    stac: StacApi,
 }
 
 impl Daemon {
@@ -55,12 +58,14 @@ impl Daemon {
         let catalog = Arc::new(Catalog::open(Arc::clone(&db))?);
         let flavours = Arc::new(Flavours::open(db)?);
         let databrowser = Databrowser::new(Arc::clone(&catalog), Arc::clone(&flavours));
+        let stac = StacApi::new(Arc::clone(&catalog));
         Ok(Daemon {
             config,
             auth,
             catalog,
             flavours,
             databrowser,
+            stac,
         })
     }
 
@@ -87,5 +92,10 @@ impl Daemon {
     /// The databrowser searches.
     pub fn databrowser(&self) -> &Databrowser {
         &self.databrowser
+    }
+
+    /// The catalogue as a STAC API.
+    pub fn stac(&self) -> &StacApi {
+        &self.stac
     }
 }

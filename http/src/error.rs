@@ -49,6 +49,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = match (self.error.kind(), self.endpoint) {
             (ErrorKind::Invalid, _) => StatusCode::UNPROCESSABLE_ENTITY,
+            (ErrorKind::Malformed, _) => StatusCode::BAD_REQUEST,
             (ErrorKind::NoResults, Endpoint::Intake) => StatusCode::BAD_REQUEST,
             (ErrorKind::NoResults, Endpoint::Other) => StatusCode::NOT_FOUND,
             (ErrorKind::TooLarge, _) => StatusCode::PAYLOAD_TOO_LARGE,

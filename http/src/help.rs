@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::Router;
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::response::{Html, IntoResponse};
 use axum::routing::get;
 use serde_json::{Value, json};
@@ -23,14 +23,22 @@ async fn ping() -> Json<Value> {
     Json(json!({"ping": "pong"}))
 }
 
-async fn openapi() -> impl IntoResponse {
+/// The OpenAPI document, as `application/json` or, when the client asks for it (as the STAC
+/// landing page's `service-desc` link tells it to), as the OpenAPI 3.0 media type.
+async fn openapi(headers: HeaderMap) -> impl IntoResponse {
     let mut doc: Value =
         serde_json::from_str(OPENAPI).expect("the embedded OpenAPI document is JSON");
     doc["info"]["version"] = Value::String(svc_daemon::VERSION.to_string());
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        doc.to_string(),
-    )
+    let wants_openapi_type = headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("application/vnd.oai.openapi+json"));
+    let media = if wants_openapi_type {
+        svc_daemon::stac::OPENAPI_JSON
+    } else {
+        "application/json"
+    };
+    ([(header::CONTENT_TYPE, media)], doc.to_string())
 }
 
 async fn help_page() -> Html<String> {

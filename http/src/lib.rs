@@ -10,6 +10,7 @@ mod databrowser;
 mod error;
 mod extract;
 mod help;
+mod stac;
 mod userdata;
 
 use std::future::Future;
@@ -44,6 +45,7 @@ pub fn router(daemon: &Arc<Daemon>, public_base: &str) -> Router {
         .merge(databrowser::routes())
         .merge(userdata::routes())
         .merge(auth::routes())
+        .merge(stac::routes())
         .with_state(state);
     let mut app = Router::new().nest(API_PREFIX, api.clone());
     for prefix in &daemon.config().http.compat_prefixes {

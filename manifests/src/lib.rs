@@ -1,5 +1,71 @@
 //! `svc-manifests`: blob manifests (schema v3) that group a Zarr store's keys into blobs for
-//! the cold tier: types, validation, resolver, partitioner, pins and reports. A pure library:
-//! no RocksDB, no HTTP, no async runtime.
+//! the cold tier.
 //!
-//! Not built yet; the schema and its rules are in `shared/spec/3-blob-manifest.md`.
+//! A manifest is a pure definition for one scope of a data store: which key prefixes form
+//! blobs (by arithmetic, so appends need no change), which stay hot, and which are pinned.
+//! This crate owns the format and everything computed from it; it holds no tier state, knows
+//! no RocksDB and serves no HTTP. Storage goes through `object_store`, so the async entry
+//! points run on any runtime.
+//!
+//! Entry points:
+//! - reading and writing: [`parse`], [`Manifest::to_json`], [`Manifest::validate`],
+//!   [`SCHEMA_JSON`];
+//! - resolving keys: [`Trie::lookup`], and [`Resolver`] for a trie swapped on reload;
+//! - partitioning: [`read_arrays`] (LIST-first, metadata only), [`partition`] (the pure cut),
+//!   [`partition_store`] (read, cut, diff, conditional write), [`scan`];
+//! - pins and reports: [`pins`], [`report()`], [`text`] for the CLI's output.
+//!
+//! # Differences from the reference producer
+//! Manifests are byte-compatible with the reference tool's apart from `generated_at` and
+//! `generated_by`. Deliberate differences:
+//! - ids are ASCII `[a-z0-9_]` only: non-ASCII letters become `_` (see [`ident`]);
+//! - chunk indices are strict ASCII digits (see [`Trie`]);
+//! - Zarr v3 `dimension_names` mark coordinates, like `_ARRAY_DIMENSIONS`;
+//! - a change of `hot_always` alone is written with epoch + 1, and [`Mode::Recompute`] keeps
+//!   pins, policy and the epoch sequence (see [`partition_store`]);
+//! - policy overrides change single fields of the inherited policy ([`PolicyOverrides`]);
+//! - a marker at the store root (scope `""`, prefix `""`) counts in the resolver;
+//! - reports count blob instances per `(scope, id)`, as ids repeat across scopes.
+
+mod array;
+mod diff;
+mod encode;
+mod error;
+mod hierarchy;
+mod model;
+mod partition;
+pub mod pins;
+mod report;
+mod resolve;
+mod scan;
+mod schema;
+mod service;
+mod store;
+pub mod text;
+mod url;
+
+pub use array::Array;
+pub use diff::Diff;
+pub use error::{Error, Result};
+pub use hierarchy::{
+    DEFAULT_EXCLUDE, Progress, ZarrFormat, detect_format, is_excluded, read_arrays,
+};
+pub use model::{
+    Blob, Bucket, GENERATED_BY, KeyEncoding, METADATA_BASENAMES, Manifest, Pin, Policy,
+    SCHEMA_VERSION, default_hot_always, is_blob_id, now,
+};
+pub use partition::{Mode, bucket_width, ident, partition};
+pub use report::{Report, child_prefixes, report};
+pub use resolve::{BlobRule, Kind, Resolution, Resolver, Trie};
+pub use scan::{Candidate, DEFAULT_MAX_DEPTH, scan};
+pub use schema::{SCHEMA_JSON, from_value, parse, schema};
+pub use service::{PartitionOptions, PartitionOutcome, PolicyOverrides, partition_store};
+pub use store::{MANIFEST_NAME, ManifestStore, Stored, WriteMode, Written};
+pub use url::{Missing, S3Options, open_store};
+
+/// The storage abstraction every async entry point takes (re-exported so callers use the
+/// same version).
+pub use object_store;
+
+#[cfg(test)]
+mod testing;

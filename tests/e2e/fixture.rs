@@ -95,3 +95,10 @@ pub(crate) fn load(svcd: &crate::harness::Svcd) {
         crate::harness::stdout(&output)
     );
 }
+
+/// Adds the fixture again: only records missing from the catalogue are new.
+pub(crate) fn load_again(svcd: &crate::harness::Svcd) {
+    let path = crate::harness::write_lines(&svcd.data_dir, "fixture.jsonl", &records());
+    let output = svcd.cli(&["index", "add", path.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+}

@@ -60,6 +60,16 @@ impl Reply {
     }
 }
 
+impl From<reqwest::blocking::Response> for Reply {
+    fn from(response: reqwest::blocking::Response) -> Self {
+        Reply {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            body: response.bytes().expect("body").to_vec(),
+        }
+    }
+}
+
 impl Svcd {
     /// Starts a daemon on a fresh data directory.
     pub(crate) fn start() -> Self {
@@ -155,12 +165,26 @@ impl Svcd {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request.send().expect("request is answered");
-        Reply {
-            status: response.status().as_u16(),
-            headers: response.headers().clone(),
-            body: response.bytes().expect("body").to_vec(),
+        Reply::from(request.send().expect("request is answered"))
+    }
+
+    /// A GET with extra request headers.
+    pub(crate) fn http_get_with(&self, path: &str, headers: &[(&str, &str)]) -> Reply {
+        let mut request = self.http.get(format!("{}{path}", self.api));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
+        Reply::from(request.send().expect("request is answered"))
+    }
+
+    /// A POST of a raw (possibly malformed) JSON body.
+    pub(crate) fn post_raw(&self, path: &str, body: &str) -> Reply {
+        let request = self
+            .http
+            .post(format!("{}{path}", self.api))
+            .header("Content-Type", "application/json")
+            .body(body.to_string());
+        Reply::from(request.send().expect("request is answered"))
     }
 
     /// A token from `svcd token issue`.

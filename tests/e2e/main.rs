@@ -8,4 +8,5 @@ mod fixture;
 mod harness;
 mod robustness;
 mod search;
+mod stac;
 mod userdata;

@@ -1,5 +1,24 @@
 //! The standard facet vocabulary every flavour translates from.
 
+/// The facets that classify datasets, coarse to fine: the columns of an intake catalogue and
+/// the facets a STAC collection axis may be.
+pub const HIERARCHY: [&str; 14] = [
+    "project",
+    "product",
+    "institute",
+    "model",
+    "experiment",
+    "time_frequency",
+    "realm",
+    "variable",
+    "ensemble",
+    "cmor_table",
+    "fs_type",
+    "grid_label",
+    "grid_id",
+    "format",
+];
+
 /// Standard facet names in their canonical order (DECISIONS.md).
 pub const STANDARD_FACETS: [&str; 24] = [
     "project",

@@ -4,6 +4,7 @@
 //! It is rebuilt from the store at start and kept current by applying each committed
 //! [`Change`]. Only reads and [`Index::apply`] touch it; the store stays the source of truth.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
 use roaring::RoaringBitmap;
@@ -26,12 +27,22 @@ pub(crate) struct Change {
     pub(crate) postings: HashMap<(String, String), PostingDelta>,
 }
 
-/// Locations of all records, in an arena indexed by record id.
+/// Locations of all records, in an arena indexed by record id, and the records by item key.
 #[derive(Default)]
 struct Paths {
     bytes: Vec<u8>,
     /// Per id: start offset in `bytes` and length; `u32::MAX` length marks a free id.
     spans: Vec<(u64, u32)>,
+    /// Low 64 bits of each record's [`item_key`] -> id.
+    items: HashMap<u64, u32>,
+    /// Full keys of records whose low 64 bits were taken by another record when they came.
+    item_collisions: HashMap<u128, u32>,
+}
+
+/// The stable key of a location: XXH3-128 of its bytes. Record ids change when a catalogue
+/// is rebuilt; this does not, so public identifiers (STAC item ids) derive from it.
+pub(crate) fn item_key(path: &str) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(path.as_bytes())
 }
 
 impl Paths {
@@ -45,12 +56,35 @@ impl Paths {
         }
         self.spans[idx] = (self.bytes.len() as u64, path.len() as u32);
         self.bytes.extend_from_slice(path.as_bytes());
+        let key = item_key(path);
+        match self.items.entry(key as u64) {
+            Entry::Vacant(slot) => {
+                slot.insert(id);
+            }
+            Entry::Occupied(_) => {
+                self.item_collisions.insert(key, id);
+            }
+        }
     }
 
     fn clear(&mut self, id: u32) {
-        if let Some(span) = self.spans.get_mut(id as usize) {
-            span.1 = u32::MAX;
+        let Some(path) = self.get(id) else { return };
+        let key = item_key(path);
+        if self.items.get(&(key as u64)) == Some(&id) {
+            self.items.remove(&(key as u64));
+        } else {
+            self.item_collisions.remove(&key);
         }
+        self.spans[id as usize].1 = u32::MAX;
+    }
+
+    /// The live record whose location has this item key.
+    fn by_item_key(&self, key: u128) -> Option<u32> {
+        if let Some(id) = self.item_collisions.get(&key) {
+            return Some(*id);
+        }
+        let id = *self.items.get(&(key as u64))?;
+        (self.get(id).map(item_key) == Some(key)).then_some(id)
     }
 
     fn get(&self, id: u32) -> Option<&str> {
@@ -83,6 +117,8 @@ pub(crate) struct Index {
     boxes: Vec<[f32; 4]>,
     /// URIs that differ from the file path.
     uris: HashMap<u32, Box<str>>,
+    /// Bumped by every applied change, so derived summaries know when they are stale.
+    generation: u64,
 }
 
 const NO_TIME: (i64, i64) = (i64::MIN, i64::MIN);
@@ -150,6 +186,7 @@ impl Index {
 
     /// Applies a committed change.
     pub(crate) fn apply(&mut self, change: Change) {
+        self.generation += 1;
         if !change.removals.is_empty() {
             let removed: RoaringBitmap = change.removals.iter().copied().collect();
             self.order.retain(|id| !removed.contains(*id));
@@ -240,9 +277,26 @@ impl Index {
         self.terms.get(facet)
     }
 
+    /// Every facet's term dictionary.
+    pub(crate) fn dictionaries(
+        &self,
+    ) -> impl Iterator<Item = (&str, &BTreeMap<String, RoaringBitmap>)> {
+        self.terms.iter().map(|(f, d)| (f.as_str(), d))
+    }
+
     /// The forward column of a facet, when it can be counted through.
     pub(crate) fn forward(&self, facet: &str) -> Option<&Forward> {
         self.forward.get(facet).filter(|f| f.usable())
+    }
+
+    /// The live record with this item key.
+    pub(crate) fn by_item_key(&self, key: u128) -> Option<u32> {
+        self.paths.by_item_key(key)
+    }
+
+    /// Counts applied changes since the index was loaded.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Ids in result order.
@@ -260,6 +314,16 @@ impl Index {
     /// Where `path` stands (or would stand) in the result order.
     pub(crate) fn position_of(&self, path: &str) -> usize {
         self.order.partition_point(|id| self.path(*id) > path)
+    }
+
+    /// The time column, indexed by id (`i64::MIN` start: no time).
+    pub(crate) fn times(&self) -> &[(i64, i64)] {
+        &self.times
+    }
+
+    /// The box column, indexed by id (NaN: no box).
+    pub(crate) fn boxes(&self) -> &[[f32; 4]] {
+        &self.boxes
     }
 
     pub(crate) fn time(&self, id: u32) -> Option<(i64, i64)> {

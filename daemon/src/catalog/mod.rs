@@ -12,6 +12,8 @@ mod ingest;
 pub mod loader;
 #[cfg(test)]
 mod oracle_tests;
+#[cfg(test)]
+mod page_tests;
 pub mod query;
 pub mod record;
 mod select;
@@ -75,6 +77,78 @@ impl Selection {
     /// Whether nothing matched.
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
+    }
+}
+
+/// The public identifier of the record at a location: 32 hex digits of [`index::item_key`].
+/// It depends on the location alone, so it survives restarts and rebuilds of the catalogue.
+pub fn item_id(location: &str) -> String {
+    format!("{:032x}", index::item_key(location))
+}
+
+/// The item key an identifier made by [`item_id`] stands for.
+pub fn parse_item_id(id: &str) -> Option<u128> {
+    if id.len() != 32
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
+        return None;
+    }
+    u128::from_str_radix(id, 16).ok()
+}
+
+/// Where a page starts, relative to a record of the selection (by record id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Anchor {
+    /// The first page.
+    Start,
+    /// The page of records after this one.
+    After(u32),
+    /// The page of records before this one.
+    Before(u32),
+}
+
+/// One page of a selection in record-id order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The records of the page, ascending.
+    pub ids: Vec<u32>,
+    /// Whether records come before the page.
+    pub has_previous: bool,
+    /// Whether records come after the page.
+    pub has_next: bool,
+}
+
+/// The bounding box and time span of a set of records.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Extent {
+    /// `[min_lon, min_lat, max_lon, max_lat]` over the records that have a box.
+    pub bbox: Option<[f64; 4]>,
+    /// Earliest start over the records that have a time range (Unix seconds).
+    pub start: Option<i64>,
+    /// Latest end over the records that have a time range (Unix seconds).
+    pub end: Option<i64>,
+}
+
+impl Extent {
+    /// Widens the extent to cover a record's box and time span.
+    pub fn include(&mut self, bbox: Option<[f64; 4]>, time: Option<(i64, i64)>) {
+        if let Some(b) = bbox {
+            self.bbox = Some(match self.bbox {
+                None => b,
+                Some(e) => [
+                    e[0].min(b[0]),
+                    e[1].min(b[1]),
+                    e[2].max(b[2]),
+                    e[3].max(b[3]),
+                ],
+            });
+        }
+        if let Some((start, end)) = time {
+            self.start = Some(self.start.map_or(start, |s| s.min(start)));
+            self.end = Some(self.end.map_or(end, |e| e.max(end)));
+        }
     }
 }
 
@@ -259,6 +333,86 @@ impl Catalog {
             catalog: Arc::clone(self),
             plan,
         }
+    }
+
+    /// One page of `limit` records of the selection in record-id order, next to `anchor`.
+    ///
+    /// Record-id order (the order records were added) lets a page be cut straight from the
+    /// selection's bitmap: the cost follows the page size, not the selection size.
+    pub fn page(&self, selection: &Selection, anchor: Anchor, limit: usize) -> Page {
+        let ids = &selection.ids;
+        match anchor {
+            Anchor::Start => {
+                let mut page: Vec<u32> = ids.iter().take(limit + 1).collect();
+                let has_next = page.len() > limit;
+                page.truncate(limit);
+                Page {
+                    ids: page,
+                    has_previous: false,
+                    has_next,
+                }
+            }
+            Anchor::After(pivot) => {
+                let mut iter = ids.iter();
+                iter.advance_to(pivot.saturating_add(1));
+                let mut page: Vec<u32> = iter.filter(|id| *id > pivot).take(limit + 1).collect();
+                let has_next = page.len() > limit;
+                page.truncate(limit);
+                Page {
+                    ids: page,
+                    has_previous: ids.rank(pivot) > 0,
+                    has_next,
+                }
+            }
+            Anchor::Before(pivot) => {
+                let mut page: Vec<u32> = match pivot.checked_sub(1) {
+                    None => Vec::new(),
+                    Some(last) => {
+                        let mut iter = ids.iter();
+                        iter.advance_back_to(last);
+                        iter.rev()
+                            .filter(|id| *id < pivot)
+                            .take(limit + 1)
+                            .collect()
+                    }
+                };
+                let has_previous = page.len() > limit;
+                page.truncate(limit);
+                page.reverse();
+                let at_or_before = if pivot == 0 { 0 } else { ids.rank(pivot - 1) };
+                Page {
+                    ids: page,
+                    has_previous,
+                    has_next: ids.len() > at_or_before,
+                }
+            }
+        }
+    }
+
+    /// The live record whose item id (see [`item_id`]) is `id`.
+    pub fn record_of_item(&self, id: &str) -> Option<u32> {
+        self.index.read().by_item_key(parse_item_id(id)?)
+    }
+
+    /// The bounding box and time span of the selected records.
+    pub fn extent(&self, selection: &Selection) -> Extent {
+        let index = self.index.read();
+        let mut extent = Extent::default();
+        for id in &selection.ids {
+            // The index keeps boxes as f32 (about 1e-5 degrees at 180); rounding to 1e-4
+            // degrees gives back the decimals that were indexed instead of f32 noise.
+            let bbox = index
+                .bbox(id)
+                .map(|b| b.map(|v| (f64::from(v) * 1e4).round() / 1e4));
+            extent.include(bbox, index.time(id));
+        }
+        extent
+    }
+
+    /// Counts applied changes since the catalogue was opened: summaries computed at one
+    /// generation are current until it moves.
+    pub fn generation(&self) -> u64 {
+        self.index.read().generation()
     }
 
     /// Reads full records by id, in the given order; ids removed meanwhile are skipped.

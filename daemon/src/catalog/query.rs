@@ -133,6 +133,14 @@ pub struct Pattern {
 }
 
 impl Pattern {
+    /// A value matched literally, whatever characters it holds.
+    pub fn literal(text: impl Into<String>) -> Self {
+        Pattern {
+            text: text.into(),
+            matcher: None,
+        }
+    }
+
     fn new(text: String) -> Result<Self> {
         if !text.contains(['*', '?']) {
             return Ok(Pattern {
@@ -208,6 +216,11 @@ pub struct Query {
     pub multi_version: bool,
     /// Search user data (flavour `user`) instead of the crawled catalogue.
     pub user_data: bool,
+    /// Free-text terms (lower-cased): a record matches when any of its facet values
+    /// contains any of them.
+    pub text: Vec<String>,
+    /// Only the records with these item keys (see [`super::item_key`]).
+    pub item_keys: Option<Vec<u128>>,
 }
 
 impl Query {

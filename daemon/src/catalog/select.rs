@@ -23,32 +23,70 @@ pub(crate) fn evaluate(index: &Index, query: &Query) -> RoaringBitmap {
         }
         apply_clause(index, clause, &mut ids);
     }
-    if let Some((range, mode)) = query.time {
-        ids = ids
+    if let Some(keys) = &query.item_keys {
+        ids &= keys
             .iter()
-            .filter(|id| {
-                index
-                    .time(*id)
-                    .is_some_and(|t| mode.selects(t, (range.start, range.end)))
-            })
-            .collect();
+            .filter_map(|key| index.by_item_key(*key))
+            .collect::<RoaringBitmap>();
     }
-    if let Some(([min_lon, max_lon, min_lat, max_lat], mode)) = query.bbox {
-        ids = ids
-            .iter()
-            .filter(|id| {
-                index
-                    .bbox(*id)
-                    .is_some_and(|[r_min_lon, r_min_lat, r_max_lon, r_max_lat]| {
-                        let lon = (f64::from(r_min_lon), f64::from(r_max_lon));
-                        let lat = (f64::from(r_min_lat), f64::from(r_max_lat));
-                        mode.selects(lon, (min_lon, max_lon))
-                            && mode.selects(lat, (min_lat, max_lat))
-                    })
-            })
-            .collect();
+    if !query.text.is_empty() && !ids.is_empty() {
+        ids &= matching_text(index, &query.text);
+    }
+    if query.time.is_some() || query.bbox.is_some() {
+        let times = index.times();
+        let boxes = index.boxes();
+        let in_time = |id: usize| match query.time {
+            None => true,
+            Some((range, mode)) => times.get(id).is_some_and(|t| {
+                *t != (i64::MIN, i64::MIN) && mode.selects(*t, (range.start, range.end))
+            }),
+        };
+        let in_box = |id: usize| match query.bbox {
+            None => true,
+            Some(([min_lon, max_lon, min_lat, max_lat], mode)) => boxes.get(id).is_some_and(|b| {
+                let [r_min_lon, r_min_lat, r_max_lon, r_max_lat] = b.map(f64::from);
+                !r_min_lon.is_nan()
+                    && mode.selects((r_min_lon, r_max_lon), (min_lon, max_lon))
+                    && mode.selects((r_min_lat, r_max_lat), (min_lat, max_lat))
+            }),
+        };
+        ids = filter_columns(&ids, times.len(), |id| in_time(id) && in_box(id));
     }
     ids
+}
+
+/// Below this share of the columns a selection is filtered id by id; above it the columns
+/// are scanned whole into a bitset, on every core, which walks memory in order and builds the
+/// result container by container instead of inserting ids one at a time.
+const SCAN_SHARE: usize = 16;
+
+/// The ids of `ids` (all below `len`, the length of the columns) that `keep` accepts.
+fn filter_columns(
+    ids: &RoaringBitmap,
+    len: usize,
+    keep: impl Fn(usize) -> bool + Sync,
+) -> RoaringBitmap {
+    if (ids.len() as usize) * SCAN_SHARE < len {
+        return ids.iter().filter(|id| keep(*id as usize)).collect();
+    }
+    let mut bits = vec![0_u8; len.div_ceil(8)];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let bytes_per_thread = bits.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        for (part, chunk) in bits.chunks_mut(bytes_per_thread).enumerate() {
+            let keep = &keep;
+            scope.spawn(move || {
+                let first = part * bytes_per_thread * 8;
+                for (offset, byte) in chunk.iter_mut().enumerate() {
+                    let base = first + offset * 8;
+                    for bit in 0..8.min(len.saturating_sub(base)) {
+                        *byte |= u8::from(keep(base + bit)) << bit;
+                    }
+                }
+            });
+        }
+    });
+    RoaringBitmap::from_lsb0_bytes(0, &bits) & ids
 }
 
 fn apply_clause(index: &Index, clause: &Clause, ids: &mut RoaringBitmap) {
@@ -117,6 +155,23 @@ fn matching_files(index: &Index, pattern: &Pattern) -> RoaringBitmap {
         .copied()
         .filter(|id| pattern.matches(index.path(*id)))
         .collect()
+}
+
+/// Ids with a facet value (other than the owner of user data) containing any of `needles`.
+/// Values are indexed lower-cased, so lower-cased needles match case-insensitively.
+fn matching_text(index: &Index, needles: &[String]) -> RoaringBitmap {
+    let mut out = RoaringBitmap::new();
+    for (facet, dictionary) in index.dictionaries() {
+        if facet == "user" {
+            continue;
+        }
+        for (term, ids) in dictionary {
+            if needles.iter().any(|n| term.contains(n.as_str())) {
+                out |= ids;
+            }
+        }
+    }
+    out
 }
 
 /// The union of all posting lists of a facet.

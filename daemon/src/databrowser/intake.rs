@@ -18,24 +18,7 @@ use crate::catalog::{Catalog, Cursor, Record, Selection};
 use crate::error::Result;
 
 use super::Search;
-
-/// Columns of an intake catalogue, in order (standard names).
-const HIERARCHY: [&str; 14] = [
-    "project",
-    "product",
-    "institute",
-    "model",
-    "experiment",
-    "time_frequency",
-    "realm",
-    "variable",
-    "ensemble",
-    "cmor_table",
-    "fs_type",
-    "grid_label",
-    "grid_id",
-    "format",
-];
+use crate::catalog::facet::HIERARCHY;
 
 /// Records fetched from the store per chunk.
 const BATCH: usize = 2_000;

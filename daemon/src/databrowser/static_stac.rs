@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use zip::write::SimpleFileOptions;
 
 use crate::catalog::time::format_instant;
-use crate::catalog::{Catalog, Cursor, Record, Selection};
+use crate::catalog::{Catalog, Cursor, Extent, Record, Selection};
 use crate::error::{Error, Result};
 
 use super::Search;
@@ -91,7 +91,7 @@ impl StaticCatalogue {
                 break;
             }
             for record in &records {
-                extent.widen(record);
+                extent.include(record.bbox, record.time_range().map(|t| (t.start, t.end)));
                 let item = self.item_json(n, record);
                 put(
                     &mut zip,
@@ -260,34 +260,8 @@ impl StaticCatalogue {
     }
 }
 
-#[derive(Default)]
-struct Extent {
-    bbox: Option<[f64; 4]>,
-    start: Option<i64>,
-    end: Option<i64>,
-}
-
-impl Extent {
-    fn widen(&mut self, record: &Record) {
-        if let Some(b) = record.bbox {
-            self.bbox = Some(match self.bbox {
-                None => b,
-                Some(e) => [
-                    e[0].min(b[0]),
-                    e[1].min(b[1]),
-                    e[2].max(b[2]),
-                    e[3].max(b[3]),
-                ],
-            });
-        }
-        if let Some(t) = record.time_range() {
-            self.start = Some(self.start.map_or(t.start, |s| s.min(t.start)));
-            self.end = Some(self.end.map_or(t.end, |e| e.max(t.end)));
-        }
-    }
-}
-
-fn polygon([min_lon, min_lat, max_lon, max_lat]: [f64; 4]) -> Value {
+/// The closed polygon of a box `[min_lon, min_lat, max_lon, max_lat]`.
+pub(crate) fn polygon([min_lon, min_lat, max_lon, max_lat]: [f64; 4]) -> Value {
     json!({
         "type": "Polygon",
         "coordinates": [[[min_lon, min_lat], [max_lon, min_lat], [max_lon, max_lat], [min_lon, max_lat], [min_lon, min_lat]]],

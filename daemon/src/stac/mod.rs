@@ -1,0 +1,857 @@
+//! The catalogue as a STAC 1.1.0 API: landing page, conformance, collections, items, search
+//! and queryables (spec 2, endpoints 8-17). The HTTP facade only routes and sets media types;
+//! every document is built here.
+//!
+//! - **Collections** are the values of one facet, the *axis* (`project` unless the path names
+//!   another), over the newest version of every crawled record; user data stays in the
+//!   databrowser's `user` flavour and is not part of the STAC catalogue. Collection ids are
+//!   the indexed (lower-case) terms. Their extents and summaries (the values of a few facets)
+//!   are computed from the records and cached until the catalogue changes.
+//! - **Items** are records. An item id is [`item_id`] of the record's file path: it depends
+//!   on the location only, so it is the same after a restart or a rebuild of the catalogue.
+//! - **Paging** walks a search's records in record-id order, so a page is cut straight from
+//!   the result bitmap (its cost follows the page size). Tokens are
+//!   `<next|prev>:<context>:<item id>` with the neighbouring item as the pivot; the context is
+//!   the collection id for `/items` and `search` for `/search`.
+//! - **Views**: `visible_collections` glob patterns (case-sensitive, `*` = all) restrict what a
+//!   request exposes; a pattern matching no collection is 400. Navigational links carry the
+//!   view on.
+//! - **Free text** `q`: comma-separated terms, OR'ed; a term matches a record when any of its
+//!   metadata values contains it, ignoring case.
+//! - Decisions: a record without a time range matches no `datetime` filter, and one without a
+//!   bounding box no `bbox` filter; `intersects` is not supported (400), since item geometries
+//!   are boxes and `bbox` expresses the same searches for them. The web-UI assets
+//!   (`svc-databrowser`, `svc-data-viewer`) point at the public base URL's `/databrowser/` and
+//!   `/inspect/` pages, which a deployment serves next to the API.
+
+mod params;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use globset::{GlobBuilder, GlobMatcher};
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+
+pub use params::{DEFAULT_LIMIT, Direction, MAX_LIMIT, SearchRequest, Token, split_list};
+
+use crate::catalog::facet::HIERARCHY;
+use crate::catalog::query::{Clause, Field, Pattern};
+use crate::catalog::time::{SelectMode, TimeRange, format_instant};
+use crate::catalog::{Anchor, Catalog, Extent, Query, Record, item_id, parse_item_id};
+use crate::databrowser::{media_type, polygon};
+use crate::error::{Error, Result};
+
+/// The STAC version of every document.
+pub const STAC_VERSION: &str = "1.1.0";
+
+/// The facets a collection axis may be, coarse to fine.
+pub const AXES: &[&str] = &HIERARCHY;
+
+/// The conformance classes: exactly what is implemented.
+pub const CONFORMANCE: &[&str] = &[
+    "https://api.stacspec.org/v1.0.0/core",
+    "https://api.stacspec.org/v1.0.0/collections",
+    "https://api.stacspec.org/v1.0.0/item-search",
+];
+
+/// The most collections a view may expose.
+const MAX_VIEW: usize = 1000;
+/// A facet with more terms than this is listed in the queryables without an enum.
+const MAX_ENUM: usize = 1000;
+/// The facets a collection summarises, and the most values a summary lists.
+const SUMMARY_FACETS: &[&str] = &[
+    "institute",
+    "model",
+    "experiment",
+    "time_frequency",
+    "variable",
+];
+const MAX_SUMMARY: usize = 100;
+
+/// Media type of items and searches.
+pub const GEO_JSON: &str = "application/geo+json";
+/// Media type of queryables.
+pub const SCHEMA_JSON: &str = "application/schema+json";
+/// Media type of the OpenAPI document the landing page links to.
+pub const OPENAPI_JSON: &str = "application/vnd.oai.openapi+json;version=3.0";
+
+/// Which STAC request: the axis from the path, the view from the parameters, and where links
+/// point.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    axis: String,
+    /// Whether the path named the axis (links then name it too).
+    explicit_axis: bool,
+    /// Absolute base URL of the API, e.g. `http://host:7777/api/svc-nextgen`.
+    api_base: String,
+    view: Vec<String>,
+}
+
+impl Scope {
+    /// A scope for the axis in the path (`None`: `project`).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an axis that is not a collection facet.
+    pub fn new(api_base: &str, axis: Option<&str>) -> Result<Self> {
+        let name = axis.unwrap_or("project");
+        if !AXES.contains(&name) {
+            return Err(Error::NotFound(format!(
+                "Unknown STAC collection axis: {name}. Axes: {}.",
+                AXES.join(", ")
+            )));
+        }
+        Ok(Scope {
+            axis: name.to_string(),
+            explicit_axis: axis.is_some(),
+            api_base: api_base.trim_end_matches('/').to_string(),
+            view: Vec::new(),
+        })
+    }
+
+    /// Restricts the scope to the collections matching `patterns` (none: no restriction).
+    pub fn with_view(mut self, patterns: Vec<String>) -> Self {
+        self.view = patterns;
+        self
+    }
+
+    /// The collection axis.
+    pub fn axis(&self) -> &str {
+        &self.axis
+    }
+
+    /// The `visible_collections` patterns.
+    pub fn view(&self) -> &[String] {
+        &self.view
+    }
+
+    fn root(&self) -> String {
+        if self.explicit_axis {
+            format!("{}/stacapi/{}", self.api_base, self.axis)
+        } else {
+            format!("{}/stacapi", self.api_base)
+        }
+    }
+
+    /// A navigational link target: the root plus `path`, the query, and the view.
+    fn href(&self, path: &str, query: &[(&str, String)]) -> String {
+        let mut pairs = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in query {
+            pairs.append_pair(k, v);
+        }
+        if self.has_view() {
+            pairs.append_pair("visible_collections", &self.view.join(","));
+        }
+        let query = pairs.finish();
+        let base = format!("{}{path}", self.root());
+        if query.is_empty() {
+            base
+        } else {
+            format!("{base}?{query}")
+        }
+    }
+
+    fn has_view(&self) -> bool {
+        !self.view.is_empty() && !self.view.iter().all(|p| p == "*")
+    }
+
+    fn link(&self, rel: &str, path: &str, media: &str, title: &str) -> Value {
+        json!({"rel": rel, "href": self.href(path, &[]), "type": media, "title": title})
+    }
+
+    /// The web pages next to the API (the public base URL without the API prefix).
+    fn web_base(&self) -> &str {
+        self.api_base
+            .strip_suffix(crate::config::API_PREFIX)
+            .unwrap_or(&self.api_base)
+    }
+}
+
+/// A collection with the figures its document shows.
+#[derive(Debug, Clone)]
+struct CollectionSummary {
+    id: String,
+    items: u64,
+    extent: Extent,
+    /// STAC `summaries`: the values of [`SUMMARY_FACETS`] in the collection.
+    summaries: Map<String, Value>,
+}
+
+/// All collections of one axis at one catalogue generation.
+struct Summaries {
+    generation: u64,
+    collections: Arc<Vec<CollectionSummary>>,
+}
+
+/// The STAC API over a catalogue.
+pub struct StacApi {
+    catalog: Arc<Catalog>,
+    summaries: Mutex<HashMap<String, Summaries>>,
+}
+
+/// How a search came in, for its paging links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// Query parameters.
+    Get,
+    /// A JSON body.
+    Post,
+}
+
+impl StacApi {
+    /// The STAC API over `catalog`.
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        StacApi {
+            catalog,
+            summaries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The landing page.
+    ///
+    /// # Errors
+    /// A view pattern matching nothing.
+    pub fn landing(&self, scope: &Scope) -> Result<Value> {
+        let mut links = vec![
+            json!({"rel": "self", "href": scope.href("/", &[]), "type": "application/json", "title": "Landing page"}),
+            json!({"rel": "root", "href": scope.href("/", &[]), "type": "application/json", "title": "Landing page"}),
+            json!({"rel": "conformance", "href": format!("{}/conformance", scope.root()), "type": "application/json", "title": "Conformance classes"}),
+            json!({"rel": "data", "href": scope.href("/collections", &[]), "type": "application/json", "title": "Collections"}),
+            json!({"rel": "search", "href": scope.href("/search", &[]), "type": GEO_JSON, "title": "Item search", "method": "GET"}),
+            json!({"rel": "search", "href": scope.href("/search", &[]), "type": GEO_JSON, "title": "Item search", "method": "POST"}),
+            json!({"rel": "http://www.opengis.net/def/rel/ogc/1.0/queryables", "href": scope.href("/queryables", &[]), "type": SCHEMA_JSON, "title": "Queryables"}),
+            json!({"rel": "service-desc", "href": format!("{}/help/openapi.json", scope.api_base), "type": OPENAPI_JSON, "title": "OpenAPI description"}),
+            json!({"rel": "service-doc", "href": format!("{}/help", scope.api_base), "type": "text/html", "title": "API documentation"}),
+        ];
+        for collection in self.visible(scope)?.iter() {
+            links.push(json!({
+                "rel": "child",
+                "href": scope.href(&format!("/collections/{}", collection.id), &[]),
+                "type": "application/json",
+                "title": collection.id.to_uppercase(),
+            }));
+        }
+        Ok(json!({
+            "type": "Catalog",
+            "id": "svc-nextgen",
+            "title": "svc-nextgen STAC API",
+            "description": format!("The svc-nextgen catalogue of climate data; one collection per {}.", scope.axis),
+            "stac_version": STAC_VERSION,
+            "stac_extensions": [],
+            "conformsTo": CONFORMANCE,
+            "links": links,
+        }))
+    }
+
+    /// The conformance classes.
+    pub fn conformance() -> Value {
+        json!({ "conformsTo": CONFORMANCE })
+    }
+
+    /// All collections of the view.
+    ///
+    /// # Errors
+    /// A view pattern matching nothing.
+    pub fn collections(&self, scope: &Scope) -> Result<Value> {
+        let collections: Vec<Value> = self
+            .visible(scope)?
+            .iter()
+            .map(|c| collection_json(scope, c))
+            .collect();
+        Ok(json!({
+            "collections": collections,
+            "links": [
+                scope.link("self", "/collections", "application/json", "Collections"),
+                scope.link("root", "/", "application/json", "Landing page"),
+                scope.link("parent", "/", "application/json", "Landing page"),
+            ],
+        }))
+    }
+
+    /// One collection.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when it does not exist or is outside the view.
+    pub fn collection(&self, scope: &Scope, id: &str) -> Result<Value> {
+        Ok(collection_json(scope, &self.find_collection(scope, id)?))
+    }
+
+    /// A page of a collection's items.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for a hidden or unknown collection; a token of another listing.
+    pub fn items(&self, scope: &Scope, collection: &str, request: &SearchRequest) -> Result<Value> {
+        let found = self.find_collection(scope, collection)?;
+        if let Some(other) = request
+            .collections
+            .iter()
+            .flatten()
+            .find(|c| c.to_lowercase() != found.id)
+        {
+            return Err(Error::Malformed(format!(
+                "'collections={other}' does not match the collection {} of this path.",
+                found.id
+            )));
+        }
+        let mut query = base_query();
+        query
+            .clauses
+            .push(axis_clause(&scope.axis, [found.id.clone()]));
+        filter(&mut query, request);
+        let path = format!("/collections/{}/items", found.id);
+        self.page(scope, &query, request, &found.id, &path, Method::Get)
+    }
+
+    /// One item, with its assets.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when the collection or the item is unknown or hidden.
+    pub fn item(&self, scope: &Scope, collection: &str, id: &str) -> Result<Value> {
+        let found = self.find_collection(scope, collection)?;
+        let not_found =
+            || Error::NotFound(format!("Item {id} not found in collection {collection}."));
+        let key = parse_item_id(id).ok_or_else(not_found)?;
+        let mut query = base_query();
+        query
+            .clauses
+            .push(axis_clause(&scope.axis, [found.id.clone()]));
+        query.item_keys = Some(vec![key]);
+        let selection = self.catalog.select(&query);
+        let page = self.catalog.page(&selection, Anchor::Start, 1);
+        let record = self
+            .catalog
+            .records(&page.ids)?
+            .pop()
+            .ok_or_else(not_found)?;
+        Ok(item_json(scope, &record, &found.id))
+    }
+
+    /// A page of a search over all visible collections.
+    ///
+    /// # Errors
+    /// Collections outside the view (400), a token of another listing.
+    pub fn search(&self, scope: &Scope, request: &SearchRequest, method: Method) -> Result<Value> {
+        let visible = self.visible(scope)?;
+        let mut query = base_query();
+        match &request.collections {
+            Some(wanted) => {
+                if scope.has_view() {
+                    let hidden: Vec<&str> = wanted
+                        .iter()
+                        .filter(|w| !visible.iter().any(|c| &c.id == *w))
+                        .map(String::as_str)
+                        .collect();
+                    if !hidden.is_empty() {
+                        return Err(Error::Malformed(format!(
+                            "Requested collections are not visible in this view: {}.",
+                            hidden.join(", ")
+                        )));
+                    }
+                }
+                query.clauses.push(axis_clause(
+                    &scope.axis,
+                    wanted.iter().map(|c| c.to_lowercase()),
+                ));
+            }
+            None if scope.has_view() => {
+                query.clauses.push(axis_clause(
+                    &scope.axis,
+                    visible.iter().map(|c| c.id.clone()),
+                ));
+            }
+            None => {}
+        }
+        filter(&mut query, request);
+        self.page(scope, &query, request, "search", "/search", method)
+    }
+
+    /// The queryables of all visible collections, or of one.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for a hidden or unknown collection; a view pattern matching
+    /// nothing.
+    pub fn queryables(&self, scope: &Scope, collection: Option<&str>) -> Result<Value> {
+        let (collections, path, title) = match collection {
+            Some(id) => {
+                let found = self.find_collection(scope, id)?;
+                let path = format!("/collections/{}/queryables", found.id);
+                let title = format!("Queryables of collection {}", found.id);
+                (vec![found], path, title)
+            }
+            None => (
+                self.visible(scope)?.to_vec(),
+                "/queryables".to_string(),
+                "Queryables of the svc-nextgen STAC API".to_string(),
+            ),
+        };
+        let mut query = base_query();
+        query.clauses.push(axis_clause(
+            &scope.axis,
+            collections.iter().map(|c| c.id.clone()),
+        ));
+        let selection = self.catalog.select(&query);
+        let facets: Vec<&str> = crate::catalog::facet::default_count_facets()
+            .filter(|f| *f != "user")
+            .collect();
+        let counts = self.catalog.facet_counts(&selection, &facets);
+        let mut properties = Map::new();
+        properties.insert(
+            "id".into(),
+            json!({"description": "Item identifier", "type": "string"}),
+        );
+        properties.insert(
+            "collection".into(),
+            json!({
+                "description": format!("Collection identifier (collection axis: {})", scope.axis),
+                "type": "string",
+                "enum": collections.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+            }),
+        );
+        properties.insert(
+            "geometry".into(),
+            json!({"description": "Item geometry", "$ref": "https://geojson.org/schema/Geometry.json"}),
+        );
+        properties.insert(
+            "datetime".into(),
+            json!({"description": "Item datetime", "type": "string", "format": "date-time"}),
+        );
+        for (facet, terms) in facets.iter().zip(counts) {
+            if terms.is_empty() {
+                continue;
+            }
+            let mut property =
+                json!({"description": format!("Search facet {facet}"), "type": "string"});
+            if terms.len() <= MAX_ENUM {
+                property["enum"] = terms.into_iter().map(|(t, _)| Value::String(t)).collect();
+            }
+            properties.insert((*facet).to_string(), property);
+        }
+        Ok(json!({
+            "$schema": "https://json-schema.org/draft/2019-09/schema",
+            "$id": scope.href(&path, &[]),
+            "type": "object",
+            "title": title,
+            "description": "Properties items can be searched by",
+            "properties": properties,
+            "additionalProperties": true,
+        }))
+    }
+
+    /// The collections of the axis in the scope's view.
+    fn visible(&self, scope: &Scope) -> Result<Arc<Vec<CollectionSummary>>> {
+        let all = self.summaries(&scope.axis);
+        if !scope.has_view() {
+            return Ok(all);
+        }
+        let mut shown = vec![false; all.len()];
+        for pattern in &scope.view {
+            let matcher = view_matcher(pattern)?;
+            let mut matched = false;
+            for (i, c) in all.iter().enumerate() {
+                if matcher.is_match(&c.id) {
+                    shown[i] = true;
+                    matched = true;
+                }
+            }
+            if !matched {
+                return Err(Error::Malformed(format!(
+                    "visible_collections pattern '{pattern}' matched no collections."
+                )));
+            }
+        }
+        let visible: Vec<CollectionSummary> = all
+            .iter()
+            .zip(shown)
+            .filter(|(_, shown)| *shown)
+            .map(|(c, _)| c.clone())
+            .collect();
+        if visible.len() > MAX_VIEW {
+            return Err(Error::Malformed(format!(
+                "visible_collections expands to too many collections ({} > {MAX_VIEW}); use a narrower pattern.",
+                visible.len()
+            )));
+        }
+        Ok(Arc::new(visible))
+    }
+
+    fn find_collection(&self, scope: &Scope, id: &str) -> Result<CollectionSummary> {
+        let id = id.to_lowercase();
+        self.visible(scope)?
+            .iter()
+            .find(|c| c.id == id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("Collection {id} not found.")))
+    }
+
+    /// The collections of an axis, recomputed when the catalogue has changed.
+    fn summaries(&self, axis: &str) -> Arc<Vec<CollectionSummary>> {
+        let mut cache = self.summaries.lock();
+        let generation = self.catalog.generation();
+        if let Some(s) = cache.get(axis).filter(|s| s.generation == generation) {
+            return Arc::clone(&s.collections);
+        }
+        let all = self.catalog.select(&base_query());
+        let terms = self
+            .catalog
+            .facet_counts(&all, &[axis])
+            .pop()
+            .unwrap_or_default();
+        let collections: Vec<CollectionSummary> = terms
+            .into_iter()
+            .map(|(id, items)| {
+                let mut query = base_query();
+                query.clauses.push(axis_clause(axis, [id.clone()]));
+                let selection = self.catalog.select(&query);
+                let extent = self.catalog.extent(&selection);
+                let counts = self.catalog.facet_counts(&selection, SUMMARY_FACETS);
+                let summaries = SUMMARY_FACETS
+                    .iter()
+                    .zip(counts)
+                    .filter(|(_, terms)| !terms.is_empty() && terms.len() <= MAX_SUMMARY)
+                    .map(|(facet, terms)| {
+                        let values = terms.into_iter().map(|(t, _)| Value::String(t)).collect();
+                        ((*facet).to_string(), Value::Array(values))
+                    })
+                    .collect();
+                CollectionSummary {
+                    id,
+                    items,
+                    extent,
+                    summaries,
+                }
+            })
+            .collect();
+        let collections = Arc::new(collections);
+        cache.insert(
+            axis.to_string(),
+            Summaries {
+                generation,
+                collections: Arc::clone(&collections),
+            },
+        );
+        collections
+    }
+
+    fn page(
+        &self,
+        scope: &Scope,
+        query: &Query,
+        request: &SearchRequest,
+        context: &str,
+        path: &str,
+        method: Method,
+    ) -> Result<Value> {
+        let anchor = match &request.token {
+            None => Anchor::Start,
+            Some(token) => {
+                if token.context != context {
+                    return Err(Error::Malformed(
+                        "Pagination token does not match this request context.".into(),
+                    ));
+                }
+                let pivot = self.catalog.record_of_item(&token.item).ok_or_else(|| {
+                    Error::Malformed(format!(
+                        "Pagination token names item {} which is no longer in the catalogue; start again without a token.",
+                        token.item
+                    ))
+                })?;
+                match token.direction {
+                    Direction::Next => Anchor::After(pivot),
+                    Direction::Prev => Anchor::Before(pivot),
+                }
+            }
+        };
+        let selection = self.catalog.select(query);
+        let page = self.catalog.page(&selection, anchor, request.limit);
+        let records = self.catalog.records(&page.ids)?;
+        let features: Vec<Value> = records
+            .iter()
+            .map(|r| {
+                let collection = r.first(&scope.axis).unwrap_or_default().to_lowercase();
+                item_json(scope, r, &collection)
+            })
+            .collect();
+        let mut links = vec![
+            paging_link(scope, "self", path, request, None, method),
+            scope.link("root", "/", "application/json", "Landing page"),
+        ];
+        if let (true, Some(last)) = (page.has_next, records.last()) {
+            let token = Token {
+                direction: Direction::Next,
+                context: context.to_string(),
+                item: item_id(&last.file),
+            };
+            links.push(paging_link(
+                scope,
+                "next",
+                path,
+                request,
+                Some(&token),
+                method,
+            ));
+        }
+        if let (true, Some(first)) = (page.has_previous, records.first()) {
+            let token = Token {
+                direction: Direction::Prev,
+                context: context.to_string(),
+                item: item_id(&first.file),
+            };
+            links.push(paging_link(
+                scope,
+                "prev",
+                path,
+                request,
+                Some(&token),
+                method,
+            ));
+        }
+        Ok(json!({
+            "type": "FeatureCollection",
+            "features": features,
+            "links": links,
+            "numberMatched": selection.len(),
+            "numberReturned": features.len(),
+        }))
+    }
+}
+
+/// The newest version of every crawled record.
+fn base_query() -> Query {
+    Query::default()
+}
+
+fn axis_clause(axis: &str, values: impl IntoIterator<Item = String>) -> Clause {
+    Clause {
+        field: Field::Facet(axis.to_string()),
+        include: values.into_iter().map(Pattern::literal).collect(),
+        exclude: Vec::new(),
+    }
+}
+
+/// Adds the request's filters other than the collections.
+fn filter(query: &mut Query, request: &SearchRequest) {
+    if let Some(range) = request.datetime {
+        query.time = Some((range, SelectMode::Flexible));
+    }
+    if let Some([minx, miny, maxx, maxy]) = request.bbox {
+        query.bbox = Some(([minx, maxx, miny, maxy], SelectMode::Flexible));
+    }
+    query.text.clone_from(&request.q);
+    if let Some(ids) = &request.ids {
+        // An id that is not one of ours matches nothing.
+        query.item_keys = Some(ids.iter().filter_map(|id| parse_item_id(id)).collect());
+    }
+}
+
+fn view_matcher(pattern: &str) -> Result<GlobMatcher> {
+    GlobBuilder::new(pattern)
+        .literal_separator(false)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| {
+            Error::Malformed(format!(
+                "visible_collections pattern '{pattern}' is not a glob: {e}."
+            ))
+        })
+}
+
+fn paging_link(
+    scope: &Scope,
+    rel: &str,
+    path: &str,
+    request: &SearchRequest,
+    token: Option<&Token>,
+    method: Method,
+) -> Value {
+    let mut query: Vec<(&str, String)> = vec![("limit", request.limit.to_string())];
+    if let Some(c) = &request.collections {
+        query.push(("collections", c.join(",")));
+    }
+    if let Some(ids) = &request.ids {
+        query.push(("ids", ids.join(",")));
+    }
+    if let Some([a, b, c, d]) = request.bbox {
+        query.push(("bbox", format!("{a},{b},{c},{d}")));
+    }
+    if let Some(d) = &request.datetime_text {
+        query.push(("datetime", d.clone()));
+    }
+    if !request.q.is_empty() {
+        query.push(("q", request.q.join(",")));
+    }
+    if method == Method::Post && rel != "self" {
+        let mut body = Map::new();
+        for (k, v) in &query {
+            let value = match *k {
+                "limit" => json!(request.limit),
+                "bbox" => json!(request.bbox),
+                "collections" | "ids" => json!(v.split(',').collect::<Vec<_>>()),
+                _ => json!(v),
+            };
+            body.insert((*k).to_string(), value);
+        }
+        if scope.has_view() {
+            body.insert("visible_collections".into(), json!(scope.view));
+        }
+        if let Some(t) = token {
+            body.insert("token".into(), json!(t.to_text()));
+        }
+        return json!({
+            "rel": rel,
+            "href": scope.href(path, &[]),
+            "type": GEO_JSON,
+            "method": "POST",
+            "body": body,
+            "merge": false,
+        });
+    }
+    if let Some(t) = token {
+        query.push(("token", t.to_text()));
+    }
+    json!({"rel": rel, "href": scope.href(path, &query), "type": GEO_JSON, "method": "GET"})
+}
+
+fn collection_json(scope: &Scope, c: &CollectionSummary) -> Value {
+    let interval = json!([[
+        c.extent.start.map(format_instant),
+        c.extent.end.map(format_instant)
+    ]]);
+    let bbox = c.extent.bbox.unwrap_or([-180.0, -90.0, 180.0, 90.0]);
+    let path = format!("/collections/{}", c.id);
+    let title = c.id.to_uppercase();
+    json!({
+        "type": "Collection",
+        "stac_version": STAC_VERSION,
+        "stac_extensions": [],
+        "id": c.id,
+        "title": title,
+        "description": format!("Records whose {} is {}: {} items.", scope.axis, c.id, c.items),
+        "summaries": c.summaries,
+        "keywords": [c.id, scope.axis, "climate"],
+        "license": "other",
+        "providers": [{"name": "svc-nextgen", "roles": ["host"], "url": scope.root()}],
+        "extent": {"spatial": {"bbox": [bbox]}, "temporal": {"interval": interval}},
+        "links": [
+            scope.link("self", &path, "application/json", &title),
+            scope.link("root", "/", "application/json", "Landing page"),
+            scope.link("parent", "/", "application/json", "Landing page"),
+            scope.link("items", &format!("{path}/items"), GEO_JSON, "Items"),
+            scope.link("http://www.opengis.net/def/rel/ogc/1.0/queryables", &format!("{path}/queryables"), SCHEMA_JSON, "Queryables"),
+        ],
+    })
+}
+
+/// Whether a record's file is on a file system the service can read (as opposed to an
+/// object in a remote store that clients open themselves).
+fn is_local(record: &Record) -> bool {
+    match record.first("fs_type") {
+        Some(fs) => matches!(
+            fs.trim().to_lowercase().as_str(),
+            "posix" | "local" | "nfs" | "lustre"
+        ),
+        None => !record.uri.contains("://") || record.uri.starts_with("file://"),
+    }
+}
+
+fn item_json(scope: &Scope, record: &Record, collection: &str) -> Value {
+    let id = item_id(&record.file);
+    let mut properties = Map::new();
+    for (facet, values) in &record.facets {
+        properties.insert(
+            facet.clone(),
+            values.iter().cloned().map(Value::String).collect(),
+        );
+    }
+    if let Some(v) = &record.version {
+        properties.insert("version".into(), Value::String(v.clone()));
+    }
+    properties.insert("title".into(), Value::String(record.file.clone()));
+    let (start, end, datetime) = match record.time_range() {
+        Some(TimeRange { start, end }) => (
+            format_instant(start),
+            format_instant(end),
+            Value::String(format_instant(start)),
+        ),
+        None => (
+            "0001-01-01T00:00:00Z".to_string(),
+            "9999-12-31T23:59:59Z".to_string(),
+            Value::Null,
+        ),
+    };
+    properties.insert("datetime".into(), datetime);
+    properties.insert("start_datetime".into(), Value::String(start));
+    properties.insert("end_datetime".into(), Value::String(end));
+    let file_query = form_urlencoded::Serializer::new(String::new())
+        .append_pair("file", &record.file)
+        .finish();
+    let api = &scope.api_base;
+    let access = if is_local(record) {
+        json!({
+            "href": format!("{api}/databrowser/load/svc?{file_query}"),
+            "title": "Access data (Zarr stream)",
+            "description": "The file converted to a Zarr store on request; needs a bearer token.",
+            "roles": ["data"],
+            "type": "application/vnd+zarr",
+            "requires": ["oauth2"],
+            "svc:storage": "local",
+        })
+    } else {
+        json!({
+            "href": record.uri,
+            "title": "Access data",
+            "description": "The object this item describes.",
+            "roles": ["data"],
+            "type": media_type(&record.uri),
+            "svc:storage": "remote",
+        })
+    };
+    let web = scope.web_base();
+    let item_path = format!("/collections/{collection}/items/{id}");
+    let title = collection.to_uppercase();
+    let mut item = json!({
+        "type": "Feature",
+        "stac_version": STAC_VERSION,
+        "stac_extensions": [],
+        "id": id,
+        "geometry": record.bbox.map(polygon),
+        "properties": properties,
+        "links": [
+            scope.link("self", &item_path, GEO_JSON, "This item"),
+            scope.link("root", "/", "application/json", "Landing page"),
+            scope.link("parent", &format!("/collections/{collection}"), "application/json", &title),
+            scope.link("collection", &format!("/collections/{collection}"), "application/json", &title),
+        ],
+        "assets": {
+            "svc-databrowser": {
+                "href": format!("{web}/databrowser/?{}={collection}&{file_query}", scope.axis),
+                "title": "Databrowser",
+                "roles": ["overview"],
+                "type": "text/html",
+            },
+            "svc-data-viewer": {
+                "href": format!("{web}/inspect/?{file_query}"),
+                "title": "Data viewer",
+                "roles": ["overview", "visual"],
+                "type": "text/html",
+            },
+            "access-data": access,
+            "intake-catalogue": {
+                "href": format!("{api}/databrowser/intake-catalogue/svc/file?{file_query}"),
+                "title": "intake-esm catalogue",
+                "roles": ["metadata"],
+                "type": "application/json",
+            },
+            "stac-catalogue": {
+                "href": format!("{api}/databrowser/stac-catalogue/svc/file?{file_query}"),
+                "title": "Static STAC catalogue",
+                "roles": ["metadata"],
+                "type": "application/zip",
+            },
+        },
+        "collection": collection,
+    });
+    if let Some(b) = record.bbox {
+        item["bbox"] = json!(b);
+    }
+    item
+}

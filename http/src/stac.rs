@@ -1,0 +1,186 @@
+//! STAC API routes (spec 2, endpoints 8-17) under `P/stacapi` and, with a collection axis,
+//! `P/stacapi/<axis>`. Handlers read the path and parameters, call the daemon's
+//! [`svc_daemon::stac::StacApi`] and set the media type.
+
+use std::collections::BTreeSet;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, RawPathParams};
+use axum::http::header;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::Value;
+use svc_daemon::Error;
+use svc_daemon::stac::{GEO_JSON, Method, SCHEMA_JSON, Scope, SearchRequest, StacApi};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{QueryPairs, RawBody};
+
+pub(crate) fn routes() -> Router<AppState> {
+    let mut router = Router::new();
+    for root in ["/stacapi", "/stacapi/{axis}"] {
+        router = router
+            .route(root, get(landing))
+            .route(&format!("{root}/"), get(landing))
+            .route(&format!("{root}/conformance"), get(conformance))
+            .route(&format!("{root}/collections"), get(collections))
+            .route(&format!("{root}/collections/{{cid}}"), get(collection))
+            .route(&format!("{root}/collections/{{cid}}/items"), get(items))
+            .route(
+                &format!("{root}/collections/{{cid}}/items/{{item_id}}"),
+                get(item),
+            )
+            .route(
+                &format!("{root}/collections/{{cid}}/queryables"),
+                get(queryables),
+            )
+            .route(&format!("{root}/queryables"), get(queryables))
+            .route(&format!("{root}/search"), get(search_get).post(search_post));
+    }
+    router
+}
+
+/// What every STAC handler reads: the daemon, the path parameters (`axis`, `cid`,
+/// `item_id`, each optional) and the query pairs.
+struct StacCall {
+    state: AppState,
+    path: Vec<(String, String)>,
+    pairs: Vec<(String, String)>,
+}
+
+impl FromRequestParts<AppState> for StacCall {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let raw = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let QueryPairs(pairs) = QueryPairs::from_request_parts(parts, state).await?;
+        Ok(StacCall {
+            state: state.clone(),
+            path: raw
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            pairs,
+        })
+    }
+}
+
+impl StacCall {
+    fn param(&self, name: &str) -> Option<&str> {
+        self.path
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn cid(&self) -> &str {
+        self.param("cid").unwrap_or_default()
+    }
+
+    /// The scope with an explicit view.
+    fn scope_with(&self, view: Vec<String>) -> Result<Scope, ApiError> {
+        Ok(Scope::new(&self.state.api_base, self.param("axis"))?.with_view(view))
+    }
+
+    /// The scope with the view of `visible_collections`; other parameters of these read-only
+    /// documents are ignored.
+    fn scope(&self) -> Result<Scope, ApiError> {
+        let view = self
+            .pairs
+            .iter()
+            .filter(|(k, _)| k == "visible_collections")
+            .flat_map(|(_, v)| svc_daemon::stac::split_list(v))
+            .collect();
+        self.scope_with(view)
+    }
+
+    fn stac(&self) -> &StacApi {
+        self.state.daemon.stac()
+    }
+}
+
+fn typed(media: &'static str, document: &Value) -> Response {
+    ([(header::CONTENT_TYPE, media)], document.to_string()).into_response()
+}
+
+fn json(document: &Value) -> Response {
+    typed("application/json", document)
+}
+
+async fn landing(call: StacCall) -> Result<Response, ApiError> {
+    Ok(json(&call.stac().landing(&call.scope()?)?))
+}
+
+async fn conformance(call: StacCall) -> Result<Response, ApiError> {
+    call.scope_with(Vec::new())?;
+    Ok(json(&StacApi::conformance()))
+}
+
+async fn collections(call: StacCall) -> Result<Response, ApiError> {
+    Ok(json(&call.stac().collections(&call.scope()?)?))
+}
+
+async fn collection(call: StacCall) -> Result<Response, ApiError> {
+    Ok(json(&call.stac().collection(&call.scope()?, call.cid())?))
+}
+
+async fn items(call: StacCall) -> Result<Response, ApiError> {
+    let request = SearchRequest::from_pairs(&call.pairs, false)?;
+    let scope = call.scope_with(request.view.clone())?;
+    Ok(typed(
+        GEO_JSON,
+        &call.stac().items(&scope, call.cid(), &request)?,
+    ))
+}
+
+async fn item(call: StacCall) -> Result<Response, ApiError> {
+    let id = call.param("item_id").unwrap_or_default();
+    Ok(typed(
+        GEO_JSON,
+        &call.stac().item(&call.scope()?, call.cid(), id)?,
+    ))
+}
+
+async fn queryables(call: StacCall) -> Result<Response, ApiError> {
+    let cid = call.param("cid");
+    Ok(typed(
+        SCHEMA_JSON,
+        &call.stac().queryables(&call.scope()?, cid)?,
+    ))
+}
+
+async fn search_get(call: StacCall) -> Result<Response, ApiError> {
+    let request = SearchRequest::from_pairs(&call.pairs, true)?;
+    let scope = call.scope_with(request.view.clone())?;
+    Ok(typed(
+        GEO_JSON,
+        &call.stac().search(&scope, &request, Method::Get)?,
+    ))
+}
+
+async fn search_post(call: StacCall, RawBody(body): RawBody) -> Result<Response, ApiError> {
+    let mut request = SearchRequest::from_body(&body)?;
+    let query_view = call.scope()?.view().to_vec();
+    if !query_view.is_empty() {
+        let as_set = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
+        if !request.view.is_empty() && as_set(&request.view) != as_set(&query_view) {
+            return Err(Error::Malformed(
+                "Conflicting 'visible_collections' in query string and body.".into(),
+            )
+            .into());
+        }
+        request.view = query_view;
+    }
+    let scope = call.scope_with(request.view.clone())?;
+    Ok(typed(
+        GEO_JSON,
+        &call.stac().search(&scope, &request, Method::Post)?,
+    ))
+}
