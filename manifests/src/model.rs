@@ -160,7 +160,7 @@ pub struct Blob {
 impl Blob {
     /// The instance id for bucket number `n`: `<id>_<n>`.
     #[must_use]
-    pub fn instance(&self, n: u64) -> String {
+    pub fn instance(&self, n: u128) -> String {
         format!("{}_{n}", self.id)
     }
 }

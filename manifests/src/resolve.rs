@@ -89,8 +89,9 @@ pub enum Resolution<'t> {
     Blob {
         /// The matched definition and its scope.
         rule: &'t BlobRule,
-        /// The bucket number.
-        n: u64,
+        /// The bucket number (chunk indices are not bounded: a digit string of up to 38
+        /// digits resolves, as it names a chunk an appended array may have).
+        n: u128,
     },
     /// Metadata, a coordinate or a small array: never archived.
     Hot,
@@ -328,7 +329,11 @@ impl Trie {
                         segment(at)
                     }
                 };
-                parse_digits(raw).map(|value| value / bucket.width.max(1))
+                let width = bucket.width.max(1);
+                match parse_digits(raw) {
+                    Some(value) => Some(u128::from(value / width)),
+                    None => parse_long_digits(raw).map(|value| value / u128::from(width)),
+                }
             }),
         };
         match n {
@@ -518,7 +523,7 @@ fn walk<'k>(nodes: &[Node], key: &'k str, first: bool) -> Option<(Marker, &'k st
 /// # Strict digits
 /// The index must be ASCII digits only (leading zeros allowed). Signs, whitespace, `_`
 /// separators and non-ASCII digits make the key unmanaged.
-fn bucket_number(bucket: Option<&Bucket>, rest: &str) -> Option<u64> {
+fn bucket_number(bucket: Option<&Bucket>, rest: &str) -> Option<u128> {
     let Some(bucket) = bucket else {
         return Some(0);
     };
@@ -536,7 +541,11 @@ fn bucket_number(bucket: Option<&Bucket>, rest: &str) -> Option<u64> {
             segment
         }
     };
-    parse_digits(raw).map(|value| value / bucket.width.max(1))
+    let width = bucket.width.max(1);
+    match parse_digits(raw) {
+        Some(value) => Some(u128::from(value / width)),
+        None => parse_long_digits(raw).map(|value| value / u128::from(width)),
+    }
 }
 
 /// A non-empty run of ASCII digits as a number; `None` for anything else or on overflow.
@@ -548,6 +557,18 @@ fn parse_digits(raw: &str) -> Option<u64> {
     raw.bytes().try_fold(0u64, |value, b| {
         let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
         value.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
+/// The slow path of [`parse_digits`] for indices beyond `u64`: up to 38 ASCII digits.
+#[cold]
+fn parse_long_digits(raw: &str) -> Option<u128> {
+    if raw.is_empty() || raw.len() > 38 {
+        return None;
+    }
+    raw.bytes().try_fold(0u128, |value, b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
+        Some(value * 10 + u128::from(digit))
     })
 }
 

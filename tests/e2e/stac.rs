@@ -267,6 +267,34 @@ fn search_filters_and_post_paging() {
     assert_eq!(count("q=cmorph,remo2015"), 9, "terms are OR'ed");
     assert_eq!(count("q=nothing-like-this"), 0);
 
+    let matched = |body: Value| -> Value {
+        let reply = svcd.send("POST", "/stacapi/search", None, Some(&body));
+        assert_eq!(reply.status, 200, "{body}: {}", reply.text());
+        reply.json()["numberMatched"].clone()
+    };
+    let point = |x: f64, y: f64| json!({"type": "Point", "coordinates": [x, y]});
+    assert_eq!(
+        matched(json!({"intersects": point(5.0, 50.0)})),
+        6,
+        "cmip6 and cordex"
+    );
+    assert_eq!(
+        matched(json!({"intersects": point(5.0, 5.0)})),
+        9,
+        "cmip6 and the observations"
+    );
+    let ring_around_obs = json!({"type": "Polygon", "coordinates": [[[-60.0, -60.0], [60.0, -60.0], [60.0, 15.0], [-60.0, 15.0], [-60.0, -60.0]]]});
+    assert_eq!(
+        matched(json!({"intersects": ring_around_obs, "collections": ["observations"]})),
+        6
+    );
+    let both = json!({"intersects": point(5.0, 5.0), "bbox": [0, 0, 1, 1]});
+    assert_eq!(
+        svcd.send("POST", "/stacapi/search", None, Some(&both))
+            .status,
+        400
+    );
+
     let page = svcd.get("/stacapi/search?collections=cordex").json();
     let wanted: Vec<String> = ids(&page).into_iter().take(2).collect();
     assert_eq!(count(&format!("ids={}", wanted.join(","))), 2);

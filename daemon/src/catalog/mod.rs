@@ -389,6 +389,15 @@ impl Catalog {
         }
     }
 
+    /// Keeps the selected records whose box `[min_lon, min_lat, max_lon, max_lat]` satisfies
+    /// `keep`; records without a box are dropped.
+    pub fn retain_boxes(&self, selection: &mut Selection, keep: impl Fn([f64; 4]) -> bool) {
+        let index = self.index.read();
+        selection
+            .ids
+            .retain(|id| index.bbox(id).is_some_and(|b| keep(b.map(f64::from))));
+    }
+
     /// The live record whose item id (see [`item_id`]) is `id`.
     pub fn record_of_item(&self, id: &str) -> Option<u32> {
         self.index.read().by_item_key(parse_item_id(id)?)

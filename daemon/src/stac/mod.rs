@@ -18,12 +18,15 @@
 //!   view on.
 //! - **Free text** `q`: comma-separated terms, OR'ed; a term matches a record when any of its
 //!   metadata values contains it, ignoring case.
+//! - `intersects` takes any GeoJSON geometry and is exact against the item boxes: the records
+//!   in the geometry's bounding box are found by the index, then each box is tested against
+//!   the geometry ([`Shape`]).
 //! - Decisions: a record without a time range matches no `datetime` filter, and one without a
-//!   bounding box no `bbox` filter; `intersects` is not supported (400), since item geometries
-//!   are boxes and `bbox` expresses the same searches for them. The web-UI assets
+//!   bounding box no `bbox` or `intersects` filter. The web-UI assets
 //!   (`svc-databrowser`, `svc-data-viewer`) point at the public base URL's `/databrowser/` and
 //!   `/inspect/` pages, which a deployment serves next to the API.
 
+mod geometry;
 mod params;
 
 use std::collections::HashMap;
@@ -33,6 +36,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
+pub use geometry::Shape;
 pub use params::{DEFAULT_LIMIT, Direction, MAX_LIMIT, SearchRequest, Token, split_list};
 
 use crate::catalog::facet::HIERARCHY;
@@ -561,7 +565,11 @@ impl StacApi {
                 }
             }
         };
-        let selection = self.catalog.select(query);
+        let mut selection = self.catalog.select(query);
+        if let Some(shape) = &request.intersects {
+            self.catalog
+                .retain_boxes(&mut selection, |b| shape.intersects_box(b));
+        }
         let page = self.catalog.page(&selection, anchor, request.limit);
         let records = self.catalog.records(&page.ids)?;
         let features: Vec<Value> = records
@@ -633,7 +641,10 @@ fn filter(query: &mut Query, request: &SearchRequest) {
     if let Some(range) = request.datetime {
         query.time = Some((range, SelectMode::Flexible));
     }
-    if let Some([minx, miny, maxx, maxy]) = request.bbox {
+    let bbox = request
+        .bbox
+        .or_else(|| request.intersects.as_ref().map(Shape::bounds));
+    if let Some([minx, miny, maxx, maxy]) = bbox {
         query.bbox = Some(([minx, maxx, miny, maxy], SelectMode::Flexible));
     }
     query.text.clone_from(&request.q);
@@ -679,6 +690,9 @@ fn paging_link(
     if !request.q.is_empty() {
         query.push(("q", request.q.join(",")));
     }
+    if let Some(shape) = &request.intersects {
+        query.push(("intersects", shape.geojson().to_string()));
+    }
     if method == Method::Post && rel != "self" {
         let mut body = Map::new();
         for (k, v) in &query {
@@ -686,6 +700,10 @@ fn paging_link(
                 "limit" => json!(request.limit),
                 "bbox" => json!(request.bbox),
                 "collections" | "ids" => json!(v.split(',').collect::<Vec<_>>()),
+                "intersects" => request
+                    .intersects
+                    .as_ref()
+                    .map_or(Value::Null, |s| s.geojson().clone()),
                 _ => json!(v),
             };
             body.insert((*k).to_string(), value);

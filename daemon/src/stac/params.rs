@@ -8,6 +8,7 @@
 use chrono::DateTime;
 use serde_json::Value;
 
+use super::geometry::Shape;
 use crate::catalog::time::TimeRange;
 use crate::error::{Error, Result};
 
@@ -100,6 +101,8 @@ pub struct SearchRequest {
     pub q: Vec<String>,
     /// `visible_collections` glob patterns.
     pub view: Vec<String>,
+    /// A GeoJSON geometry items must meet (exclusive with `bbox`).
+    pub intersects: Option<Shape>,
 }
 
 /// The parameters `GET .../items` takes besides `visible_collections`. `collections` may
@@ -147,10 +150,25 @@ impl SearchRequest {
                 "q" => request
                     .q
                     .extend(split_list(value).map(|t| t.to_lowercase())),
-                _ => return Err(intersects_unsupported()),
+                _ => {
+                    let geometry: Value = serde_json::from_str(value).map_err(|e| {
+                        Error::Malformed(format!("'intersects' is not GeoJSON: {e}."))
+                    })?;
+                    request.intersects = Some(Shape::parse(&geometry)?);
+                }
             }
         }
+        request.check_exclusive()?;
         Ok(request)
+    }
+
+    fn check_exclusive(&self) -> Result<()> {
+        if self.bbox.is_some() && self.intersects.is_some() {
+            return Err(Error::Malformed(
+                "'bbox' and 'intersects' exclude each other; give one.".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Parses the JSON body of `POST /search`.
@@ -171,9 +189,6 @@ impl SearchRequest {
             limit: DEFAULT_LIMIT,
             ..SearchRequest::default()
         };
-        if fields.contains_key("intersects") {
-            return Err(intersects_unsupported());
-        }
         for (key, value) in &fields {
             if value.is_null() {
                 continue;
@@ -191,6 +206,7 @@ impl SearchRequest {
                 "collections" => request.collections = Some(string_list(key, value)?),
                 "ids" => request.ids = Some(string_list(key, value)?),
                 "visible_collections" => request.view = string_list(key, value)?,
+                "intersects" => request.intersects = Some(Shape::parse(value)?),
                 "q" => {
                     let terms = match value {
                         Value::String(text) => split_list(text).collect(),
@@ -203,11 +219,12 @@ impl SearchRequest {
                 "fields" | "sortby" | "query" | "filter" | "filter-lang" | "conf" => {}
                 _ => {
                     return Err(Error::Malformed(format!(
-                        "Unknown search field '{key}'; the body takes collections, ids, bbox, datetime, limit, token, q and visible_collections."
+                        "Unknown search field '{key}'; the body takes collections, ids, bbox, intersects, datetime, limit, token, q and visible_collections."
                     )));
                 }
             }
         }
+        request.check_exclusive()?;
         Ok(request)
     }
 
@@ -216,12 +233,6 @@ impl SearchRequest {
         self.datetime_text = Some(text.to_string());
         Ok(())
     }
-}
-
-fn intersects_unsupported() -> Error {
-    Error::Malformed(
-        "'intersects' is not supported: items have bounding boxes, search with 'bbox'.".into(),
-    )
 }
 
 fn extend(list: &mut Option<Vec<String>>, values: impl Iterator<Item = String>) {
@@ -486,6 +497,13 @@ mod tests {
             kind(br#"{"bbox":[0,0,1,1],"intersects":{"type":"Point","coordinates":[0,0]}}"#),
             ErrorKind::Malformed
         );
+        assert_eq!(
+            kind(br#"{"intersects":{"type":"Blob"}}"#),
+            ErrorKind::Malformed
+        );
+        let point =
+            SearchRequest::from_body(br#"{"intersects":{"type":"Point","coordinates":[5,50]}}"#);
+        assert!(point.unwrap().intersects.is_some());
         for bad in [
             "next",
             "next:search",
