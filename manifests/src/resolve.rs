@@ -12,18 +12,20 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::{Blob, Bucket, KeyEncoding, METADATA_BASENAMES, Manifest};
 
-/// The marker a main-trie node carries; the deepest one on a key's path decides.
+/// The marker a trie node carries; the deepest one on a key's path decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Marker {
-    None,
     Hot,
     Blob(u32),
 }
 
+/// One node of the trie. Pins live in the same nodes as the markers, so one walk down a key
+/// answers both "is any prefix pinned?" and "which marker is deepest?".
 #[derive(Debug, Default)]
 struct Node {
     children: Children,
     marker: Option<Marker>,
+    pinned: bool,
 }
 
 /// Up to this many children are scanned linearly: most nodes have one or a few, and comparing
@@ -196,7 +198,6 @@ impl fmt::Display for Resolution<'_> {
 #[derive(Debug)]
 pub struct Trie {
     nodes: Vec<Node>,
-    pins: Vec<Node>,
     hot_basenames: FxHashSet<Box<str>>,
     /// Bit `n` is set when some hot basename is `n` bytes long (bit 63: 63 or more), so most
     /// chunk keys skip the set lookup.
@@ -209,7 +210,6 @@ impl Default for Trie {
     fn default() -> Self {
         Self {
             nodes: vec![Node::default()],
-            pins: vec![Node::default()],
             hot_basenames: METADATA_BASENAMES.iter().map(|&n| n.into()).collect(),
             hot_lengths: METADATA_BASENAMES
                 .iter()
@@ -264,8 +264,8 @@ impl Trie {
             }
         }
         for pin in &manifest.pinned {
-            let node = insert(&mut self.pins, scope, &pin.prefix);
-            self.pins[node].marker = Some(Marker::None);
+            let node = insert(&mut self.nodes, scope, &pin.prefix);
+            self.nodes[node].pinned = true;
         }
     }
 
@@ -293,22 +293,25 @@ impl Trie {
         if self.hot_lengths & length_bit(last) != 0 && self.hot_basenames.contains(last) {
             return Resolution::Hot;
         }
-        if self.pins.len() > 1 && self.pinned_split(key, bounds) {
+        let mut node = &self.nodes[0];
+        if node.pinned {
             return Resolution::Pinned;
         }
-        let mut node = &self.nodes[0];
         let mut best = node.marker.map(|m| (m, 0));
         for (depth, &(start, end)) in bounds.iter().enumerate() {
             let Some(child) = node.children.get(&key[start as usize..end as usize]) else {
                 break;
             };
             node = &self.nodes[child as usize];
+            if node.pinned {
+                return Resolution::Pinned;
+            }
             if let Some(marker) = node.marker {
                 best = Some((marker, depth + 1));
             }
         }
         let (index, depth) = match best {
-            None | Some((Marker::None, _)) => return Resolution::Unmanaged,
+            None => return Resolution::Unmanaged,
             Some((Marker::Hot, _)) => return Resolution::Hot,
             Some((Marker::Blob(index), depth)) => (index, depth),
         };
@@ -342,23 +345,6 @@ impl Trie {
         }
     }
 
-    fn pinned_split(&self, key: &str, bounds: &[(u32, u32)]) -> bool {
-        let mut node = &self.pins[0];
-        if node.marker.is_some() {
-            return true;
-        }
-        for &(start, end) in bounds {
-            let Some(child) = node.children.get(&key[start as usize..end as usize]) else {
-                return false;
-            };
-            node = &self.pins[child as usize];
-            if node.marker.is_some() {
-                return true;
-            }
-        }
-        false
-    }
-
     /// Keys with more than [`MAX_SEGMENTS`] segments: the same rules, scanning as it goes.
     fn lookup_long<'t>(&'t self, key: &str) -> Resolution<'t> {
         let Some(last) = last_segment(key) else {
@@ -367,13 +353,11 @@ impl Trie {
         if self.hot_lengths & length_bit(last) != 0 && self.hot_basenames.contains(last) {
             return Resolution::Hot;
         }
-        if self.pins.len() > 1 && walk(&self.pins, key, true).is_some() {
-            return Resolution::Pinned;
-        }
-        match walk(&self.nodes, key, false) {
-            None | Some((Marker::None, _)) => Resolution::Unmanaged,
-            Some((Marker::Hot, _)) => Resolution::Hot,
-            Some((Marker::Blob(index), rest)) => {
+        match walk(&self.nodes, key) {
+            Walk::Pinned => Resolution::Pinned,
+            Walk::Deepest(None) => Resolution::Unmanaged,
+            Walk::Deepest(Some((Marker::Hot, _))) => Resolution::Hot,
+            Walk::Deepest(Some((Marker::Blob(index), rest))) => {
                 let rule = &self.rules[index as usize];
                 match bucket_number(rule.blob.bucket.as_ref(), rest) {
                     Some(n) => Resolution::Blob { rule, n },
@@ -399,7 +383,7 @@ impl Trie {
         &self.epochs
     }
 
-    /// The number of main-trie nodes below the root: one per cut, not per object.
+    /// The number of trie nodes below the root: one per cut or pin, not per object.
     #[must_use]
     pub fn node_count(&self) -> usize {
         self.nodes.len() - 1
@@ -491,30 +475,37 @@ fn next_segment(key: &str, from: usize) -> Option<(&str, usize)> {
     Some((&key[start..end], end))
 }
 
-/// Walks `key` down the trie and returns the deepest marker with the rest of the key after
-/// its node (or, with `first`, the shallowest marker: any pin decides).
+/// What a walk down the trie found.
+enum Walk<'k> {
+    /// A pin on the key's path.
+    Pinned,
+    /// The deepest marker, with the rest of the key after its node.
+    Deepest(Option<(Marker, &'k str)>),
+}
+
+/// Walks `key` down the trie: stops at the first pin, else finds the deepest marker.
 #[inline]
-fn walk<'k>(nodes: &[Node], key: &'k str, first: bool) -> Option<(Marker, &'k str)> {
+fn walk<'k>(nodes: &[Node], key: &'k str) -> Walk<'k> {
     let mut node = &nodes[0];
-    let mut best = node.marker.map(|m| (m, key));
-    if first && best.is_some() {
-        return best;
+    if node.pinned {
+        return Walk::Pinned;
     }
+    let mut best = node.marker.map(|m| (m, key));
     let mut at = 0;
     while let Some((segment, end)) = next_segment(key, at) {
         let Some(child) = node.children.get(segment) else {
-            return best;
+            break;
         };
         node = &nodes[child as usize];
         at = end;
+        if node.pinned {
+            return Walk::Pinned;
+        }
         if let Some(marker) = node.marker {
             best = Some((marker, &key[end..]));
-            if first {
-                return best;
-            }
         }
     }
-    best
+    Walk::Deepest(best)
 }
 
 /// The bucket number for the key remainder after a blob's prefix; `None` when the chunk
