@@ -35,7 +35,9 @@ const SMALL_CHILDREN: usize = 8;
 /// A node's children by segment name.
 #[derive(Debug)]
 enum Children {
-    Few(Vec<(Box<str>, u32)>),
+    /// Each name with its [`tag`], so a mismatch is usually decided without reading the
+    /// name from the heap.
+    Few(Vec<(u64, Box<str>, u32)>),
     Many(FxHashMap<Box<str>, u32>),
 }
 
@@ -45,23 +47,39 @@ impl Default for Children {
     }
 }
 
+/// The first up to 7 bytes of a segment and its length (capped at 255) in one word.
+#[inline]
+fn tag(segment: &str) -> u64 {
+    let bytes = segment.as_bytes();
+    let mut word = [0u8; 8];
+    let n = bytes.len().min(7);
+    word[..n].copy_from_slice(&bytes[..n]);
+    word[7] = u8::try_from(bytes.len()).unwrap_or(u8::MAX);
+    u64::from_le_bytes(word)
+}
+
 impl Children {
     #[inline]
     fn get(&self, segment: &str) -> Option<u32> {
         match self {
-            Self::Few(few) => few
-                .iter()
-                .find(|(name, _)| name.as_ref() == segment)
-                .map(|&(_, child)| child),
+            Self::Few(few) => {
+                let wanted = tag(segment);
+                few.iter()
+                    .find(|(t, name, _)| *t == wanted && name.as_ref() == segment)
+                    .map(|&(_, _, child)| child)
+            }
             Self::Many(many) => many.get(segment).copied(),
         }
     }
 
     fn insert(&mut self, segment: &str, child: u32) {
         match self {
-            Self::Few(few) if few.len() < SMALL_CHILDREN => few.push((segment.into(), child)),
+            Self::Few(few) if few.len() < SMALL_CHILDREN => {
+                few.push((tag(segment), segment.into(), child));
+            }
             Self::Few(few) => {
-                let mut many: FxHashMap<Box<str>, u32> = few.drain(..).collect();
+                let mut many: FxHashMap<Box<str>, u32> =
+                    few.drain(..).map(|(_, name, c)| (name, c)).collect();
                 many.insert(segment.into(), child);
                 *self = Self::Many(many);
             }
