@@ -47,7 +47,8 @@ impl Default for Children {
     }
 }
 
-/// The first up to 7 bytes of a segment and its length (capped at 255) in one word.
+/// The first up to 7 bytes of a segment and its length (capped at 255) in one word: for
+/// names of up to 7 bytes, equal tags mean equal names.
 #[inline]
 fn tag(segment: &str) -> u64 {
     let bytes = segment.as_bytes();
@@ -64,8 +65,10 @@ impl Children {
         match self {
             Self::Few(few) => {
                 let wanted = tag(segment);
+                // Up to 7 bytes the tag holds the whole name: equal tags are equal names.
+                let short = segment.len() <= 7;
                 few.iter()
-                    .find(|(t, name, _)| *t == wanted && name.as_ref() == segment)
+                    .find(|(t, name, _)| *t == wanted && (short || name.as_ref() == segment))
                     .map(|&(_, _, child)| child)
             }
             Self::Many(many) => many.get(segment).copied(),
