@@ -342,7 +342,7 @@ impl StacApi {
                 if scope.has_view() {
                     let hidden: Vec<&str> = wanted
                         .iter()
-                        .filter(|w| !visible.iter().any(|c| &c.id == *w))
+                        .filter(|w| !visible.iter().any(|c| c.id == w.to_lowercase()))
                         .map(String::as_str)
                         .collect();
                     if !hidden.is_empty() {
