@@ -45,13 +45,7 @@ const STORES: usize = 1_000;
 const PARENTS: usize = 40;
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let arg = svc_bench::arg;
     let keys: usize = arg("--keys").map_or(Ok(4_000_000), |v| v.parse())?;
     let python_keys: usize = arg("--python-keys").map_or(Ok(1_000_000), |v| v.parse())?;
     let objects: u64 = arg("--objects").map_or(Ok(1_000_000), |v| v.parse())?;

@@ -167,7 +167,8 @@ async fn search_get(call: StacCall) -> Result<Response, ApiError> {
 
 async fn search_post(call: StacCall, RawBody(body): RawBody) -> Result<Response, ApiError> {
     let mut request = SearchRequest::from_body(&body)?;
-    let query_view = call.scope()?.view().to_vec();
+    let scope = call.scope()?;
+    let query_view = scope.view().to_vec();
     if !query_view.is_empty() {
         let as_set = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
         if !request.view.is_empty() && as_set(&request.view) != as_set(&query_view) {
@@ -178,7 +179,7 @@ async fn search_post(call: StacCall, RawBody(body): RawBody) -> Result<Response,
         }
         request.view = query_view;
     }
-    let scope = call.scope_with(request.view.clone())?;
+    let scope = scope.with_view(request.view.clone());
     Ok(typed(
         GEO_JSON,
         &call.stac().search(&scope, &request, Method::Post)?,

@@ -16,6 +16,17 @@ fn tiny() -> PartitionOptions {
     }
 }
 
+/// Partitions scope `s.zarr` of `data` into `manifests`.
+async fn run(
+    data: &Arc<object_store::memory::InMemory>,
+    manifests: &ManifestStore,
+    options: &PartitionOptions,
+) -> PartitionOutcome {
+    partition_store(data.as_ref(), manifests, "s.zarr", options, None)
+        .await
+        .unwrap()
+}
+
 async fn store_with_tas() -> Arc<object_store::memory::InMemory> {
     let data = memory();
     testing::group(data.as_ref(), "s.zarr", "", true).await;
@@ -42,9 +53,7 @@ fn ids(manifest: &Manifest) -> Vec<&str> {
 async fn end_to_end_then_second_run_is_a_no_op() {
     let data = store_with_tas().await;
     let manifests = ManifestStore::new(memory(), "");
-    let first = partition_store(data.as_ref(), &manifests, "s.zarr", &tiny(), None)
-        .await
-        .unwrap();
+    let first = run(&data, &manifests, &tiny()).await;
     assert!(first.written);
     assert_eq!(
         (first.manifest.epoch, ids(&first.manifest)),
@@ -54,15 +63,7 @@ async fn end_to_end_then_second_run_is_a_no_op() {
     let trie = crate::Trie::from_manifests(&manifests.load_all().await.unwrap());
     assert_eq!(trie.lookup("s.zarr/tas/c/35/0/0").to_string(), "b_tas_2");
     assert_eq!(trie.lookup("s.zarr/time/c/0").to_string(), "hot");
-    let second = partition_store(
-        data.as_ref(),
-        &manifests,
-        "s.zarr",
-        &PartitionOptions::default(),
-        None,
-    )
-    .await
-    .unwrap();
+    let second = run(&data, &manifests, &PartitionOptions::default()).await;
     assert!(!second.written);
     assert_eq!(second.manifest.epoch, 1);
     assert_eq!(second.diff.describe(), "(no change)");
@@ -76,9 +77,7 @@ async fn dry_run_writes_nothing() {
         dry_run: true,
         ..tiny()
     };
-    let outcome = partition_store(data.as_ref(), &manifests, "s.zarr", &options, None)
-        .await
-        .unwrap();
+    let outcome = run(&data, &manifests, &options).await;
     assert!(!outcome.written);
     assert!(manifests.read("s.zarr").await.unwrap().is_none());
 }
@@ -87,24 +86,14 @@ async fn dry_run_writes_nothing() {
 async fn new_variable_bumps_the_epoch_additively() {
     let data = store_with_tas().await;
     let manifests = ManifestStore::new(memory(), "");
-    partition_store(data.as_ref(), &manifests, "s.zarr", &tiny(), None)
-        .await
-        .unwrap();
+    run(&data, &manifests, &tiny()).await;
     testing::array(
         data.as_ref(),
         "s.zarr",
         &Spec::v3("psl", &[400, 4, 4], &[10, 4, 4]),
     )
     .await;
-    let outcome = partition_store(
-        data.as_ref(),
-        &manifests,
-        "s.zarr",
-        &PartitionOptions::default(),
-        None,
-    )
-    .await
-    .unwrap();
+    let outcome = run(&data, &manifests, &PartitionOptions::default()).await;
     assert!(outcome.written);
     assert_eq!(
         (outcome.manifest.epoch, ids(&outcome.manifest)),
@@ -126,14 +115,10 @@ async fn new_variable_bumps_the_epoch_additively() {
 async fn a_policy_change_alone_does_nothing() {
     let data = store_with_tas().await;
     let manifests = ManifestStore::new(memory(), "");
-    partition_store(data.as_ref(), &manifests, "s.zarr", &tiny(), None)
-        .await
-        .unwrap();
+    run(&data, &manifests, &tiny()).await;
     let mut options = tiny();
     options.policy.t_max_bytes = Some(640);
-    let outcome = partition_store(data.as_ref(), &manifests, "s.zarr", &options, None)
-        .await
-        .unwrap();
+    let outcome = run(&data, &manifests, &options).await;
     assert!(!outcome.written);
     assert_eq!(outcome.manifest.blobs[0].bucket.unwrap().width, 16);
 }
@@ -142,9 +127,7 @@ async fn a_policy_change_alone_does_nothing() {
 async fn policy_flags_override_single_fields_of_the_inherited_policy() {
     let data = store_with_tas().await;
     let manifests = ManifestStore::new(memory(), "");
-    partition_store(data.as_ref(), &manifests, "s.zarr", &tiny(), None)
-        .await
-        .unwrap();
+    run(&data, &manifests, &tiny()).await;
     let options = PartitionOptions {
         mode: Mode::Recompute,
         policy: PolicyOverrides {
@@ -153,9 +136,7 @@ async fn policy_flags_override_single_fields_of_the_inherited_policy() {
         },
         ..PartitionOptions::default()
     };
-    let outcome = partition_store(data.as_ref(), &manifests, "s.zarr", &options, None)
-        .await
-        .unwrap();
+    let outcome = run(&data, &manifests, &options).await;
     let policy = outcome.manifest.policy;
     assert_eq!(
         (policy.t_max_bytes, policy.t_hot_bytes, policy.pow2_floor),
@@ -167,9 +148,7 @@ async fn policy_flags_override_single_fields_of_the_inherited_policy() {
 async fn force_recomputes_keeps_pins_and_moves_the_epoch_forward() {
     let data = store_with_tas().await;
     let manifests = ManifestStore::new(memory(), "");
-    partition_store(data.as_ref(), &manifests, "s.zarr", &tiny(), None)
-        .await
-        .unwrap();
+    run(&data, &manifests, &tiny()).await;
     let mut stored = manifests.read("s.zarr").await.unwrap().unwrap();
     stored.manifest.epoch = 7;
     stored.manifest.pinned.push(Pin {
@@ -186,9 +165,7 @@ async fn force_recomputes_keeps_pins_and_moves_the_epoch_forward() {
     let mut options = tiny();
     options.mode = Mode::Recompute;
     options.policy.t_max_bytes = Some(640);
-    let outcome = partition_store(data.as_ref(), &manifests, "s.zarr", &options, None)
-        .await
-        .unwrap();
+    let outcome = run(&data, &manifests, &options).await;
     assert!(outcome.written);
     assert_eq!(outcome.diff.modified.len(), 1);
     assert!(outcome.diff.describe().starts_with("~ b_tas: "));
@@ -288,9 +265,7 @@ async fn every_chunk_of_a_payload_array_lands_in_exactly_one_blob() {
     )
     .await;
     let manifests = ManifestStore::new(memory(), "");
-    partition_store(data.as_ref(), &manifests, "s.zarr", &tiny(), None)
-        .await
-        .unwrap();
+    run(&data, &manifests, &tiny()).await;
     let trie = crate::Trie::from_manifests(&manifests.load_all().await.unwrap());
     let listing: Vec<object_store::ObjectMeta> =
         futures::TryStreamExt::try_collect(data.list(None))

@@ -316,14 +316,9 @@ impl Index {
         self.order.partition_point(|id| self.path(*id) > path)
     }
 
-    /// The time column, indexed by id (`i64::MIN` start: no time).
-    pub(crate) fn times(&self) -> &[(i64, i64)] {
-        &self.times
-    }
-
-    /// The box column, indexed by id (NaN: no box).
-    pub(crate) fn boxes(&self) -> &[[f32; 4]] {
-        &self.boxes
+    /// The length of the per-record columns: one past the highest record id.
+    pub(crate) fn column_len(&self) -> usize {
+        self.times.len()
     }
 
     pub(crate) fn time(&self, id: u32) -> Option<(i64, i64)> {

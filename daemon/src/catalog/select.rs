@@ -33,24 +33,21 @@ pub(crate) fn evaluate(index: &Index, query: &Query) -> RoaringBitmap {
         ids &= matching_text(index, &query.text);
     }
     if query.time.is_some() || query.bbox.is_some() {
-        let times = index.times();
-        let boxes = index.boxes();
-        let in_time = |id: usize| match query.time {
+        let in_time = |id: u32| match query.time {
             None => true,
-            Some((range, mode)) => times.get(id).is_some_and(|t| {
-                *t != (i64::MIN, i64::MIN) && mode.selects(*t, (range.start, range.end))
-            }),
+            Some((range, mode)) => index
+                .time(id)
+                .is_some_and(|t| mode.selects(t, (range.start, range.end))),
         };
-        let in_box = |id: usize| match query.bbox {
+        let in_box = |id: u32| match query.bbox {
             None => true,
-            Some(([min_lon, max_lon, min_lat, max_lat], mode)) => boxes.get(id).is_some_and(|b| {
+            Some(([min_lon, max_lon, min_lat, max_lat], mode)) => index.bbox(id).is_some_and(|b| {
                 let [r_min_lon, r_min_lat, r_max_lon, r_max_lat] = b.map(f64::from);
-                !r_min_lon.is_nan()
-                    && mode.selects((r_min_lon, r_max_lon), (min_lon, max_lon))
+                mode.selects((r_min_lon, r_max_lon), (min_lon, max_lon))
                     && mode.selects((r_min_lat, r_max_lat), (min_lat, max_lat))
             }),
         };
-        ids = filter_columns(&ids, times.len(), |id| in_time(id) && in_box(id));
+        ids = filter_columns(&ids, index.column_len(), |id| in_time(id) && in_box(id));
     }
     ids
 }
@@ -64,10 +61,10 @@ const SCAN_SHARE: usize = 16;
 fn filter_columns(
     ids: &RoaringBitmap,
     len: usize,
-    keep: impl Fn(usize) -> bool + Sync,
+    keep: impl Fn(u32) -> bool + Sync,
 ) -> RoaringBitmap {
     if (ids.len() as usize) * SCAN_SHARE < len {
-        return ids.iter().filter(|id| keep(*id as usize)).collect();
+        return ids.iter().filter(|id| keep(*id)).collect();
     }
     let mut bits = vec![0_u8; len.div_ceil(8)];
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -80,7 +77,7 @@ fn filter_columns(
                 for (offset, byte) in chunk.iter_mut().enumerate() {
                     let base = first + offset * 8;
                     for bit in 0..8.min(len.saturating_sub(base)) {
-                        *byte |= u8::from(keep(base + bit)) << bit;
+                        *byte |= u8::from(keep((base + bit) as u32)) << bit;
                     }
                 }
             });

@@ -19,8 +19,8 @@ use crate::catalog::{Catalog, Cursor, Extent, Record, Selection};
 use crate::error::{Error, Result};
 
 use super::Search;
+use crate::stac::STAC_VERSION;
 
-const STAC_VERSION: &str = "1.1.0";
 const BATCH: usize = 2_000;
 
 /// Where the catalogue's assets point.
@@ -164,21 +164,7 @@ impl StaticCatalogue {
             properties.insert("version".into(), Value::String(v.clone()));
         }
         properties.insert("title".into(), Value::String(location.clone()));
-        let (start, end, datetime) = match record.time_range() {
-            Some(t) => (
-                format_instant(t.start),
-                format_instant(t.end),
-                Value::String(format_instant(t.start)),
-            ),
-            None => (
-                "0001-01-01T00:00:00Z".to_string(),
-                "9999-12-31T23:59:59Z".to_string(),
-                Value::Null,
-            ),
-        };
-        properties.insert("datetime".into(), datetime);
-        properties.insert("start_datetime".into(), Value::String(start));
-        properties.insert("end_datetime".into(), Value::String(end));
+        insert_times(&mut properties, record);
         let mut item = json!({
             "type": "Feature",
             "stac_version": STAC_VERSION,
@@ -258,6 +244,27 @@ impl StaticCatalogue {
             "providers": [{"name": "svc-nextgen databrowser", "url": self.links.api_base}],
         })
     }
+}
+
+/// Adds an item's `datetime`, `start_datetime` and `end_datetime`. A record without a time
+/// range is time-invariant (fx): `datetime: null` with the open interval 0001..9999, which
+/// STAC requires for a null datetime.
+pub(crate) fn insert_times(properties: &mut serde_json::Map<String, Value>, record: &Record) {
+    let (start, end, datetime) = match record.time_range() {
+        Some(t) => (
+            format_instant(t.start),
+            format_instant(t.end),
+            Value::String(format_instant(t.start)),
+        ),
+        None => (
+            "0001-01-01T00:00:00Z".to_string(),
+            "9999-12-31T23:59:59Z".to_string(),
+            Value::Null,
+        ),
+    };
+    properties.insert("datetime".into(), datetime);
+    properties.insert("start_datetime".into(), Value::String(start));
+    properties.insert("end_datetime".into(), Value::String(end));
 }
 
 /// The closed polygon of a box `[min_lon, min_lat, max_lon, max_lat]`.

@@ -41,9 +41,9 @@ pub use params::{DEFAULT_LIMIT, Direction, MAX_LIMIT, SearchRequest, Token, spli
 
 use crate::catalog::facet::HIERARCHY;
 use crate::catalog::query::{Clause, Field, Pattern};
-use crate::catalog::time::{SelectMode, TimeRange, format_instant};
+use crate::catalog::time::{SelectMode, format_instant};
 use crate::catalog::{Anchor, Catalog, Extent, Query, Record, item_id, parse_item_id};
-use crate::databrowser::{media_type, polygon};
+use crate::databrowser::{insert_times, media_type, polygon};
 use crate::error::{Error, Result};
 
 /// The STAC version of every document.
@@ -117,11 +117,6 @@ impl Scope {
     pub fn with_view(mut self, patterns: Vec<String>) -> Self {
         self.view = patterns;
         self
-    }
-
-    /// The collection axis.
-    pub fn axis(&self) -> &str {
-        &self.axis
     }
 
     /// The `visible_collections` patterns.
@@ -583,35 +578,19 @@ impl StacApi {
             paging_link(scope, "self", path, request, None, method),
             scope.link("root", "/", "application/json", "Landing page"),
         ];
-        if let (true, Some(last)) = (page.has_next, records.last()) {
-            let token = Token {
-                direction: Direction::Next,
-                context: context.to_string(),
-                item: item_id(&last.file),
-            };
-            links.push(paging_link(
-                scope,
-                "next",
-                path,
-                request,
-                Some(&token),
-                method,
-            ));
-        }
-        if let (true, Some(first)) = (page.has_previous, records.first()) {
-            let token = Token {
-                direction: Direction::Prev,
-                context: context.to_string(),
-                item: item_id(&first.file),
-            };
-            links.push(paging_link(
-                scope,
-                "prev",
-                path,
-                request,
-                Some(&token),
-                method,
-            ));
+        // `next` pivots on the page's last item, `prev` on its first.
+        for (rel, direction, wanted, pivot) in [
+            ("next", Direction::Next, page.has_next, records.last()),
+            ("prev", Direction::Prev, page.has_previous, records.first()),
+        ] {
+            if let (true, Some(pivot)) = (wanted, pivot) {
+                let token = Token {
+                    direction,
+                    context: context.to_string(),
+                    item: item_id(&pivot.file),
+                };
+                links.push(paging_link(scope, rel, path, request, Some(&token), method));
+            }
         }
         Ok(json!({
             "type": "FeatureCollection",
@@ -674,6 +653,16 @@ fn paging_link(
     token: Option<&Token>,
     method: Method,
 ) -> Value {
+    if method == Method::Post && rel != "self" {
+        return json!({
+            "rel": rel,
+            "href": scope.href(path, &[]),
+            "type": GEO_JSON,
+            "method": "POST",
+            "body": post_body(scope, request, token),
+            "merge": false,
+        });
+    }
     let mut query: Vec<(&str, String)> = vec![("limit", request.limit.to_string())];
     if let Some(c) = &request.collections {
         query.push(("collections", c.join(",")));
@@ -693,40 +682,41 @@ fn paging_link(
     if let Some(shape) = &request.intersects {
         query.push(("intersects", shape.geojson().to_string()));
     }
-    if method == Method::Post && rel != "self" {
-        let mut body = Map::new();
-        for (k, v) in &query {
-            let value = match *k {
-                "limit" => json!(request.limit),
-                "bbox" => json!(request.bbox),
-                "collections" | "ids" => json!(v.split(',').collect::<Vec<_>>()),
-                "intersects" => request
-                    .intersects
-                    .as_ref()
-                    .map_or(Value::Null, |s| s.geojson().clone()),
-                _ => json!(v),
-            };
-            body.insert((*k).to_string(), value);
-        }
-        if scope.has_view() {
-            body.insert("visible_collections".into(), json!(scope.view));
-        }
-        if let Some(t) = token {
-            body.insert("token".into(), json!(t.to_text()));
-        }
-        return json!({
-            "rel": rel,
-            "href": scope.href(path, &[]),
-            "type": GEO_JSON,
-            "method": "POST",
-            "body": body,
-            "merge": false,
-        });
-    }
     if let Some(t) = token {
         query.push(("token", t.to_text()));
     }
     json!({"rel": rel, "href": scope.href(path, &query), "type": GEO_JSON, "method": "GET"})
+}
+
+/// The body of a POST search link: the request's own fields, the view and the token.
+fn post_body(scope: &Scope, request: &SearchRequest, token: Option<&Token>) -> Map<String, Value> {
+    let mut body = Map::new();
+    body.insert("limit".into(), json!(request.limit));
+    if let Some(c) = &request.collections {
+        body.insert("collections".into(), json!(c));
+    }
+    if let Some(ids) = &request.ids {
+        body.insert("ids".into(), json!(ids));
+    }
+    if let Some(b) = request.bbox {
+        body.insert("bbox".into(), json!(b));
+    }
+    if let Some(d) = &request.datetime_text {
+        body.insert("datetime".into(), json!(d));
+    }
+    if !request.q.is_empty() {
+        body.insert("q".into(), json!(request.q.join(",")));
+    }
+    if let Some(shape) = &request.intersects {
+        body.insert("intersects".into(), shape.geojson().clone());
+    }
+    if scope.has_view() {
+        body.insert("visible_collections".into(), json!(scope.view));
+    }
+    if let Some(t) = token {
+        body.insert("token".into(), json!(t.to_text()));
+    }
+    body
 }
 
 fn collection_json(scope: &Scope, c: &CollectionSummary) -> Value {
@@ -784,21 +774,7 @@ fn item_json(scope: &Scope, record: &Record, collection: &str) -> Value {
         properties.insert("version".into(), Value::String(v.clone()));
     }
     properties.insert("title".into(), Value::String(record.file.clone()));
-    let (start, end, datetime) = match record.time_range() {
-        Some(TimeRange { start, end }) => (
-            format_instant(start),
-            format_instant(end),
-            Value::String(format_instant(start)),
-        ),
-        None => (
-            "0001-01-01T00:00:00Z".to_string(),
-            "9999-12-31T23:59:59Z".to_string(),
-            Value::Null,
-        ),
-    };
-    properties.insert("datetime".into(), datetime);
-    properties.insert("start_datetime".into(), Value::String(start));
-    properties.insert("end_datetime".into(), Value::String(end));
+    insert_times(&mut properties, record);
     let file_query = form_urlencoded::Serializer::new(String::new())
         .append_pair("file", &record.file)
         .finish();
