@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use svc_manifests::object_store::ObjectStore;
 use svc_manifests::{
     DEFAULT_EXCLUDE, DEFAULT_MAX_DEPTH, ManifestStore, Missing, Mode, PartitionOptions,
-    PolicyOverrides, S3Options, Trie, pins, text,
+    PolicyFlags, S3Options, Trie, pins, text,
 };
 
 /// Options shared by every `svcd manifest` command.
@@ -96,8 +96,9 @@ enum ManifestCommand {
     },
 }
 
-/// `partition` arguments. Each policy flag overrides only that field of the inherited
-/// policy (the previous manifest's, else the defaults); the others are kept.
+/// `partition` arguments. Policy flags build a new policy over the defaults, as the
+/// reference CLI's `--t-max` does; without any, the previous manifest's policy is kept
+/// (and `--force` uses the defaults).
 #[derive(Debug, Args)]
 struct PartitionArgs {
     /// The scope, relative to --data, e.g. nukleus/eur11.zarr.
@@ -106,7 +107,8 @@ struct PartitionArgs {
     #[arg(long)]
     dry_run: bool,
     /// Recompute blobs from scratch: the only operation that can move or drop a blob,
-    /// orphaning tape copies held against its id. Pins and the epoch sequence are kept.
+    /// orphaning tape copies held against its id. Pins and the epoch sequence are kept; the
+    /// policy is the defaults plus any policy flags given.
     #[arg(long)]
     force: bool,
     /// Target upper bound for one blob, e.g. 100GiB.
@@ -384,7 +386,7 @@ async fn partition(
     exclude: Vec<String>,
 ) -> Outcome {
     let options = PartitionOptions {
-        policy: PolicyOverrides {
+        policy: PolicyFlags {
             t_max_bytes: args.t_max,
             t_min_bytes: args.t_min,
             t_hot_bytes: args.t_hot,

@@ -17,15 +17,23 @@
 //!
 //! # Differences from the reference producer
 //! Manifests are byte-compatible with the reference tool's apart from `generated_at` and
-//! `generated_by`. Deliberate differences:
+//! `generated_by`. Differences settled by DECISIONS.md:
 //! - ids are ASCII `[a-z0-9_]` only: non-ASCII letters become `_` (see [`ident`]);
 //! - chunk indices are strict ASCII digits (see [`Trie`]);
 //! - Zarr v3 `dimension_names` mark coordinates, like `_ARRAY_DIMENSIONS`;
 //! - a change of `hot_always` alone is written with epoch + 1, and [`Mode::Recompute`] keeps
-//!   pins, policy and the epoch sequence (see [`partition_store`]);
-//! - policy overrides change single fields of the inherited policy ([`PolicyOverrides`]);
-//! - a marker at the store root (scope `""`, prefix `""`) counts in the resolver;
-//! - reports count blob instances per `(scope, id)`, as ids repeat across scopes.
+//!   pins and the epoch sequence (see [`partition_store`]);
+//! - reports count blob instances per `(scope, id)`, as tier state is keyed by both.
+//!
+//! Two where the reference's code departs from the spec and from its own description, which
+//! DECISIONS.md's general rule makes the behaviour to follow:
+//! - an array at the scope root has path `""` (chunk prefix `c` in v3, `""` in v2, hot
+//!   pattern `**`, provenance key `.`); the reference's reader gives it the scope's own path,
+//!   so its blob prefix repeats the scope and claims nothing;
+//! - a marker on the trie root (scope `""`, prefix `""`) counts in the resolver.
+//!
+//! As in the reference, policy flags build the policy over the defaults and `--force` does
+//! not inherit the previous policy ([`PolicyFlags`]).
 
 mod array;
 mod diff;
@@ -59,7 +67,7 @@ pub use report::{Report, child_prefixes, report};
 pub use resolve::{BlobRule, Kind, Resolution, Resolver, Trie};
 pub use scan::{Candidate, DEFAULT_MAX_DEPTH, scan};
 pub use schema::{SCHEMA_JSON, from_value, parse, schema};
-pub use service::{PartitionOptions, PartitionOutcome, PolicyOverrides, partition_store};
+pub use service::{PartitionOptions, PartitionOutcome, PolicyFlags, partition_store};
 pub use store::{MANIFEST_NAME, ManifestStore, Stored, WriteMode, Written};
 pub use url::{Missing, S3Options, open_store};
 

@@ -18,13 +18,15 @@ pub enum Mode {
     #[default]
     Additive,
     /// Recompute every blob from scratch (`--force`): the only way to move or drop a blob.
-    /// Pins, policy and epoch are still taken from the previous manifest.
+    /// Pins and epoch are still taken from the previous manifest; the policy is not (it is
+    /// the one passed in, else the defaults), as in the reference's forced run.
     Recompute,
 }
 
 /// Computes the blob definitions for `scope`.
 ///
-/// The policy is `policy`, else the previous manifest's, else the defaults. Pins are carried
+/// The policy is `policy`, else (in [`Mode::Additive`]) the previous manifest's, else the
+/// defaults. Pins are carried
 /// from `previous` unchanged and the epoch is the previous one (the caller bumps it when it
 /// writes). Metadata basenames, coordinates, arrays under `t_hot_bytes` and arrays under a
 /// pin go into `hot_always` and get no blob.
@@ -38,9 +40,11 @@ pub fn partition(
     previous: Option<&Manifest>,
     mode: Mode,
 ) -> Result<Manifest> {
-    let policy = policy
-        .or_else(|| previous.map(|m| m.policy))
-        .unwrap_or_default();
+    let inherited = match mode {
+        Mode::Additive => previous.map(|m| m.policy),
+        Mode::Recompute => None,
+    };
+    let policy = policy.or(inherited).unwrap_or_default();
     let pinned = previous.map(|m| m.pinned.clone()).unwrap_or_default();
     let mut hot_always = default_hot_always();
     let mut payload = Vec::new();

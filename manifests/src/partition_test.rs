@@ -371,17 +371,15 @@ fn without_carrying_a_repartition_renumbers() {
 }
 
 #[test]
-fn previous_policy_is_inherited() {
+fn an_additive_run_inherits_the_policy_and_a_recompute_takes_the_defaults() {
     let before = previous(&[stored("tas", 5000)]);
-    let after = partition(
-        "s",
-        &[stored("tas", 5000)],
-        None,
-        Some(&before),
-        Mode::Additive,
-    )
-    .unwrap();
-    assert_eq!(after.policy, tiny());
+    for (mode, policy) in [
+        (Mode::Additive, tiny()),
+        (Mode::Recompute, Policy::default()),
+    ] {
+        let after = partition("s", &[stored("tas", 5000)], None, Some(&before), mode).unwrap();
+        assert_eq!(after.policy, policy, "{mode:?}");
+    }
 }
 
 #[test]
@@ -415,7 +413,7 @@ fn pins_are_carried_and_a_newly_seen_pinned_array_gets_no_blob() {
         let after = partition(
             "s",
             &[stored("tas", 5000), stored("pr", 5000)],
-            None,
+            Some(tiny()),
             Some(&before),
             mode,
         )

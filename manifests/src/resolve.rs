@@ -19,76 +19,135 @@ enum Marker {
     Blob(u32),
 }
 
-/// One node of the trie. Pins live in the same nodes as the markers, so one walk down a key
-/// answers both "is any prefix pinned?" and "which marker is deepest?".
+/// A node of the trie under construction.
 #[derive(Debug, Default)]
-struct Node {
-    children: Children,
+struct BuildNode {
+    children: BTreeMap<Box<str>, u32>,
     marker: Option<Marker>,
     pinned: bool,
 }
 
-/// Up to this many children are scanned linearly: most nodes have one or a few, and comparing
-/// a few short strings is cheaper than hashing the segment.
-const SMALL_CHILDREN: usize = 8;
-
-/// A node's children by segment name.
-#[derive(Debug)]
-enum Children {
-    /// Each name with its [`tag`], so a mismatch is usually decided without reading the
-    /// name from the heap.
-    Few(Vec<(u64, Box<str>, u32)>),
-    Many(FxHashMap<Box<str>, u32>),
+/// One node of the built trie, stored in the edge that leads to it (the root's on its own),
+/// so a step down the key reads one edge: the child's name and everything about the child.
+/// Its own child edges are `edges[first..first + count]`. Pins live in the same nodes as the
+/// markers, so one walk down a key answers both "is any prefix pinned?" and "which marker
+/// is deepest?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Node {
+    first: u32,
+    count: u32,
+    /// The marker ([`Node::NO_MARKER`], [`Node::HOT`] or a blob rule's index plus 2) and,
+    /// in bit 31, whether the node is pinned.
+    state: u32,
 }
 
-impl Default for Children {
-    fn default() -> Self {
-        Self::Few(Vec::new())
-    }
-}
+impl Node {
+    const NO_MARKER: u32 = 0;
+    const HOT: u32 = 1;
+    const PINNED: u32 = 1 << 31;
 
-/// The first up to 7 bytes of a segment and its length (capped at 255) in one word: for
-/// names of up to 7 bytes, equal tags mean equal names.
-#[inline]
-fn tag(segment: &str) -> u64 {
-    let bytes = segment.as_bytes();
-    let mut word = [0u8; 8];
-    let n = bytes.len().min(7);
-    word[..n].copy_from_slice(&bytes[..n]);
-    word[7] = u8::try_from(bytes.len()).unwrap_or(u8::MAX);
-    u64::from_le_bytes(word)
-}
-
-impl Children {
-    #[inline]
-    fn get(&self, segment: &str) -> Option<u32> {
-        match self {
-            Self::Few(few) => {
-                let wanted = tag(segment);
-                // Up to 7 bytes the tag holds the whole name: equal tags are equal names.
-                let short = segment.len() <= 7;
-                few.iter()
-                    .find(|(t, name, _)| *t == wanted && (short || name.as_ref() == segment))
-                    .map(|&(_, _, child)| child)
+    fn new(first: u32, count: u32, marker: Option<Marker>, pinned: bool) -> Self {
+        let marker = match marker {
+            None => Self::NO_MARKER,
+            Some(Marker::Hot) => Self::HOT,
+            Some(Marker::Blob(index)) => {
+                assert!(index < Self::PINNED - 2, "fewer than 2^31 - 2 blob rules");
+                index + 2
             }
-            Self::Many(many) => many.get(segment).copied(),
+        };
+        let pinned = if pinned { Self::PINNED } else { 0 };
+        Self {
+            first,
+            count,
+            state: marker | pinned,
         }
     }
 
-    fn insert(&mut self, segment: &str, child: u32) {
-        match self {
-            Self::Few(few) if few.len() < SMALL_CHILDREN => {
-                few.push((tag(segment), segment.into(), child));
-            }
-            Self::Few(few) => {
-                let mut many: FxHashMap<Box<str>, u32> =
-                    few.drain(..).map(|(_, name, c)| (name, c)).collect();
-                many.insert(segment.into(), child);
-                *self = Self::Many(many);
-            }
-            Self::Many(many) => {
-                many.insert(segment.into(), child);
-            }
+    #[inline]
+    fn pinned(self) -> bool {
+        self.state & Self::PINNED != 0
+    }
+
+    #[inline]
+    fn marker(self) -> Option<Marker> {
+        match self.state & !Self::PINNED {
+            Self::NO_MARKER => None,
+            Self::HOT => Some(Marker::Hot),
+            blob => Some(Marker::Blob(blob - 2)),
+        }
+    }
+}
+
+/// Nodes with more children than this find a child through [`Trie::wide`]; up to it, the
+/// node's contiguous [`Trie::tags`] are all compared, without a branch per child.
+const FEW_CHILDREN: u32 = 16;
+
+/// A name's first 16 bytes as two zero-filled little-endian words, and its length: for
+/// names of up to 16 bytes, equal heads are equal names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Head {
+    words: [u64; 2],
+    len: u32,
+}
+
+/// Names longer than this are confirmed on their bytes after their heads match.
+const HEAD_BYTES: usize = 16;
+
+impl Head {
+    /// The head of a whole name.
+    fn of(name: &[u8]) -> Self {
+        let mut padded = [0u8; HEAD_BYTES];
+        let n = name.len().min(HEAD_BYTES);
+        padded[..n].copy_from_slice(&name[..n]);
+        let (w0, w1) = padded.split_at(8);
+        Self {
+            words: [
+                u64::from_le_bytes(w0.try_into().expect("8 bytes")),
+                u64::from_le_bytes(w1.try_into().expect("8 bytes")),
+            ],
+            len: u32::try_from(name.len()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// A 64-bit hash of the whole name: the head, and for a long name the bytes after the
+    /// 16th. Siblings almost never share a tag; when they do, the lookup falls back to
+    /// comparing names.
+    #[inline]
+    fn tag(&self, name: &[u8]) -> u64 {
+        const K: u64 = 0xf135_7aea_2e62_a9c5;
+        let mut tag = (self.words[0] ^ u64::from(self.len).rotate_left(32))
+            .wrapping_mul(K)
+            .rotate_left(26)
+            ^ self.words[1];
+        if let Some(rest) = name.get(HEAD_BYTES..) {
+            tag ^= hash_bytes(rest);
+        }
+        tag.wrapping_mul(K).rotate_left(26)
+    }
+}
+
+/// A hash of the bytes after a long name's first 16.
+#[cold]
+fn hash_bytes(bytes: &[u8]) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(bytes)
+}
+
+/// A child edge: the child's name (its [`Head`], flattened to keep an edge at 32 bytes) and
+/// the child node.
+#[derive(Debug, Clone, Copy)]
+struct Edge {
+    words: [u64; 2],
+    len: u32,
+    node: Node,
+}
+
+impl Edge {
+    #[inline]
+    fn head(&self) -> Head {
+        Head {
+            words: self.words,
+            len: self.len,
         }
     }
 }
@@ -218,7 +277,19 @@ impl fmt::Display for Resolution<'_> {
 /// ```
 #[derive(Debug)]
 pub struct Trie {
-    nodes: Vec<Node>,
+    root: Node,
+    /// Every other node, in the edge leading to it. Each node's child edges are contiguous,
+    /// and the blocks are in depth-first order, so a store's nodes sit together.
+    edges: Vec<Edge>,
+    /// The [`Head::tag`] of each edge's name, parallel to `edges`.
+    tags: Vec<u64>,
+    /// Each edge's name in `names` (read only to confirm a name over 16 bytes, or after
+    /// two siblings' tags collide).
+    name_spans: Vec<(u32, u32)>,
+    names: String,
+    /// `(node's first edge, tag)` to the edge with that tag, for nodes with more than
+    /// [`FEW_CHILDREN`] children (the first such edge, should two siblings share a tag).
+    wide: FxHashMap<(u32, u64), u32>,
     hot_basenames: FxHashSet<Box<str>>,
     /// Bit `n` is set when some hot basename is `n` bytes long (bit 63: 63 or more), so most
     /// chunk keys skip the set lookup.
@@ -229,15 +300,143 @@ pub struct Trie {
 
 impl Default for Trie {
     fn default() -> Self {
+        Self::from_manifests([])
+    }
+}
+
+/// Collects manifests into [`BuildNode`]s; [`Builder::finish`] lays them out for lookups.
+struct Builder {
+    nodes: Vec<BuildNode>,
+    hot_basenames: FxHashSet<Box<str>>,
+    rules: Vec<BlobRule>,
+    epochs: BTreeMap<String, u64>,
+}
+
+impl Builder {
+    fn new() -> Self {
         Self {
-            nodes: vec![Node::default()],
+            nodes: vec![BuildNode::default()],
             hot_basenames: METADATA_BASENAMES.iter().map(|&n| n.into()).collect(),
-            hot_lengths: METADATA_BASENAMES
-                .iter()
-                .fold(0, |bits, n| bits | length_bit(n)),
             rules: Vec::new(),
             epochs: BTreeMap::new(),
         }
+    }
+
+    /// Adds one manifest's hot prefixes, blobs and pins, and records its epoch.
+    fn add(&mut self, manifest: &Manifest) {
+        let scope = manifest.scope.trim_matches('/');
+        self.epochs.insert(scope.to_owned(), manifest.epoch);
+        let shared_scope: Arc<str> = scope.into();
+        for pattern in &manifest.hot_always {
+            if let Some(name) = pattern.strip_prefix("**/") {
+                self.hot_basenames.insert(name.into());
+            } else {
+                let prefix = pattern.trim_end_matches(['*', '/']);
+                let node = self.insert(scope, prefix);
+                self.nodes[node].marker = Some(Marker::Hot);
+            }
+        }
+        for blob in &manifest.blobs {
+            let index = u32::try_from(self.rules.len()).expect("fewer than 2^32 blob rules");
+            self.rules.push(BlobRule {
+                scope: Arc::clone(&shared_scope),
+                blob: blob.clone(),
+            });
+            for prefix in &blob.prefixes {
+                let node = self.insert(scope, prefix);
+                self.nodes[node].marker = Some(Marker::Blob(index));
+            }
+        }
+        for pin in &manifest.pinned {
+            let node = self.insert(scope, &pin.prefix);
+            self.nodes[node].pinned = true;
+        }
+    }
+
+    /// Creates the path for `scope` then `prefix` (empty segments dropped) and returns the
+    /// index of its node.
+    fn insert(&mut self, scope: &str, prefix: &str) -> usize {
+        let mut at = 0;
+        for segment in scope.split('/').chain(prefix.split('/')) {
+            if segment.is_empty() {
+                continue;
+            }
+            at = match self.nodes[at].children.get(segment) {
+                Some(&child) => child as usize,
+                None => {
+                    let child = self.nodes.len();
+                    self.nodes.push(BuildNode::default());
+                    let id = u32::try_from(child).expect("fewer than 2^32 trie nodes");
+                    self.nodes[at].children.insert(segment.into(), id);
+                    child
+                }
+            };
+        }
+        at
+    }
+
+    /// Lays the nodes out for lookups: each node's child edges in one block, the blocks in
+    /// depth-first order.
+    fn finish(self) -> Trie {
+        let Self {
+            nodes: built,
+            hot_basenames,
+            rules,
+            epochs,
+        } = self;
+        // where each node's block of child edges starts, in depth-first order
+        let mut first = vec![0u32; built.len()];
+        let mut order = Vec::with_capacity(built.len());
+        let mut next = 0u32;
+        let mut stack = vec![0usize];
+        while let Some(at) = stack.pop() {
+            let children = &built[at].children;
+            first[at] = next;
+            next = next
+                .checked_add(u32::try_from(children.len()).expect("fewer than 2^32 edges"))
+                .expect("fewer than 2^32 edges");
+            order.push(at);
+            stack.extend(children.values().rev().map(|&c| c as usize));
+        }
+        let node = |at: usize| {
+            let n = &built[at];
+            let count = u32::try_from(n.children.len()).expect("fewer than 2^32 edges");
+            Node::new(first[at], count, n.marker, n.pinned)
+        };
+        let edges = built.len() - 1;
+        let mut trie = Trie {
+            root: node(0),
+            edges: Vec::with_capacity(edges),
+            tags: Vec::with_capacity(edges),
+            name_spans: Vec::with_capacity(edges),
+            names: String::new(),
+            wide: FxHashMap::default(),
+            hot_lengths: hot_basenames.iter().fold(0, |bits, n| bits | length_bit(n)),
+            hot_basenames,
+            rules,
+            epochs,
+        };
+        for at in order {
+            let parent = node(at);
+            for (name, &child) in &built[at].children {
+                let head = Head::of(name.as_bytes());
+                let tag = head.tag(name.as_bytes());
+                if parent.count > FEW_CHILDREN {
+                    let edge = u32::try_from(trie.edges.len()).expect("fewer than 2^32 edges");
+                    trie.wide.entry((parent.first, tag)).or_insert(edge);
+                }
+                let start = u32::try_from(trie.names.len()).expect("names under 4 GiB");
+                trie.names.push_str(name);
+                trie.name_spans.push((start, head.len));
+                trie.edges.push(Edge {
+                    words: head.words,
+                    len: head.len,
+                    node: node(child as usize),
+                });
+                trie.tags.push(tag);
+            }
+        }
+        trie
     }
 }
 
@@ -251,141 +450,93 @@ impl Trie {
     /// A trie holding these manifests, added in order.
     #[must_use]
     pub fn from_manifests<'m>(manifests: impl IntoIterator<Item = &'m Manifest>) -> Self {
-        let mut trie = Self::new();
+        let mut builder = Builder::new();
         for manifest in manifests {
-            trie.add(manifest);
+            builder.add(manifest);
         }
-        trie
+        builder.finish()
     }
 
-    /// Adds one manifest's hot prefixes, blobs and pins, and records its epoch.
-    pub fn add(&mut self, manifest: &Manifest) {
-        let scope = manifest.scope.trim_matches('/');
-        self.epochs.insert(scope.to_owned(), manifest.epoch);
-        let shared_scope: Arc<str> = scope.into();
-        for pattern in &manifest.hot_always {
-            if let Some(name) = pattern.strip_prefix("**/") {
-                self.hot_lengths |= length_bit(name);
-                self.hot_basenames.insert(name.into());
-            } else {
-                let prefix = pattern.trim_end_matches(['*', '/']);
-                let node = insert(&mut self.nodes, scope, prefix);
-                self.nodes[node].marker = Some(Marker::Hot);
-            }
-        }
-        for blob in &manifest.blobs {
-            let index = u32::try_from(self.rules.len()).expect("fewer than 2^32 blob rules");
-            self.rules.push(BlobRule {
-                scope: Arc::clone(&shared_scope),
-                blob: blob.clone(),
-            });
-            for prefix in &blob.prefixes {
-                let node = insert(&mut self.nodes, scope, prefix);
-                self.nodes[node].marker = Some(Marker::Blob(index));
-            }
-        }
-        for pin in &manifest.pinned {
-            let node = insert(&mut self.nodes, scope, &pin.prefix);
-            self.nodes[node].pinned = true;
-        }
-    }
-
-    /// Resolves an absolute key (scope included). Never fails.
+    /// Resolves an absolute key (scope included). Never fails and never allocates.
     #[must_use]
     pub fn lookup<'t>(&'t self, key: &str) -> Resolution<'t> {
-        let mut bounds = [(0u32, 0u32); MAX_SEGMENTS];
-        match split_into(key, &mut bounds) {
-            Some(n) => self.lookup_split(key, &bounds[..n]),
-            None => self.lookup_long(key),
-        }
-    }
-
-    /// The common path: the key's segments were cut once, so every step below indexes them.
-    #[inline]
-    fn lookup_split<'t>(&'t self, key: &str, bounds: &[(u32, u32)]) -> Resolution<'t> {
-        let segment = |i: usize| {
-            let (start, end) = bounds[i];
-            &key[start as usize..end as usize]
-        };
-        let Some(&(start, end)) = bounds.last() else {
-            return Resolution::Unmanaged;
-        };
-        let last = &key[start as usize..end as usize];
-        if self.hot_lengths & length_bit(last) != 0 && self.hot_basenames.contains(last) {
-            return Resolution::Hot;
-        }
-        let mut node = &self.nodes[0];
-        if node.pinned {
-            return Resolution::Pinned;
-        }
-        let mut best = node.marker.map(|m| (m, 0));
-        for (depth, &(start, end)) in bounds.iter().enumerate() {
-            let Some(child) = node.children.get(&key[start as usize..end as usize]) else {
-                break;
-            };
-            node = &self.nodes[child as usize];
-            if node.pinned {
-                return Resolution::Pinned;
-            }
-            if let Some(marker) = node.marker {
-                best = Some((marker, depth + 1));
-            }
-        }
-        let (index, depth) = match best {
-            None => return Resolution::Unmanaged,
-            Some((Marker::Hot, _)) => return Resolution::Hot,
-            Some((Marker::Blob(index), depth)) => (index, depth),
-        };
-        let rule = &self.rules[index as usize];
-        let n = match rule.blob.bucket {
-            None => Some(0),
-            Some(bucket) => usize::try_from(bucket.index).ok().and_then(|field| {
-                let raw = match bucket.key_encoding {
-                    KeyEncoding::V2Flat if depth < bounds.len() => {
-                        segment(depth).split('.').nth(field)?
-                    }
-                    KeyEncoding::V2Flat => return None,
-                    KeyEncoding::V3Slash | KeyEncoding::V2Slash => {
-                        let at = depth.checked_add(field)?;
-                        if at >= bounds.len() {
-                            return None;
-                        }
-                        segment(at)
-                    }
-                };
-                let width = bucket.width.max(1);
-                match parse_digits(raw) {
-                    Some(value) => Some(u128::from(value / width)),
-                    None => parse_long_digits(raw).map(|value| value / u128::from(width)),
-                }
-            }),
-        };
-        match n {
-            Some(n) => Resolution::Blob { rule, n },
-            None => Resolution::Unmanaged,
-        }
-    }
-
-    /// Keys with more than [`MAX_SEGMENTS`] segments: the same rules, scanning as it goes.
-    fn lookup_long<'t>(&'t self, key: &str) -> Resolution<'t> {
+        let bytes = key.as_bytes();
         let Some(last) = last_segment(key) else {
             return Resolution::Unmanaged;
         };
         if self.hot_lengths & length_bit(last) != 0 && self.hot_basenames.contains(last) {
             return Resolution::Hot;
         }
-        match walk(&self.nodes, key) {
-            Walk::Pinned => Resolution::Pinned,
-            Walk::Deepest(None) => Resolution::Unmanaged,
-            Walk::Deepest(Some((Marker::Hot, _))) => Resolution::Hot,
-            Walk::Deepest(Some((Marker::Blob(index), rest))) => {
+        let mut node = self.root;
+        if node.pinned() {
+            return Resolution::Pinned;
+        }
+        // the deepest marker, and the byte offset in the key after its node's segment
+        let mut best = node.marker().map(|m| (m, 0));
+        let mut at = 0;
+        while node.count > 0
+            && let Some(segment) = Segment::next(bytes, at)
+        {
+            let Some(child) = self.child(node, &segment, bytes) else {
+                break;
+            };
+            node = child;
+            at = segment.end;
+            if node.pinned() {
+                return Resolution::Pinned;
+            }
+            if let Some(marker) = node.marker() {
+                best = Some((marker, at));
+            }
+        }
+        match best {
+            None => Resolution::Unmanaged,
+            Some((Marker::Hot, _)) => Resolution::Hot,
+            Some((Marker::Blob(index), at)) => {
                 let rule = &self.rules[index as usize];
-                match bucket_number(rule.blob.bucket.as_ref(), rest) {
+                match bucket_number(rule.blob.bucket.as_ref(), bytes, at) {
                     Some(n) => Resolution::Blob { rule, n },
                     None => Resolution::Unmanaged,
                 }
             }
         }
+    }
+
+    /// The child of `node` named by `segment` of `key`.
+    #[inline]
+    fn child(&self, node: Node, segment: &Segment, key: &[u8]) -> Option<Node> {
+        let (first, count) = (node.first as usize, node.count as usize);
+        let found = if node.count <= FEW_CHILDREN {
+            // every tag compared, so the loop's exit does not depend on where the name is
+            let mut hits = 0u32;
+            for (i, &tag) in self.tags[first..first + count].iter().enumerate() {
+                hits |= u32::from(tag == segment.tag) << i;
+            }
+            if hits == 0 {
+                return None;
+            }
+            first + hits.trailing_zeros() as usize
+        } else {
+            *self.wide.get(&(node.first, segment.tag))? as usize
+        };
+        let name = &key[segment.start..segment.end];
+        if self.edge_named(found, segment.head, name) {
+            return Some(self.edges[found].node);
+        }
+        // two siblings share the tag: compare the names themselves
+        (first..first + count)
+            .find(|&e| self.edge_named(e, segment.head, name))
+            .map(|e| self.edges[e].node)
+    }
+
+    /// Whether edge `e` is named `name` (whose head is `head`).
+    #[inline]
+    fn edge_named(&self, e: usize, head: Head, name: &[u8]) -> bool {
+        self.edges[e].head() == head
+            && (name.len() <= HEAD_BYTES || {
+                let (start, len) = self.name_spans[e];
+                &self.names.as_bytes()[start as usize..(start + len) as usize] == name
+            })
     }
 
     /// Resolves a key relative to `scope` (the one-off form of [`Trie::lookup`]).
@@ -407,62 +558,105 @@ impl Trie {
     /// The number of trie nodes below the root: one per cut or pin, not per object.
     #[must_use]
     pub fn node_count(&self) -> usize {
-        self.nodes.len() - 1
+        self.edges.len()
     }
 }
 
-/// Keys with up to this many segments are cut once into offsets on the stack.
-const MAX_SEGMENTS: usize = 32;
+/// One non-empty segment of a key: its byte range and [`Head`].
+#[derive(Debug)]
+struct Segment {
+    start: usize,
+    end: usize,
+    head: Head,
+    tag: u64,
+}
 
-/// Cuts `key` into the byte ranges of its non-empty segments; `None` when there are more
-/// than [`MAX_SEGMENTS`] (or the key is longer than 4 GiB).
-#[inline]
-fn split_into(key: &str, out: &mut [(u32, u32); MAX_SEGMENTS]) -> Option<usize> {
-    let bytes = key.as_bytes();
-    u32::try_from(bytes.len()).ok()?;
-    let mut n = 0;
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if b == b'/' {
-            if i > start {
-                *out.get_mut(n)? = (start as u32, i as u32);
-                n += 1;
-            }
-            start = i + 1;
+impl Segment {
+    /// The next non-empty segment of `key` at or after byte `at`. Reads the key a word at a
+    /// time: the words that find the segment's end are the ones its head is made of.
+    #[inline]
+    fn next(key: &[u8], mut at: usize) -> Option<Self> {
+        while *key.get(at)? == b'/' {
+            at += 1;
+        }
+        let remaining = key.len() - at;
+        let w0 = word_at(key, at);
+        let in_w0 = first_slash(w0);
+        if in_w0 < 8 || remaining <= 8 {
+            let len = in_w0.min(remaining);
+            return Some(Self::from_words(key, at, len, w0, 0));
+        }
+        let w1 = word_at(key, at + 8);
+        let in_w1 = first_slash(w1);
+        if in_w1 < 8 || remaining <= HEAD_BYTES {
+            let len = 8 + in_w1.min(remaining - 8);
+            return Some(Self::from_words(key, at, len, w0, w1));
+        }
+        let rest = &key[at + HEAD_BYTES..];
+        let len = HEAD_BYTES + rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+        Some(Self::from_words(key, at, len, w0, w1))
+    }
+
+    #[inline]
+    fn from_words(key: &[u8], start: usize, len: usize, w0: u64, w1: u64) -> Self {
+        let end = start + len;
+        let head = Head {
+            words: [keep_bytes(w0, len), keep_bytes(w1, len.saturating_sub(8))],
+            len: u32::try_from(len).unwrap_or(u32::MAX),
+        };
+        Self {
+            start,
+            end,
+            head,
+            tag: head.tag(&key[start..end]),
         }
     }
-    if bytes.len() > start {
-        *out.get_mut(n)? = (start as u32, bytes.len() as u32);
-        n += 1;
+}
+
+/// The 8 bytes of `key` from `at` (which is inside the key) as a little-endian word, the
+/// bytes past the key's end zero.
+#[inline]
+fn word_at(key: &[u8], at: usize) -> u64 {
+    if let Some(bytes) = key.get(at..at + 8) {
+        u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
+    } else if key.len() >= 8 {
+        // the key's last 8 bytes, shifted down so byte `at` comes first (1 to 7 bytes drop)
+        let tail = u64::from_le_bytes(key[key.len() - 8..].try_into().expect("8 bytes"));
+        tail >> (8 * (at + 8 - key.len()))
+    } else {
+        key[at..]
+            .iter()
+            .rev()
+            .fold(0, |word, &b| (word << 8) | u64::from(b))
     }
-    Some(n)
+}
+
+/// The position (0 to 7) of the first `/` byte of a little-endian word, 8 when there is
+/// none. The zero-byte test of `word ^ "////////"` can flag a byte above a real zero byte
+/// wrongly, never below, so the lowest flag is exact.
+#[inline]
+fn first_slash(word: u64) -> usize {
+    const SLASHES: u64 = 0x2f2f_2f2f_2f2f_2f2f;
+    const LOW: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let x = word ^ SLASHES;
+    let zero = x.wrapping_sub(LOW) & !x & HIGH;
+    zero.trailing_zeros() as usize / 8
+}
+
+/// The low `n` bytes of `word` (all of it from 8 on).
+#[inline]
+fn keep_bytes(word: u64, n: usize) -> u64 {
+    if n >= 8 {
+        word
+    } else {
+        word & ((1u64 << (8 * n)) - 1)
+    }
 }
 
 #[inline]
 fn length_bit(name: &str) -> u64 {
     1 << name.len().min(63)
-}
-
-/// Creates the path for `scope` then `prefix` (empty segments dropped) and returns the
-/// index of its node.
-fn insert(nodes: &mut Vec<Node>, scope: &str, prefix: &str) -> usize {
-    let mut at = 0;
-    for segment in scope.split('/').chain(prefix.split('/')) {
-        if segment.is_empty() {
-            continue;
-        }
-        at = match nodes[at].children.get(segment) {
-            Some(child) => child as usize,
-            None => {
-                let child = nodes.len();
-                nodes.push(Node::default());
-                let id = u32::try_from(child).expect("fewer than 2^32 trie nodes");
-                nodes[at].children.insert(segment, id);
-                child
-            }
-        };
-    }
-    at
 }
 
 /// The last non-empty `/`-separated segment of `key`.
@@ -477,81 +671,39 @@ fn last_segment(key: &str) -> Option<&str> {
     Some(&key[start..end])
 }
 
-/// The next non-empty segment of `key` at or after byte `from`, with the byte after it.
-/// Scans bytes: `/` is ASCII, so every cut is a char boundary.
+/// The `index`-th non-empty segment of `key` at or after byte `at`.
 #[inline]
-fn next_segment(key: &str, from: usize) -> Option<(&str, usize)> {
-    let bytes = key.as_bytes();
-    let mut start = from;
-    while start < bytes.len() && bytes[start] == b'/' {
-        start += 1;
-    }
-    if start == bytes.len() {
-        return None;
-    }
-    let mut end = start;
-    while end < bytes.len() && bytes[end] != b'/' {
-        end += 1;
-    }
-    Some((&key[start..end], end))
-}
-
-/// What a walk down the trie found.
-enum Walk<'k> {
-    /// A pin on the key's path.
-    Pinned,
-    /// The deepest marker, with the rest of the key after its node.
-    Deepest(Option<(Marker, &'k str)>),
-}
-
-/// Walks `key` down the trie: stops at the first pin, else finds the deepest marker.
-#[inline]
-fn walk<'k>(nodes: &[Node], key: &'k str) -> Walk<'k> {
-    let mut node = &nodes[0];
-    if node.pinned {
-        return Walk::Pinned;
-    }
-    let mut best = node.marker.map(|m| (m, key));
-    let mut at = 0;
-    while let Some((segment, end)) = next_segment(key, at) {
-        let Some(child) = node.children.get(segment) else {
-            break;
-        };
-        node = &nodes[child as usize];
-        at = end;
-        if node.pinned {
-            return Walk::Pinned;
+fn nth_segment(key: &[u8], mut at: usize, index: usize) -> Option<&[u8]> {
+    let mut skip = index;
+    loop {
+        while *key.get(at)? == b'/' {
+            at += 1;
         }
-        if let Some(marker) = node.marker {
-            best = Some((marker, &key[end..]));
+        let rest = &key[at..];
+        let len = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+        if skip == 0 {
+            return Some(&rest[..len]);
         }
+        skip -= 1;
+        at += len;
     }
-    Walk::Deepest(best)
 }
 
-/// The bucket number for the key remainder after a blob's prefix; `None` when the chunk
+/// The bucket number for a key whose blob prefix ends at byte `at`; `None` when the chunk
 /// index is missing or not a plain non-negative decimal.
 ///
 /// # Strict digits
 /// The index must be ASCII digits only (leading zeros allowed). Signs, whitespace, `_`
 /// separators and non-ASCII digits make the key unmanaged.
-fn bucket_number(bucket: Option<&Bucket>, rest: &str) -> Option<u128> {
+#[inline]
+fn bucket_number(bucket: Option<&Bucket>, key: &[u8], at: usize) -> Option<u128> {
     let Some(bucket) = bucket else {
         return Some(0);
     };
     let index = usize::try_from(bucket.index).ok()?;
     let raw = match bucket.key_encoding {
-        KeyEncoding::V2Flat => next_segment(rest, 0)?.0.split('.').nth(index)?,
-        KeyEncoding::V3Slash | KeyEncoding::V2Slash => {
-            let mut at = 0;
-            let mut segment = "";
-            for _ in 0..=index {
-                let (next, end) = next_segment(rest, at)?;
-                segment = next;
-                at = end;
-            }
-            segment
-        }
+        KeyEncoding::V2Flat => nth_segment(key, at, 0)?.split(|&b| b == b'.').nth(index)?,
+        KeyEncoding::V3Slash | KeyEncoding::V2Slash => nth_segment(key, at, index)?,
     };
     let width = bucket.width.max(1);
     match parse_digits(raw) {
@@ -562,11 +714,11 @@ fn bucket_number(bucket: Option<&Bucket>, rest: &str) -> Option<u128> {
 
 /// A non-empty run of ASCII digits as a number; `None` for anything else or on overflow.
 #[inline]
-fn parse_digits(raw: &str) -> Option<u64> {
+fn parse_digits(raw: &[u8]) -> Option<u64> {
     if raw.is_empty() {
         return None;
     }
-    raw.bytes().try_fold(0u64, |value, b| {
+    raw.iter().try_fold(0u64, |value, &b| {
         let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
         value.checked_mul(10)?.checked_add(u64::from(digit))
     })
@@ -574,11 +726,11 @@ fn parse_digits(raw: &str) -> Option<u64> {
 
 /// The slow path of [`parse_digits`] for indices beyond `u64`: up to 38 ASCII digits.
 #[cold]
-fn parse_long_digits(raw: &str) -> Option<u128> {
+fn parse_long_digits(raw: &[u8]) -> Option<u128> {
     if raw.is_empty() || raw.len() > 38 {
         return None;
     }
-    raw.bytes().try_fold(0u128, |value, b| {
+    raw.iter().try_fold(0u128, |value, &b| {
         let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
         Some(value * 10 + u128::from(digit))
     })

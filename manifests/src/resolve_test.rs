@@ -528,3 +528,164 @@ fn naive(manifests: &[Manifest], key: &str) -> String {
     }
     best.map_or("unmanaged".into(), |(_, v)| v)
 }
+
+/// Names around the 8- and 16-byte word boundaries, long names that share their first 16
+/// bytes and their length, non-ASCII names, and nodes on both sides of the few/wide
+/// threshold, against the naive lookup.
+#[test]
+fn segment_names_of_every_shape_agree_with_a_naive_lookup() {
+    let mut names: Vec<String> = (1..=40).map(|n| "n".repeat(n)).collect();
+    names.extend((0..6).map(|i| format!("{}{i}", "shared_prefix_of_20")));
+    names.extend(["é", "ünïcödé_name_über_sixteen", "a.b", "c"].map(str::to_owned));
+    let mut manifests = Vec::new();
+    // `wide` has every name as a child (a hashed node); each `few{i}` has three
+    for (i, name) in names.iter().enumerate() {
+        manifests.push(manifest(
+            &format!("wide/{name}"),
+            &[],
+            vec![blob(&format!("b_w{i}"), "", None)],
+        ));
+        manifests.push(manifest(
+            &format!("few{}/{name}", i % 3),
+            &[],
+            vec![blob(
+                &format!("b_f{i}"),
+                "v",
+                Some((0, 3, KeyEncoding::V3Slash)),
+            )],
+        ));
+    }
+    let trie = Trie::from_manifests(&manifests);
+    // probes: the names, names one byte longer or shorter, names with the last byte changed
+    let mut pool: Vec<String> = names.clone();
+    for name in &names {
+        pool.push(format!("{name}x"));
+        let mut shorter = name.clone();
+        shorter.pop();
+        pool.push(shorter.clone());
+        pool.push(format!("{shorter}z"));
+    }
+    pool.extend(
+        ["wide", "few0", "few1", "few2", "v", "7", "12", "", "/"]
+            .iter()
+            .map(|s| (*s).to_owned()),
+    );
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..10_000 {
+        let shape = next() % 4;
+        let top = ["wide", "few0", "few1", "few2"][(next() % 4) as usize];
+        let mut parts = vec![top.to_owned()];
+        parts.push(pool[(next() % pool.len() as u64) as usize].clone());
+        if shape > 0 {
+            parts.push(if shape == 1 {
+                "v".into()
+            } else {
+                pool[(next() % pool.len() as u64) as usize].clone()
+            });
+            parts.push(pool[(next() % pool.len() as u64) as usize].clone());
+        }
+        let key = parts.join("/");
+        assert_eq!(
+            trie.lookup(&key).to_string(),
+            naive(&manifests, &key),
+            "{key}"
+        );
+    }
+    // every stored name resolves, whichever node kind holds it
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(
+            trie.lookup(&format!("wide/{name}/k")).to_string(),
+            format!("b_w{i}_0")
+        );
+        assert_eq!(
+            trie.lookup(&format!("few{}/{name}/v/7/0", i % 3))
+                .to_string(),
+            format!("b_f{i}_2")
+        );
+    }
+}
+
+#[test]
+fn keys_shorter_than_a_word() {
+    let m = manifest(
+        "",
+        &["t/**"],
+        vec![blob("b_a", "a", Some((0, 2, KeyEncoding::V2Flat)))],
+    );
+    check(
+        &Trie::from_manifests([&m]),
+        &[
+            ("a/5.0", "b_a_2"),
+            ("a/x", "unmanaged"),
+            ("t", "hot"),
+            ("a", "unmanaged"),
+            ("/a//9/", "b_a_4"),
+            ("b", "unmanaged"),
+        ],
+    );
+}
+
+/// Siblings whose tags collide are told apart by name, on both node kinds.
+#[test]
+fn a_tag_shared_by_siblings_falls_back_to_the_names() {
+    let few: Vec<Manifest> = ["a", "b", "c"]
+        .iter()
+        .map(|n| {
+            manifest(
+                &format!("few/{n}"),
+                &[],
+                vec![blob(&format!("b_{n}"), "", None)],
+            )
+        })
+        .collect();
+    let wide: Vec<Manifest> = (0..40)
+        .map(|i| {
+            manifest(
+                &format!("wide/s{i}"),
+                &[],
+                vec![blob(&format!("b_s{i}"), "", None)],
+            )
+        })
+        .collect();
+    let mut trie = Trie::from_manifests(few.iter().chain(&wide));
+    let edge = |trie: &Trie, parent: Node, name: &str| {
+        let first = parent.first as usize;
+        (first..first + parent.count as usize)
+            .find(|&e| {
+                let (start, len) = trie.name_spans[e];
+                &trie.names[start as usize..(start + len) as usize] == name
+            })
+            .unwrap()
+    };
+    let root = trie.root;
+    let few_node = trie.edges[edge(&trie, root, "few")].node;
+    let wide_node = trie.edges[edge(&trie, root, "wide")].node;
+    assert!(few_node.count <= FEW_CHILDREN && wide_node.count > FEW_CHILDREN);
+
+    // "a" now carries "b"'s tag and comes first: looking up "b" hits "a" first
+    let (a, b) = (edge(&trie, few_node, "a"), edge(&trie, few_node, "b"));
+    assert!(a < b);
+    trie.tags[a] = trie.tags[b];
+    // the wide map sends "s7"'s tag to "s3"
+    let (s3, s7) = (edge(&trie, wide_node, "s3"), edge(&trie, wide_node, "s7"));
+    let tag = trie.tags[s7];
+    trie.wide
+        .insert((wide_node.first, tag), u32::try_from(s3).unwrap());
+
+    check(
+        &trie,
+        &[
+            ("few/b/x", "b_b_0"),
+            ("few/c/x", "b_c_0"),
+            ("wide/s7/x", "b_s7_0"),
+            ("wide/s3/x", "b_s3_0"),
+            ("wide/s40/x", "unmanaged"),
+        ],
+    );
+}

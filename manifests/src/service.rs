@@ -12,10 +12,14 @@ use crate::model::{Manifest, Policy};
 use crate::partition::{Mode, partition};
 use crate::store::{ManifestStore, WriteMode, Written};
 
-/// Policy fields to change; each one set overrides only that field of the inherited policy
-/// (the previous manifest's, else the defaults).
+/// Policy fields given for a run (the CLI's `--t-max` and friends).
+///
+/// As in the reference CLI, giving any of them builds a new policy: the given fields over the
+/// *defaults*, not over the previous manifest's policy. With none given, an additive run
+/// inherits the previous manifest's policy and a recompute uses the defaults. Cuts are
+/// frozen, so a policy change affects only arrays that no carried blob claims.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PolicyOverrides {
+pub struct PolicyFlags {
     /// New `t_max_bytes`.
     pub t_max_bytes: Option<u64>,
     /// New `t_min_bytes`.
@@ -28,31 +32,30 @@ pub struct PolicyOverrides {
     pub pow2_floor: Option<u64>,
 }
 
-impl PolicyOverrides {
-    /// Whether any field is set.
+impl PolicyFlags {
+    /// The policy these flags make: `None` when no field is set, else the defaults with the
+    /// set fields replaced.
     #[must_use]
-    pub fn is_empty(&self) -> bool {
-        *self == Self::default()
-    }
-
-    /// `base` with the set fields replaced.
-    #[must_use]
-    pub fn apply(&self, base: Policy) -> Policy {
-        Policy {
+    pub fn policy(&self) -> Option<Policy> {
+        if *self == Self::default() {
+            return None;
+        }
+        let base = Policy::default();
+        Some(Policy {
             t_max_bytes: self.t_max_bytes.unwrap_or(base.t_max_bytes),
             t_min_bytes: self.t_min_bytes.unwrap_or(base.t_min_bytes),
             t_hot_bytes: self.t_hot_bytes.unwrap_or(base.t_hot_bytes),
             width_clamp: self.width_clamp.unwrap_or(base.width_clamp),
             pow2_floor: self.pow2_floor.unwrap_or(base.pow2_floor),
-        }
+        })
     }
 }
 
 /// Knobs of [`partition_store`].
 #[derive(Debug, Clone)]
 pub struct PartitionOptions {
-    /// Policy changes over the inherited policy.
-    pub policy: PolicyOverrides,
+    /// The policy fields given for this run.
+    pub policy: PolicyFlags,
     /// Carry existing blobs ([`Mode::Additive`]) or recompute them ([`Mode::Recompute`]).
     pub mode: Mode,
     /// Compute and diff, but write nothing.
@@ -64,7 +67,7 @@ pub struct PartitionOptions {
 impl Default for PartitionOptions {
     fn default() -> Self {
         Self {
-            policy: PolicyOverrides::default(),
+            policy: PolicyFlags::default(),
             mode: Mode::Additive,
             dry_run: false,
             exclude: crate::hierarchy::DEFAULT_EXCLUDE
@@ -93,8 +96,9 @@ pub struct PartitionOutcome {
 /// # Epochs and writes
 /// The first write has epoch 1. A later run writes `epoch + 1` when the blobs or
 /// `hot_always` changed, and nothing otherwise (a second run is a no-op; a policy change
-/// alone changes nothing, as cuts are frozen). [`Mode::Recompute`] keeps the pins, the
-/// policy and the epoch sequence (it never moves backwards), and logs what it orphaned. The
+/// alone changes nothing, as cuts are frozen). [`Mode::Recompute`] keeps the pins and the
+/// epoch sequence (it never moves backwards), takes the policy from the flags or the
+/// defaults (see [`PolicyFlags`]), and logs what it orphaned. The
 /// write is conditional (create-if-absent, then if-match on the read etag); losing the race
 /// to another writer returns `written: false`.
 ///
@@ -111,11 +115,13 @@ pub async fn partition_store(
     let stored = manifests.read(scope).await?;
     let previous = stored.as_ref().map(|s| &s.manifest);
     let arrays = read_arrays(data, scope, &options.exclude, progress).await?;
-    let policy = (!options.policy.is_empty()).then(|| {
-        let base = previous.map(|m| m.policy).unwrap_or_default();
-        options.policy.apply(base)
-    });
-    let mut manifest = partition(scope, &arrays, policy, previous, options.mode)?;
+    let mut manifest = partition(
+        scope,
+        &arrays,
+        options.policy.policy(),
+        previous,
+        options.mode,
+    )?;
     let diff = Diff::between(previous, &manifest);
     if let Some(previous) = previous
         && diff.is_empty()

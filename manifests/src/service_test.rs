@@ -6,11 +6,11 @@ use crate::testing::{self, Spec, Spy, memory};
 
 fn tiny() -> PartitionOptions {
     PartitionOptions {
-        policy: PolicyOverrides {
+        policy: PolicyFlags {
             t_max_bytes: Some(1280),
             t_hot_bytes: Some(32),
             pow2_floor: Some(1 << 40),
-            ..PolicyOverrides::default()
+            ..PolicyFlags::default()
         },
         ..PartitionOptions::default()
     }
@@ -124,24 +124,46 @@ async fn a_policy_change_alone_does_nothing() {
 }
 
 #[tokio::test]
-async fn policy_flags_override_single_fields_of_the_inherited_policy() {
+async fn policy_flags_build_a_policy_from_the_defaults() {
     let data = store_with_tas().await;
     let manifests = ManifestStore::new(memory(), "");
     run(&data, &manifests, &tiny()).await;
     let options = PartitionOptions {
         mode: Mode::Recompute,
-        policy: PolicyOverrides {
+        policy: PolicyFlags {
             t_max_bytes: Some(640),
-            ..PolicyOverrides::default()
+            ..PolicyFlags::default()
         },
         ..PartitionOptions::default()
     };
     let outcome = run(&data, &manifests, &options).await;
-    let policy = outcome.manifest.policy;
+    let defaults = Policy::default();
     assert_eq!(
-        (policy.t_max_bytes, policy.t_hot_bytes, policy.pow2_floor),
-        (640, 32, 1 << 40)
+        outcome.manifest.policy,
+        Policy {
+            t_max_bytes: 640,
+            ..defaults
+        }
     );
+}
+
+#[tokio::test]
+async fn force_without_flags_uses_the_default_policy_and_an_additive_run_inherits() {
+    let data = store_with_tas().await;
+    let manifests = ManifestStore::new(memory(), "");
+    let first = run(&data, &manifests, &tiny()).await;
+    assert_eq!(first.manifest.policy.t_hot_bytes, 32);
+    let inherited = run(&data, &manifests, &PartitionOptions::default()).await;
+    assert_eq!(inherited.manifest.policy, first.manifest.policy);
+    let forced = PartitionOptions {
+        mode: Mode::Recompute,
+        ..PartitionOptions::default()
+    };
+    let outcome = run(&data, &manifests, &forced).await;
+    assert_eq!(outcome.manifest.policy, Policy::default());
+    // under the default t_hot the 5 KiB array is hot, so the forced cut drops its blob
+    assert!(outcome.manifest.blobs.is_empty());
+    assert!(outcome.manifest.hot_always.contains(&"tas/**".to_owned()));
 }
 
 #[tokio::test]
@@ -180,9 +202,9 @@ async fn a_change_of_hot_always_alone_is_written() {
     testing::array(data.as_ref(), "s", &Spec::v3("tas", &[40, 4], &[10, 4])).await;
     let manifests = ManifestStore::new(memory(), "");
     let options = PartitionOptions {
-        policy: PolicyOverrides {
+        policy: PolicyFlags {
             t_hot_bytes: Some(1),
-            ..PolicyOverrides::default()
+            ..PolicyFlags::default()
         },
         ..PartitionOptions::default()
     };

@@ -45,6 +45,9 @@ DECISIONS = (
     "v3 dimension_names",
     "--force keeps pins, bumps the epoch",
     "hot_always-only change is written",
+    "an array at the scope root has path \"\"",
+    "a marker on the trie root counts",
+    "report counts instances per (scope, id)",
 )
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")
@@ -65,6 +68,8 @@ def _ascii_ident(path: str) -> str:
 
 
 _ORIGINAL_IS_COORDINATE = hierarchy._is_coordinate
+_ORIGINAL_RELATIVE = hierarchy._relative
+_ORIGINAL_LOOKUP = resolving.Trie.lookup
 
 
 def _is_coordinate_with_dimension_names(root, meta, shape):
@@ -72,6 +77,59 @@ def _is_coordinate_with_dimension_names(root, meta, shape):
         return True
     names = meta.get("dimension_names")
     return isinstance(names, list) and len(shape) == 1 and names == [posixpath.basename(root)]
+
+
+def _relative_with_the_scope_root(key: str, prefix: str) -> str:
+    """The reference's key-to-scope-relative helper, except that the scope itself (the
+    directory of a root array's metadata, `scope/zarr.json`) is the scope root `""`, as its
+    description has it (`c` is a root array's chunk prefix, `.` its provenance key)."""
+    if prefix and key == prefix.rstrip("/"):
+        return ""
+    return _ORIGINAL_RELATIVE(key, prefix)
+
+
+def _lookup_reading_the_root_marker(trie: Trie, key: str):
+    """The reference's lookup, plus the marker on the trie's root node (scope `""`, prefix
+    `""`), which it never reads. The root is the shallowest node, so its marker decides only
+    a key that reaches no deeper marker."""
+    result = _ORIGINAL_LOOKUP(trie, key)
+    mark = trie._root.get(resolving._MARK)
+    if result != resolving.UNMANAGED or mark is None:
+        return result
+    parts = resolving._split(key)
+    node = trie._root
+    for part in parts:
+        node = node.get(part)
+        if node is None:
+            break
+        if resolving._MARK in node:
+            return result  # a deeper marker decided (its chunk index did not parse)
+    if not parts:
+        return result
+    if isinstance(mark, resolving.Resolution):
+        return mark
+    n = resolving._bucket_index(mark.bucket, parts, 0)
+    return result if n is None else resolving.Resolution("blob", mark.instance(n), mark, n)
+
+
+class _TrieKeyedByScope(Trie):
+    """Decided: a blob resolution's id carries the scope of the manifest that defined it, so
+    the reference's report, which collects ids in a set, counts (scope, instance id) pairs."""
+
+    def __init__(self):
+        super().__init__()
+        self._scope_of: dict[int, str] = {}
+
+    def add(self, manifest):
+        super().add(manifest)
+        for blob in manifest.blobs:
+            self._scope_of[id(blob)] = manifest.scope.strip("/")
+
+    def lookup(self, key):
+        r = super().lookup(key)
+        if r.blob_id is None:
+            return r
+        return dataclasses.replace(r, blob_id=(self._scope_of[id(r.blob)], r.blob_id))
 
 
 @contextlib.contextmanager
@@ -83,11 +141,15 @@ def decided(active: bool = True) -> Iterator[None]:
     saved = (partitioning._ident, hierarchy._is_coordinate, resolving.__dict__.get("int"))
     partitioning._ident = _ascii_ident
     hierarchy._is_coordinate = _is_coordinate_with_dimension_names
+    hierarchy._relative = _relative_with_the_scope_root
+    resolving.Trie.lookup = _lookup_reading_the_root_marker
     resolving.int = _strict_int  # module global shadows the builtin inside _bucket_index
     try:
         yield
     finally:
         partitioning._ident, hierarchy._is_coordinate = saved[0], saved[1]
+        hierarchy._relative = _ORIGINAL_RELATIVE
+        resolving.Trie.lookup = _ORIGINAL_LOOKUP
         if saved[2] is None:
             del resolving.int
         else:
@@ -148,6 +210,22 @@ class Reference:
             table = explain(read_arrays(self.data, scope, exclude=self.exclude), result.manifest)
         state = "written" if result.written else "not written"
         return f"{table}\n\n{result.diff.describe()}\n\nepoch {result.manifest.epoch}, {state}\n"
+
+    def report_output(self, per_bucket: bool = False) -> str:
+        """What the reference's `report [--per-bucket]` command prints (its own functions, run
+        in-process so the decided mode applies)."""
+        report_module = importlib.import_module("blobmap.report")
+        from blobmap.storage import list_dirs
+
+        saved = report_module.Trie
+        if self.decided:
+            report_module.Trie = _TrieKeyedByScope
+        try:
+            with decided(self.decided):
+                prefixes = [p.strip("/") for p in list_dirs(self.data, "")] if per_bucket else [""]
+                return report_module.render([report_module.report(self.data, self.store, p) for p in prefixes]) + "\n"
+        finally:
+            report_module.Trie = saved
 
     def manifests(self) -> list[Manifest]:
         """Every manifest in the directory the reference's reader accepts, parents before
