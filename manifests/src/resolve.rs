@@ -253,7 +253,8 @@ impl fmt::Display for Resolution<'_> {
 ///    that is missing or not plain ASCII digits makes the key unmanaged.
 ///
 /// Markers on the same node: the later insert wins (blobs after hot prefixes within a
-/// manifest, later manifests over earlier ones). The deepest *marker* wins, not the deepest
+/// manifest, later manifests over earlier ones; [`crate::ManifestStore::load_all`] gives
+/// parents first, so a deeper scope wins). The deepest *marker* wins, not the deepest
 /// scope: keys a nested manifest does not claim fall through to the parent's markers.
 ///
 /// # `hot_always` dialect

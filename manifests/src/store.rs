@@ -128,14 +128,24 @@ impl ManifestStore {
         Ok(scopes)
     }
 
-    /// Every manifest in the store. One whose declared scope does not match its location is
-    /// skipped with a warning: it would otherwise claim keys it has no business claiming.
+    /// Every manifest in the store, parents before the scopes below them (by depth, then
+    /// name), whatever order the store lists them in. A [`crate::Trie`] built from them in
+    /// this order lets the deeper scope's marker win where a parent and a child mark the same
+    /// node (a parent's blob on `b` and the scope `b`'s own `b_root`): the more specific
+    /// manifest decides. One whose declared scope does not match its location is skipped with
+    /// a warning: it would otherwise claim keys it has no business claiming.
     ///
     /// # Errors
     /// Store errors; an invalid manifest fails the whole load, so that a resolver keeps the
     /// definitions it has rather than silently dropping a scope.
     pub async fn load_all(&self) -> Result<Vec<Manifest>> {
-        let scopes = self.scopes().await?;
+        let mut scopes = self.scopes().await?;
+        scopes.sort_by_cached_key(|scope| {
+            (
+                scope.split('/').filter(|s| !s.is_empty()).count(),
+                scope.clone(),
+            )
+        });
         // Built up front rather than mapped inside the stream, which keeps the future `Send`
         // (a closure in the stream would need to be general over lifetimes).
         let pending: Vec<_> = scopes.iter().map(|s| self.read(s)).collect();

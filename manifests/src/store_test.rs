@@ -60,6 +60,37 @@ async fn scopes_and_load_all() {
     assert_eq!(store.load_all().await.unwrap().len(), 2);
 }
 
+/// An object store lists `a/b/manifest.json` before `a/manifest.json`; the child must still
+/// be inserted last, so its `b_root` wins on the node the parent's blob `b` also marks.
+#[tokio::test]
+async fn load_all_puts_parents_first_so_the_deeper_scope_wins_a_shared_node() {
+    let store = ManifestStore::new(memory(), "");
+    let mut parent = Manifest::new("a");
+    parent.blobs.push(Blob {
+        id: "b_parent".into(),
+        prefixes: vec!["b".into()],
+        bucket: None,
+    });
+    for m in [manifest("a/b"), parent, manifest("")] {
+        store.write(&m, WriteMode::Create).await.unwrap();
+    }
+    let listed = store.scopes().await.unwrap();
+    assert!(
+        listed.iter().position(|s| s == "a/b") < listed.iter().position(|s| s == "a"),
+        "{listed:?}"
+    );
+    let loaded = store.load_all().await.unwrap();
+    let order: Vec<&str> = loaded.iter().map(|m| m.scope.as_str()).collect();
+    assert_eq!(order, ["", "a", "a/b"]);
+    let trie = crate::Trie::from_manifests(&loaded);
+    assert_eq!(trie.lookup("a/b/x").to_string(), "b_root_0");
+    let crate::Resolution::Blob { rule, .. } = trie.lookup("a/b/x") else {
+        panic!("a blob")
+    };
+    assert_eq!(&*rule.scope, "a/b");
+    assert_eq!(trie.lookup("a/c").to_string(), "b_root_0");
+}
+
 #[tokio::test]
 async fn misplaced_manifest_is_ignored() {
     let inner = memory();
