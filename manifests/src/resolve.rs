@@ -119,8 +119,8 @@ impl Head {
             .wrapping_mul(K)
             .rotate_left(26)
             ^ self.words[1];
-        if let Some(rest) = name.get(HEAD_BYTES..) {
-            tag ^= hash_bytes(rest);
+        if name.len() > HEAD_BYTES {
+            tag ^= hash_bytes(&name[HEAD_BYTES..]);
         }
         tag.wrapping_mul(K).rotate_left(26)
     }
