@@ -152,19 +152,11 @@ impl StaticCatalogue {
             "uri" => &record.uri,
             _ => &record.file,
         };
-        let mut properties = serde_json::Map::new();
-        for (std, values) in &record.facets {
-            let name = flavour.to_flavour(std).unwrap_or(std);
-            properties.insert(
-                name.to_string(),
-                values.iter().cloned().map(Value::String).collect(),
-            );
-        }
-        if let Some(v) = &record.version {
-            properties.insert("version".into(), Value::String(v.clone()));
-        }
-        properties.insert("title".into(), Value::String(location.clone()));
-        insert_times(&mut properties, record);
+        let properties = item_properties(
+            record,
+            |std| flavour.to_flavour(std).unwrap_or(std).to_owned(),
+            location,
+        );
         let mut item = json!({
             "type": "Feature",
             "stac_version": STAC_VERSION,
@@ -246,10 +238,33 @@ impl StaticCatalogue {
     }
 }
 
+/// A record's STAC item properties, for the static catalogue and the STAC API alike: every
+/// facet as an array of strings (under the name `facet_name` gives it), `version`, `title`,
+/// and the item times.
+pub(crate) fn item_properties(
+    record: &Record,
+    facet_name: impl Fn(&str) -> String,
+    title: &str,
+) -> serde_json::Map<String, Value> {
+    let mut properties = serde_json::Map::new();
+    for (facet, values) in &record.facets {
+        properties.insert(
+            facet_name(facet),
+            values.iter().cloned().map(Value::String).collect(),
+        );
+    }
+    if let Some(v) = &record.version {
+        properties.insert("version".into(), Value::String(v.clone()));
+    }
+    properties.insert("title".into(), Value::String(title.to_owned()));
+    insert_times(&mut properties, record);
+    properties
+}
+
 /// Adds an item's `datetime`, `start_datetime` and `end_datetime`. A record without a time
 /// range is time-invariant (fx): `datetime: null` with the open interval 0001..9999, which
 /// STAC requires for a null datetime.
-pub(crate) fn insert_times(properties: &mut serde_json::Map<String, Value>, record: &Record) {
+fn insert_times(properties: &mut serde_json::Map<String, Value>, record: &Record) {
     let (start, end, datetime) = match record.time_range() {
         Some(t) => (
             format_instant(t.start),

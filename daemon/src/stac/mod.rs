@@ -43,7 +43,7 @@ use crate::catalog::facet::HIERARCHY;
 use crate::catalog::query::{Clause, Field, Pattern};
 use crate::catalog::time::{SelectMode, format_instant};
 use crate::catalog::{Anchor, Catalog, Extent, Query, Record, item_id, parse_item_id};
-use crate::databrowser::{insert_times, media_type, polygon};
+use crate::databrowser::{item_properties, media_type, polygon};
 use crate::error::{Error, Result};
 
 /// The STAC version of every document.
@@ -763,18 +763,7 @@ fn is_local(record: &Record) -> bool {
 
 fn item_json(scope: &Scope, record: &Record, collection: &str) -> Value {
     let id = item_id(&record.file);
-    let mut properties = Map::new();
-    for (facet, values) in &record.facets {
-        properties.insert(
-            facet.clone(),
-            values.iter().cloned().map(Value::String).collect(),
-        );
-    }
-    if let Some(v) = &record.version {
-        properties.insert("version".into(), Value::String(v.clone()));
-    }
-    properties.insert("title".into(), Value::String(record.file.clone()));
-    insert_times(&mut properties, record);
+    let properties = item_properties(record, str::to_owned, &record.file);
     let file_query = form_urlencoded::Serializer::new(String::new())
         .append_pair("file", &record.file)
         .finish();
