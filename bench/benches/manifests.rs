@@ -39,7 +39,9 @@ use svc_manifests::object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result as StoreResult,
 };
-use svc_manifests::{Kind, ManifestStore, PartitionOptions, Trie, parse, partition_store};
+use svc_manifests::{
+    Kind, ManifestStore, PartitionOptions, Trie, parse, partition_store, sort_parents_first,
+};
 
 const STORES: usize = 1_000;
 const PARENTS: usize = 40;
@@ -248,7 +250,7 @@ fn resolve_bench(nkeys: usize, python_keys: usize) -> anyhow::Result<()> {
         loaded.push(parse(&std::fs::read(&entry)?)?);
     }
     // parents before the stores below them (the same order the reference lists them in)
-    loaded.sort_by_key(|m| (m.scope.matches('/').count(), m.scope.clone()));
+    sort_parents_first(&mut loaded);
     let trie = Trie::from_manifests(&loaded);
     println!(
         "svcd: {} manifests loaded and indexed in {:.0} ms ({} trie nodes)",

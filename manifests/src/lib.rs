@@ -68,7 +68,7 @@ pub use resolve::{BlobRule, Kind, Resolution, Resolver, Trie};
 pub use scan::{Candidate, DEFAULT_MAX_DEPTH, scan};
 pub use schema::{SCHEMA_JSON, from_value, parse, schema};
 pub use service::{PartitionOptions, PartitionOutcome, PolicyFlags, partition_store};
-pub use store::{MANIFEST_NAME, ManifestStore, Stored, WriteMode, Written};
+pub use store::{MANIFEST_NAME, ManifestStore, Stored, WriteMode, Written, sort_parents_first};
 pub use url::{Missing, S3Options, open_store};
 
 /// The storage abstraction every async entry point takes (re-exported so callers use the

@@ -254,7 +254,7 @@ impl fmt::Display for Resolution<'_> {
 ///
 /// Markers on the same node: the later insert wins (blobs after hot prefixes within a
 /// manifest, later manifests over earlier ones; [`crate::ManifestStore::load_all`] gives
-/// parents first, so a deeper scope wins). The deepest *marker* wins, not the deepest
+/// parents first ([`crate::sort_parents_first`]), so a deeper scope wins). The deepest *marker* wins, not the deepest
 /// scope: keys a nested manifest does not claim fall through to the parent's markers.
 ///
 /// # `hot_always` dialect
@@ -672,7 +672,8 @@ fn last_segment(key: &str) -> Option<&str> {
     Some(&key[start..end])
 }
 
-/// The `index`-th non-empty segment of `key` at or after byte `at`.
+/// The `index`-th non-empty segment of `key` at or after byte `at`. Unlike
+/// [`Segment::next`] it computes no head or tag: a chunk index is parsed, not looked up.
 #[inline]
 fn nth_segment(key: &[u8], mut at: usize, index: usize) -> Option<&[u8]> {
     let mut skip = index;

@@ -128,24 +128,16 @@ impl ManifestStore {
         Ok(scopes)
     }
 
-    /// Every manifest in the store, parents before the scopes below them (by depth, then
-    /// name), whatever order the store lists them in. A [`crate::Trie`] built from them in
-    /// this order lets the deeper scope's marker win where a parent and a child mark the same
-    /// node (a parent's blob on `b` and the scope `b`'s own `b_root`): the more specific
-    /// manifest decides. One whose declared scope does not match its location is skipped with
-    /// a warning: it would otherwise claim keys it has no business claiming.
+    /// Every manifest in the store, parents before the scopes below them
+    /// ([`sort_parents_first`]), whatever order the store lists them in. One whose declared
+    /// scope does not match its location is skipped with a warning: it would otherwise claim
+    /// keys it has no business claiming.
     ///
     /// # Errors
     /// Store errors; an invalid manifest fails the whole load, so that a resolver keeps the
     /// definitions it has rather than silently dropping a scope.
     pub async fn load_all(&self) -> Result<Vec<Manifest>> {
-        let mut scopes = self.scopes().await?;
-        scopes.sort_by_cached_key(|scope| {
-            (
-                scope.split('/').filter(|s| !s.is_empty()).count(),
-                scope.clone(),
-            )
-        });
+        let scopes = self.scopes().await?;
         // Built up front rather than mapped inside the stream, which keeps the future `Send`
         // (a closure in the stream would need to be general over lifetimes).
         let pending: Vec<_> = scopes.iter().map(|s| self.read(s)).collect();
@@ -166,6 +158,7 @@ impl ManifestStore {
             }
             out.push(stored.manifest);
         }
+        sort_parents_first(&mut out);
         Ok(out)
     }
 
@@ -208,6 +201,20 @@ impl ManifestStore {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Orders manifests parents first: by scope depth, then by scope. A [`crate::Trie`] built in
+/// this order lets the deeper scope's marker win where a parent and a child mark the same
+/// node (a parent's blob on `b` and the scope `b`'s own `b_root`): the more specific manifest
+/// decides.
+pub fn sort_parents_first(manifests: &mut [Manifest]) {
+    manifests.sort_by_cached_key(|m| {
+        let scope = m.scope.trim_matches('/');
+        (
+            scope.split('/').filter(|s| !s.is_empty()).count(),
+            scope.to_owned(),
+        )
+    });
 }
 
 #[cfg(test)]

@@ -130,9 +130,9 @@ async fn an_invalid_manifest_is_an_error_naming_its_key() {
     assert!(store.write(&invalid, WriteMode::Create).await.is_err());
 }
 
-#[tokio::test]
-async fn create_conflicts_and_stale_etags_conflict() {
-    let store = ManifestStore::new(memory(), "");
+/// Creates `s`, checks that a second create conflicts, then updates it with the etag just
+/// read (which must be written). Returns that etag and the written manifest.
+async fn create_then_update(store: &ManifestStore) -> (Option<String>, Manifest) {
     store
         .write(&manifest("s"), WriteMode::Create)
         .await
@@ -153,9 +153,17 @@ async fn create_conflicts_and_stale_etags_conflict() {
     else {
         panic!("the current etag must win");
     };
+    assert_eq!(store.read("s").await.unwrap().unwrap().manifest.epoch, 2);
+    (stored.etag, newer)
+}
+
+#[tokio::test]
+async fn create_conflicts_and_stale_etags_conflict() {
+    let store = ManifestStore::new(memory(), "");
+    let (stale, newer) = create_then_update(&store).await;
     assert_eq!(
         store
-            .write(&newer.bumped(), WriteMode::IfMatch(stored.etag))
+            .write(&newer.bumped(), WriteMode::IfMatch(stale))
             .await
             .unwrap(),
         Written::Conflict
@@ -168,27 +176,7 @@ async fn local_store_falls_back_to_overwrite_for_updates() {
     let dir = tempfile::tempdir().unwrap();
     let local = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
     let store = ManifestStore::new(std::sync::Arc::new(local), "");
-    store
-        .write(&manifest("s"), WriteMode::Create)
-        .await
-        .unwrap();
-    assert_eq!(
-        store
-            .write(&manifest("s"), WriteMode::Create)
-            .await
-            .unwrap(),
-        Written::Conflict
-    );
-    let stored = store.read("s").await.unwrap().unwrap();
-    let newer = stored.manifest.bumped();
-    assert!(matches!(
-        store
-            .write(&newer, WriteMode::IfMatch(stored.etag))
-            .await
-            .unwrap(),
-        Written::Yes(_)
-    ));
-    assert_eq!(store.read("s").await.unwrap().unwrap().manifest.epoch, 2);
+    create_then_update(&store).await;
     assert!(dir.path().join("s/manifest.json").is_file());
 }
 
