@@ -78,16 +78,18 @@ pub(crate) enum IndexCommand {
     },
     /// Remove records by file or by facet filters (all versions).
     Remove(RemoveArgs),
-    /// Record counts, terms per facet and store size.
+    /// Record counts, user data per user, terms per facet and store size.
     Stats,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct RemoveArgs {
-    /// Remove the record of this file.
+    /// Remove every record of this file: the catalogue's and every user's entry.
     #[arg(long, value_name = "PATH", conflicts_with = "filters")]
     pub(crate) file: Option<String>,
-    /// Filters as key=value (standard facet names), e.g. project=cmip6 variable=tas.
+    /// Filters as key=value (standard facet names), e.g. project=cmip6 variable=tas; they
+    /// select crawled records. With user=NAME (the exact user name) they select that user's
+    /// entries instead: `svcd index remove user=jane` removes all of them.
     #[arg(value_name = "KEY=VALUE")]
     pub(crate) filters: Vec<String>,
 }

@@ -208,6 +208,12 @@ fn stats(config: &Config) -> anyhow::Result<ExitCode> {
     println!("records      {}", stats.records);
     println!("latest       {}", stats.latest);
     println!("store bytes  {}", stats.store_bytes);
+    if !stats.user_data.is_empty() {
+        println!("user data per user:");
+        for (user, n) in &stats.user_data {
+            println!("  {user:<18} {n}");
+        }
+    }
     println!("terms per facet:");
     for (facet, n) in &stats.terms {
         println!("  {facet:<18} {n}");

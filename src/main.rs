@@ -33,6 +33,11 @@ fn main() -> std::process::ExitCode {
     };
     let result = Config::load(cli.config.as_deref(), &overrides)
         .map_err(anyhow::Error::from)
+        .inspect(|config| {
+            for name in &config.ignored_env {
+                tracing::warn!("environment variable {name} names no configuration key; ignored");
+            }
+        })
         .and_then(|config| match cli.command {
             Command::Serve { .. } => serve::run(config),
             Command::Index(command) => index::run(&config, command),

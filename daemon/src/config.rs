@@ -1,6 +1,11 @@
-//! Configuration: the embedded default (`default.toml`) < a TOML file < `SVC_*` environment
+//! Configuration: the embedded default (`default.toml`) < a TOML file < `SVCD_*` environment
 //! variables < command-line flags. Validated once into typed values; an error names the key.
 //! Only this module reads the environment.
+//!
+//! The file is strict: an unknown key is an error. The environment is shared with other
+//! programs (a client's `SVC_URL`, a test's `SVCD_BIN`), so only `SVCD_` names that name a
+//! key are read; other `SVCD_` names are listed in [`Config::ignored_env`] for a warning and
+//! never stop a command.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,6 +17,9 @@ use crate::error::{Error, Result};
 
 /// The embedded default configuration.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
+/// The prefix of environment variables that override configuration keys.
+pub const ENV_PREFIX: &str = "SVCD_";
 
 /// The configuration file read when `--config` is not given, if it exists.
 pub const SYSTEM_CONFIG: &str = "/etc/svc-nextgen/svcd.toml";
@@ -31,6 +39,9 @@ pub struct Config {
     pub http: HttpConfig,
     /// Token verification settings.
     pub auth: AuthConfig,
+    /// `SVCD_` environment variables that name no configuration key (ignored).
+    #[serde(skip)]
+    pub ignored_env: Vec<String>,
 }
 
 /// The `[auth]` section.
@@ -74,9 +85,7 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] naming the file or key that is wrong.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self> {
-        let env: Vec<(String, String)> = std::env::vars()
-            .filter(|(k, _)| k.starts_with("SVC_"))
-            .collect();
+        let env: Vec<(String, String)> = std::env::vars().collect();
         let file = file.map(Path::to_path_buf).or_else(|| {
             let system = PathBuf::from(SYSTEM_CONFIG);
             system.exists().then_some(system)
@@ -104,12 +113,18 @@ impl Config {
                 .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
             merge(&mut table, overlay);
         }
-        for (name, value) in env {
-            apply_env(&mut table, name, value)?;
+        let mut ignored_env = Vec::new();
+        for (name, value) in env.iter().filter(|(k, _)| k.starts_with(ENV_PREFIX)) {
+            if !apply_env(&mut table, name, value) {
+                ignored_env.push(name.clone());
+            }
         }
         let mut config: Config = Value::Table(table)
             .try_into()
-            .map_err(|e: toml::de::Error| Error::Config(e.message().to_string()))?;
+            .map_err(|e: toml::de::Error| {
+                Error::Config(format!("{} (after the environment overrides)", e.message()))
+            })?;
+        config.ignored_env = ignored_env;
         if let Some(dir) = &overrides.data_dir {
             config.data_dir = dir.clone();
         }
@@ -190,14 +205,18 @@ fn merge(base: &mut Table, overlay: Table) {
     }
 }
 
-/// `SVC_DATA_DIR` sets `data_dir`, `SVC_HTTP_LISTEN` sets `http.listen`: the first `_` after
-/// the section name separates section and key. Lists are comma-separated.
-fn apply_env(table: &mut Table, name: &str, value: &str) -> Result<()> {
-    let key = name.trim_start_matches("SVC_").to_ascii_lowercase();
+/// `SVCD_DATA_DIR` sets `data_dir`, `SVCD_HTTP_LISTEN` sets `http.listen`: the first `_` after
+/// the section name separates section and key. Lists are comma-separated. Returns whether
+/// `name` named a key.
+fn apply_env(table: &mut Table, name: &str, value: &str) -> bool {
+    let Some(key) = name.strip_prefix(ENV_PREFIX) else {
+        return false;
+    };
+    let key = key.to_ascii_lowercase();
     if table.get(&key).is_some_and(|v| !v.is_table()) {
         let old = table[&key].clone();
         table.insert(key, env_value(&old, value));
-        return Ok(());
+        return true;
     }
     for (section, rest) in key
         .match_indices('_')
@@ -207,12 +226,10 @@ fn apply_env(table: &mut Table, name: &str, value: &str) -> Result<()> {
             && let Some(old) = sub.get(rest).cloned()
         {
             sub.insert(rest.to_string(), env_value(&old, value));
-            return Ok(());
+            return true;
         }
     }
-    Err(Error::Config(format!(
-        "environment variable {name} names no configuration key"
-    )))
+    false
 }
 
 fn env_value(old: &Value, value: &str) -> Value {
@@ -258,7 +275,7 @@ mod tests {
             "data_dir = \"/srv/a\"\n[http]\nlisten = \"0.0.0.0:1\"\n",
         )
         .unwrap();
-        let env = vec![("SVC_HTTP_LISTEN".to_string(), "127.0.0.1:2".to_string())];
+        let env = vec![("SVCD_HTTP_LISTEN".to_string(), "127.0.0.1:2".to_string())];
         let c = Config::from_sources(Some(&file), &env, &Overrides::default()).unwrap();
         assert_eq!(c.data_dir, PathBuf::from("/srv/a"));
         assert_eq!(c.http.listen.port(), 2);
@@ -269,7 +286,7 @@ mod tests {
         let c = Config::from_sources(Some(&file), &env, &flags).unwrap();
         assert_eq!((c.data_dir, c.http.listen.port()), (PathBuf::from("/x"), 3));
         let env = vec![(
-            "SVC_HTTP_COMPAT_PREFIXES".to_string(),
+            "SVCD_HTTP_COMPAT_PREFIXES".to_string(),
             "/api/freva-nextgen".to_string(),
         )];
         let c = Config::from_sources(None, &env, &Overrides::default()).unwrap();
@@ -296,12 +313,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("colour"), "{err}");
-        let env = vec![("SVC_NOPE".to_string(), "1".to_string())];
-        let err = Config::from_sources(None, &env, &Overrides::default())
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("SVC_NOPE"), "{err}");
-        let env = vec![("SVC_HTTP_LISTEN".to_string(), "nonsense".to_string())];
+        let env = vec![
+            ("SVCD_NOPE".to_string(), "1".to_string()),
+            ("SVC_URL".to_string(), "http://elsewhere".to_string()),
+        ];
+        let c = Config::from_sources(None, &env, &Overrides::default()).unwrap();
+        assert_eq!(c.ignored_env, ["SVCD_NOPE"]);
+        let env = vec![("SVCD_HTTP_LISTEN".to_string(), "nonsense".to_string())];
         assert!(Config::from_sources(None, &env, &Overrides::default()).is_err());
     }
 }

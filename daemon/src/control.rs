@@ -1,6 +1,6 @@
 //! The control socket: lets `svcd index ...` reach a running daemon, whose store is locked
-//! while it runs. A Unix socket in the data directory, mode 0600, so only the daemon's user
-//! can write to the catalogue through it.
+//! while it runs. A Unix socket in the data directory, mode 0600 from its creation on (see
+//! `bind_owner_only`), so only the daemon's user can write to the catalogue through it.
 //!
 //! Protocol: the client sends one JSON request line; for `add` the JSON Lines records follow
 //! until the client shuts down its write half. The daemon answers with JSON lines: `progress`
@@ -16,7 +16,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
 use crate::Daemon;
-use crate::catalog::{LoadSummary, Loader, Query, SearchParams, Stats};
+use crate::catalog::facet::OWNER;
+use crate::catalog::{LoadSummary, Loader, Query, SearchParams, Source, Stats};
 use crate::error::{Error, Result};
 
 /// A request on the control socket.
@@ -59,8 +60,11 @@ pub enum Reply {
     },
 }
 
-/// The query a removal runs: the filters over standard names, every version, catalogue and
-/// user data alike.
+/// The query a removal runs: the filters over standard names, every version.
+///
+/// Which records: the crawled catalogue; with `user=NAME` (exactly one, an exact identity)
+/// only that user's entries; with nothing but `file=` filters every record at those locations,
+/// the catalogue's and every user's, so an operator can clear a location completely.
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] for an unknown facet or malformed value.
@@ -70,13 +74,34 @@ pub fn removal_query(daemon: &Daemon, filters: &[(String, String)]) -> Result<Qu
             "refusing to remove everything: give --file or at least one key=value filter",
         ));
     }
-    let flavour = daemon.flavours().resolve("svc", None)?;
-    let mut pairs = filters.to_vec();
+    let owners: Vec<&str> = filters
+        .iter()
+        .filter(|(k, _)| k == OWNER)
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let flavour = daemon
+        .flavours()
+        .resolve(if owners.is_empty() { "svc" } else { "user" }, None)?;
+    let mut pairs: Vec<(String, String)> = filters
+        .iter()
+        .filter(|(k, _)| k != OWNER)
+        .cloned()
+        .collect();
     pairs.push(("multi-version".into(), "true".into()));
     pairs.push(("translate".into(), "false".into()));
-    let mut params = SearchParams::parse(&pairs)?;
-    params.filters.retain(|(k, _)| k != "multi-version");
-    Query::build(&flavour, &params)
+    let params = SearchParams::parse(&pairs)?;
+    let mut query = Query::build(&flavour, &params)?;
+    match owners.as_slice() {
+        [] if filters.iter().all(|(k, _)| k == "file") => query.source = Source::Everything,
+        [] => {}
+        [owner] => query.only_owner(owner),
+        _ => {
+            return Err(Error::invalid(
+                "give at most one user=NAME: an owner is an exact name, not a list",
+            ));
+        }
+    }
+    Ok(query)
 }
 
 /// Serves the control socket until the task is dropped.
@@ -84,10 +109,7 @@ pub fn removal_query(daemon: &Daemon, filters: &[(String, String)]) -> Result<Qu
 /// # Errors
 /// When the socket cannot be created.
 pub async fn serve(daemon: Arc<Daemon>, path: &Path) -> Result<()> {
-    let _ = std::fs::remove_file(path);
-    let listener =
-        UnixListener::bind(path).map_err(|e| Error::io(format!("bind {}", path.display()), e))?;
-    set_owner_only(path)?;
+    let listener = bind_owner_only(path)?;
     loop {
         let (stream, _) = listener
             .accept()
@@ -102,10 +124,32 @@ pub async fn serve(daemon: Arc<Daemon>, path: &Path) -> Result<()> {
     }
 }
 
-fn set_owner_only(path: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| Error::io(format!("chmod {}", path.display()), e))
+/// Binds the socket so that it is never reachable by others, not even for a moment: it is
+/// created inside a fresh directory only the daemon's user can enter, made owner-only there,
+/// and then moved into place (a rename keeps the bound socket). A chmod after binding in place
+/// would leave a window in which anyone could connect.
+fn bind_owner_only(path: &Path) -> Result<UnixListener> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let parent = path.parent().unwrap_or_else(|| Path::new("."));
+    let private = parent.join(format!(".svcd-sock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .map_err(|e| Error::io(format!("create {}", private.display()), e))?;
+    let staged = private.join("svcd.sock");
+    let bound = (|| {
+        let listener = UnixListener::bind(&staged)
+            .map_err(|e| Error::io(format!("bind {}", staged.display()), e))?;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| Error::io(format!("chmod {}", staged.display()), e))?;
+        let _ = std::fs::remove_file(path);
+        std::fs::rename(&staged, path)
+            .map_err(|e| Error::io(format!("move the socket to {}", path.display()), e))?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_dir_all(&private);
+    bound
 }
 
 async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<()> {

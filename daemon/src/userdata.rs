@@ -6,10 +6,20 @@
 //! written in one atomic batch ([`Catalog::add_new`]), so a crash leaves either all of them
 //! or none, and they are searchable through the `user` flavour before the answer is sent.
 //!
+//! The owner is the caller's user name exactly as the token gives it: an identity, never a
+//! pattern. Adds write it, deletes and `user=` searches match it byte for byte (case too).
+//!
 //! Decisions where the spec and DECISIONS.md are silent:
-//! - A location is one record in the catalogue. An entry whose `file` is already indexed (by
-//!   the caller, another user or the crawler) is a duplicate: skipped and counted, never
-//!   overwritten, so nobody can replace another user's entry.
+//! - A user entry is identified by its owner and location (DECISIONS.md: only the caller's own
+//!   entries count as duplicates). An entry whose `file` the caller already indexed is a
+//!   duplicate: skipped and counted, never overwritten. Another user's entry, or a catalogue
+//!   record, at the same location is a different record: it neither blocks the entry nor is
+//!   touched by it. User data is versioned per owner, so it never changes which version of a
+//!   catalogue dataset (or of another user's entries) searches show.
+//! - One add takes at most [`MAX_ENTRIES`] entries (422 beyond), so one request's memory and
+//!   write are bounded; larger collections are added in several requests.
+//! - A delete body may name `user` only as the caller (a no-op); any other owner is 422, so
+//!   a body can never widen a delete beyond the caller's entries.
 //! - `time` may be `fx` (time-invariant files, as freva-client sends them): the entry has no
 //!   time range.
 //! - Entry keys that are not standard facets are accepted and not indexed (they could not be
@@ -23,7 +33,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::auth::Caller;
-use crate::catalog::facet::{self, STANDARD_FACETS};
+use crate::catalog::facet::{self, OWNER, STANDARD_FACETS};
 use crate::catalog::time::TimeRange;
 use crate::catalog::{Catalog, Query, Record, SearchParams};
 use crate::error::{Error, Result};
@@ -34,6 +44,9 @@ const REQUIRED: [&str; 4] = ["file", "variable", "time", "time_frequency"];
 
 /// How many entry problems a 422 lists before summarising.
 const LISTED_PROBLEMS: usize = 20;
+
+/// The most entries one add request may carry.
+pub const MAX_ENTRIES: usize = 100_000;
 
 /// Keys `facets` may not set.
 const FIXED_KEYS: [&str; 3] = ["user", "file", "uri"];
@@ -71,6 +84,13 @@ pub fn parse_add(body: &[u8], caller: &Caller) -> Result<Vec<Record>> {
     };
     if entries.is_empty() {
         return Err(Error::invalid("user_metadata: no entries"));
+    }
+    if entries.len() > MAX_ENTRIES {
+        return Err(Error::invalid(format!(
+            "user_metadata: {} entries, at most {MAX_ENTRIES} may be added per request; \
+             add them in several requests",
+            entries.len()
+        )));
     }
     let facets = match body.remove("facets") {
         None | Some(Value::Null) => Map::new(),
@@ -187,15 +207,8 @@ pub fn delete(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<String>
     } else {
         object(body)?
     };
-    let mut pairs = vec![
-        ("user".to_string(), caller.user.clone()),
-        ("multi-version".to_string(), "true".to_string()),
-    ];
+    let mut pairs = vec![("multi-version".to_string(), "true".to_string())];
     for (key, value) in body {
-        if key == "user" {
-            // Only the caller's own entries can be deleted, whatever the body says.
-            continue;
-        }
         if !STANDARD_FACETS.contains(&key.as_str()) && key != "file" && key != "uri" {
             return Err(Error::invalid(format!(
                 "{key:?} is not a search key; use the standard facet names, file or uri"
@@ -206,10 +219,26 @@ pub fn delete(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<String>
             Value::Number(n) => n.to_string(),
             _ => return Err(Error::invalid(format!("{key}: expected a string"))),
         };
+        if value.trim().is_empty() {
+            // A search drops blank values; here that would widen the delete.
+            return Err(Error::invalid(format!("{key}: empty value")));
+        }
+        if key == OWNER {
+            // Only the caller's own entries can be deleted: naming them is allowed, naming
+            // anyone else is an error rather than a filter that is silently dropped.
+            if value != caller.user {
+                return Err(Error::invalid(format!(
+                    "user: {value:?} is not you; only your own entries ({:?}) can be deleted",
+                    caller.user
+                )));
+            }
+            continue;
+        }
         pairs.push((key, value));
     }
     let params = SearchParams::parse(&pairs)?;
-    let query = Query::build(&Flavour::builtin("user"), &params)?;
+    let mut query = Query::build(&Flavour::builtin("user"), &params)?;
+    query.only_owner(&caller.user);
     let removed = catalog.remove(&query)?;
     Ok(format!(
         "User data has been deleted successfully from the databrowser: {removed} files removed."

@@ -90,7 +90,7 @@ fn now() -> u64 {
 /// A daemon that trusts a freshly started provider.
 pub(crate) fn with_provider() -> (Svcd, Provider) {
     let provider = Provider::start();
-    let svcd = Svcd::start_with(&[("SVC_AUTH_OIDC_DISCOVERY_URLS", &provider.discovery)]);
+    let svcd = Svcd::start_with(&[("SVCD_AUTH_OIDC_DISCOVERY_URLS", &provider.discovery)]);
     (svcd, provider)
 }
 

@@ -79,7 +79,7 @@ impl Svcd {
         svcd
     }
 
-    /// Starts a daemon on a fresh data directory with extra environment (`SVC_*` settings).
+    /// Starts a daemon on a fresh data directory with extra environment (`SVCD_*` settings).
     pub(crate) fn start_with(env: &[(&str, &str)]) -> Self {
         let temp = tempfile::tempdir().expect("temp dir");
         let mut svcd = Self::start_in_with(temp.path(), env);
@@ -100,9 +100,9 @@ impl Svcd {
         let child = Command::new(svcd_bin())
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir)
-            .env_remove("SVC_DATA_DIR")
-            .env_remove("SVC_HTTP_LISTEN")
-            .env("SVC_PUBLIC_URL", "")
+            .env_remove("SVCD_DATA_DIR")
+            .env_remove("SVCD_HTTP_LISTEN")
+            .env("SVCD_PUBLIC_URL", "")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
@@ -189,7 +189,8 @@ impl Svcd {
 
     /// A token from `svcd token issue`.
     pub(crate) fn token(&self, user: &str, admin: bool) -> String {
-        let mut args = vec!["token", "issue", "--user", user];
+        let user = format!("--user={user}");
+        let mut args = vec!["token", "issue", &user];
         if admin {
             args.push("--admin");
         }
@@ -250,7 +251,7 @@ pub(crate) fn cli_in(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
         .args(args)
         .arg("--data-dir")
         .arg(dir)
-        .env_remove("SVC_DATA_DIR");
+        .env_remove("SVCD_DATA_DIR");
     command.stdin(if stdin.is_some() {
         Stdio::piped()
     } else {

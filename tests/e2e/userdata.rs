@@ -283,7 +283,8 @@ fn user_data_is_validated_searchable_at_once_and_deleted_per_owner() {
         .json();
     assert_eq!(meta["total_count"], 2);
 
-    // Duplicates: already indexed by anyone (here a catalogue file), or repeated.
+    // Duplicates: only the caller's own entries (DECISIONS.md), or repeats within the
+    // request; jane's entry and a catalogued location are john's to add.
     let catalogued = svcd.get("/databrowser/data-search/svc/file").lines()[0].clone();
     let reply = add(
         &john,
@@ -291,7 +292,7 @@ fn user_data_is_validated_searchable_at_once_and_deleted_per_owner() {
     );
     assert_eq!(
         status(&reply),
-        "1 files have been successfully added to the databrowser. 3 files were duplicates and not added."
+        "3 files have been successfully added to the databrowser. 1 files were duplicates and not added."
     );
     let reply = add(&john, json!({"user_metadata": [entry(&catalogued)]}));
     assert_eq!(
@@ -304,6 +305,20 @@ fn user_data_is_validated_searchable_at_once_and_deleted_per_owner() {
             .len(),
         2
     );
+    let reply = svcd.send(
+        "DELETE",
+        "/databrowser/userdata",
+        Some(&john),
+        Some(&json!({"file": "/home/jane/a.nc"})),
+    );
+    assert!(status(&reply).contains(" 1 files removed"));
+    let reply = svcd.send(
+        "DELETE",
+        "/databrowser/userdata",
+        Some(&john),
+        Some(&json!({"file": catalogued})),
+    );
+    assert!(status(&reply).contains(" 1 files removed"));
 
     // A bad entry rejects the whole request and names it; nothing is stored.
     let reply = add(

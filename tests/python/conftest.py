@@ -39,7 +39,7 @@ def daemon(tmp_path_factory):
     result = run("index", "crawl", str(tree))
     assert result.returncode == 0, result.stdout + result.stderr
     log = open(data / "svcd.log", "w")
-    env = dict(os.environ, SVC_HTTP_COMPAT_PREFIXES="/api/freva-nextgen")
+    env = dict(os.environ, SVCD_HTTP_COMPAT_PREFIXES="/api/freva-nextgen")
     proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0"], stderr=log, stdout=log, env=env)
     address = data / "svcd.addr"
     deadline = time.monotonic() + 60

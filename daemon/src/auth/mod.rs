@@ -32,7 +32,16 @@ const USERNAME_CLAIMS: [&str; 4] = ["preferred_username", "user_name", "uid", "u
 /// Tolerated clock difference on `exp`, `nbf` and `iat`.
 const LEEWAY: Duration = Duration::from_secs(30);
 
+/// User names that are refused: they would read as something else where names are shown
+/// next to other values (`global` is the owner the flavour listing shows for global flavours).
+const RESERVED_NAMES: [&str; 1] = ["global"];
+
 /// Who is calling.
+///
+/// The user name is an identity: it owns user data and personal flavours and is compared byte
+/// for byte wherever it is used. Names that would be ambiguous are refused when the token is
+/// read ([`check_user_name`]): blank ones, ones with control characters, ones with `:` (which
+/// separates owner and name in `owner:flavour`) and [`RESERVED_NAMES`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     /// The user name.
@@ -55,6 +64,7 @@ impl Caller {
             .find_map(|c| claims.get(*c).and_then(Value::as_str))
             .filter(|u| !u.is_empty())
             .ok_or_else(|| Error::unauthenticated("the token names no user"))?;
+        check_user_name(user)?;
         let role_lists = [
             claims.get("roles"),
             claims.pointer("/realm_access/roles"),
@@ -71,6 +81,30 @@ impl Caller {
             user: user.to_string(),
             admin,
         })
+    }
+}
+
+/// Refuses user names that cannot serve as an unambiguous identity (see [`Caller`]).
+///
+/// # Errors
+/// [`Error::Unauthenticated`] naming the user name and what is wrong with it.
+pub fn check_user_name(user: &str) -> Result<()> {
+    let problem = if user.trim().is_empty() {
+        Some("it is blank")
+    } else if user.chars().any(char::is_control) {
+        Some("it contains control characters")
+    } else if user.contains(':') {
+        Some("it contains ':', which separates owner and flavour names")
+    } else if RESERVED_NAMES.contains(&user) {
+        Some("it is reserved for global flavours")
+    } else {
+        None
+    };
+    match problem {
+        Some(why) => Err(Error::unauthenticated(format!(
+            "the token's user name {user:?} cannot be used: {why}"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -114,8 +148,9 @@ impl Auth {
     /// Signs a token for `user` valid for `ttl`.
     ///
     /// # Errors
-    /// Signing failed (a bug).
+    /// A user name that cannot be used ([`check_user_name`]); signing failed (a bug).
     pub fn issue(&self, user: &str, admin: bool, ttl: Duration) -> Result<(String, u64)> {
+        check_user_name(user).map_err(|e| Error::invalid(e.to_string()))?;
         let now = jsonwebtoken::get_current_timestamp();
         let exp = now + ttl.as_secs();
         let roles: Vec<&str> = if admin {
@@ -176,6 +211,8 @@ impl Auth {
         };
         let mut validation = Validation::new(algorithm);
         validation.leeway = LEEWAY.as_secs();
+        // Off by default in jsonwebtoken: a token is not valid before its `nbf`.
+        validation.validate_nbf = true;
         validation.set_audience(&[&self.config.audience]);
         validation.set_issuer(&[&issuer]);
         validation.set_required_spec_claims(&["exp", "aud", "iss"]);
@@ -243,6 +280,18 @@ mod tests {
             .unwrap();
         assert_eq!((c.user.as_str(), c.admin), ("s", false));
         assert!(Caller::from_claims(&json!({"roles": ["admin"]}), &admins).is_err());
+        for bad in ["global", " ", "", "a:b", "x\ny"] {
+            let err = Caller::from_claims(&json!({"sub": bad}), &admins);
+            assert!(err.is_err(), "{bad:?} was accepted");
+        }
+        for fine in ["*", "-jane", "JANE", "not jane", "Global"] {
+            assert_eq!(
+                Caller::from_claims(&json!({"sub": fine}), &admins)
+                    .unwrap()
+                    .user,
+                fine
+            );
+        }
     }
 
     #[tokio::test]

@@ -47,6 +47,9 @@ pub const STANDARD_FACETS: [&str; 24] = [
     "version",
 ];
 
+/// The facet naming the owner of user data; its values are identities, never patterns.
+pub const OWNER: &str = "user";
+
 /// Facets with a term dictionary and posting lists: every standard facet except the range
 /// facets `time` and `bbox`.
 pub fn is_term_facet(name: &str) -> bool {
@@ -67,8 +70,12 @@ pub fn default_count_facets() -> impl Iterator<Item = &'static str> {
 }
 
 /// The indexed form of a facet value: lower-cased, and for `version` without a leading `v`
-/// (so `v20191108` and `20191108` are the same version).
+/// (so `v20191108` and `20191108` are the same version). The `user` facet holds identities:
+/// it is indexed exactly as given, so `Jane` and `jane` are different owners.
 pub fn term(facet: &str, value: &str) -> String {
+    if facet == OWNER {
+        return value.to_string();
+    }
     let lower = value.trim().to_lowercase();
     if facet == "version"
         && let Some(rest) = lower.strip_prefix('v')

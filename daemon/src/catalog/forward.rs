@@ -121,6 +121,14 @@ impl Forward {
         }
     }
 
+    /// Gives back the column above record id `len` (all of it absent).
+    pub(crate) fn truncate(&mut self, len: usize) {
+        if len < self.ords.len() {
+            self.ords.truncate(len);
+            self.ords.shrink_to_fit();
+        }
+    }
+
     /// The number of selected records holding each term, in term order, zero counts left out.
     /// `selection` holds record ids in ascending order, so the column is read front to back.
     pub(crate) fn count(&self, selection: &[u32]) -> Vec<(String, u64)> {

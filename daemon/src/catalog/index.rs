@@ -4,12 +4,12 @@
 //! It is rebuilt from the store at start and kept current by applying each committed
 //! [`Change`]. Only reads and [`Index::apply`] touch it; the store stays the source of truth.
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
 use roaring::RoaringBitmap;
 
 use super::forward::Forward;
+use super::record::Identity;
 use crate::db::{self, Columns, Db, PostingDelta, cf};
 use crate::error::Result;
 
@@ -19,10 +19,10 @@ pub(crate) const LATEST: &str = "\u{1}latest";
 /// A committed change, as the in-memory index needs to see it.
 #[derive(Debug, Default)]
 pub(crate) struct Change {
-    /// New or replaced records: id, file path, columns.
-    pub(crate) upserts: Vec<(u32, String, Columns)>,
-    /// Removed record ids.
-    pub(crate) removals: Vec<u32>,
+    /// New or replaced records: id, identity, columns.
+    pub(crate) upserts: Vec<(u32, Identity, Columns)>,
+    /// Removed records.
+    pub(crate) removals: Vec<(u32, Identity)>,
     /// Posting deltas per `(facet, term)`, including [`LATEST`].
     pub(crate) postings: HashMap<(String, String), PostingDelta>,
 }
@@ -33,58 +33,80 @@ struct Paths {
     bytes: Vec<u8>,
     /// Per id: start offset in `bytes` and length; `u32::MAX` length marks a free id.
     spans: Vec<(u64, u32)>,
-    /// Low 64 bits of each record's [`item_key`] -> id.
-    items: HashMap<u64, u32>,
-    /// Full keys of records whose low 64 bits were taken by another record when they came.
-    item_collisions: HashMap<u128, u32>,
+    /// Bytes of `bytes` no live record uses any more; the arena is compacted when they
+    /// outweigh the live ones, so removals give memory back.
+    dead: u64,
+    /// [`item_key`] of each live record's identity -> id.
+    items: HashMap<u128, u32>,
 }
 
-/// The stable key of a location: XXH3-128 of its bytes. Record ids change when a catalogue
-/// is rebuilt; this does not, so public identifiers (STAC item ids) derive from it.
-pub(crate) fn item_key(path: &str) -> u128 {
-    xxhash_rust::xxh3::xxh3_128(path.as_bytes())
+/// The stable key of a record: XXH3-128 of its encoded [`Identity`], which for a catalogue
+/// record is its location. Record ids change when a catalogue is rebuilt; this does not, so
+/// public identifiers (STAC item ids) derive from it.
+pub(crate) fn item_key(identity: &str) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(identity.as_bytes())
 }
 
 impl Paths {
-    fn set(&mut self, id: u32, path: &str) {
+    fn set(&mut self, id: u32, identity: &Identity) {
         let idx = id as usize;
         if self.spans.len() <= idx {
             self.spans.resize(idx + 1, (0, u32::MAX));
         }
-        if self.get(id) == Some(path) {
-            return;
-        }
-        self.spans[idx] = (self.bytes.len() as u64, path.len() as u32);
-        self.bytes.extend_from_slice(path.as_bytes());
-        let key = item_key(path);
-        match self.items.entry(key as u64) {
-            Entry::Vacant(slot) => {
-                slot.insert(id);
+        let path = identity.file();
+        if self.get(id) != Some(path) {
+            if let Some(old) = self.get(id) {
+                self.dead += old.len() as u64;
             }
-            Entry::Occupied(_) => {
-                self.item_collisions.insert(key, id);
-            }
+            self.spans[idx] = (self.bytes.len() as u64, path.len() as u32);
+            self.bytes.extend_from_slice(path.as_bytes());
         }
+        self.items.insert(item_key(identity.as_str()), id);
     }
 
-    fn clear(&mut self, id: u32) {
+    fn clear(&mut self, id: u32, identity: &Identity) {
         let Some(path) = self.get(id) else { return };
-        let key = item_key(path);
-        if self.items.get(&(key as u64)) == Some(&id) {
-            self.items.remove(&(key as u64));
-        } else {
-            self.item_collisions.remove(&key);
+        self.dead += path.len() as u64;
+        let key = item_key(identity.as_str());
+        if self.items.get(&key) == Some(&id) {
+            self.items.remove(&key);
         }
         self.spans[id as usize].1 = u32::MAX;
+        if self.dead > (self.bytes.len() as u64 - self.dead).max(1 << 20) {
+            self.compact();
+        }
     }
 
-    /// The live record whose location has this item key.
-    fn by_item_key(&self, key: u128) -> Option<u32> {
-        if let Some(id) = self.item_collisions.get(&key) {
-            return Some(*id);
+    /// Copies the live paths into a fresh arena and trims the span table to the highest live
+    /// id.
+    fn compact(&mut self) {
+        let live: u64 = self.bytes.len() as u64 - self.dead;
+        let mut bytes = Vec::with_capacity(live as usize);
+        for span in &mut self.spans {
+            if span.1 == u32::MAX {
+                continue;
+            }
+            let start = span.0 as usize;
+            let end = start + span.1 as usize;
+            let moved = bytes.len() as u64;
+            bytes.extend_from_slice(&self.bytes[start..end]);
+            span.0 = moved;
         }
-        let id = *self.items.get(&(key as u64))?;
-        (self.get(id).map(item_key) == Some(key)).then_some(id)
+        self.bytes = bytes;
+        self.dead = 0;
+        let used = self
+            .spans
+            .iter()
+            .rposition(|s| s.1 != u32::MAX)
+            .map_or(0, |i| i + 1);
+        self.spans.truncate(used);
+        self.spans.shrink_to_fit();
+        self.items.shrink_to_fit();
+    }
+
+    /// The live record whose identity has this item key.
+    fn by_item_key(&self, key: u128) -> Option<u32> {
+        self.items.get(&key).copied()
     }
 
     fn get(&self, id: u32) -> Option<&str> {
@@ -115,10 +137,19 @@ pub(crate) struct Index {
     times: Vec<(i64, i64)>,
     /// Bounding box per id; NaN when the record has none.
     boxes: Vec<[f32; 4]>,
+    /// Per id: the generation at which the record holding it was added. Ids are reused, so a
+    /// reader holding ids from an earlier generation skips those born after it.
+    born: Vec<u32>,
     /// URIs that differ from the file path.
     uris: HashMap<u32, Box<str>>,
     /// Bumped by every applied change, so derived summaries know when they are stale.
     generation: u64,
+}
+
+/// The result order: file path byte-wise descending (DECISIONS.md); records at one location
+/// (a catalogue record and users' entries) by descending id, so the order is total.
+fn result_order(a: Option<&str>, a_id: u32, b: Option<&str>, b_id: u32) -> std::cmp::Ordering {
+    (b, b_id).cmp(&(a, a_id))
 }
 
 const NO_TIME: (i64, i64) = (i64::MIN, i64::MIN);
@@ -128,18 +159,22 @@ impl Index {
     /// Loads the index from the store.
     pub(crate) fn load(db: &Db) -> Result<Self> {
         let mut index = Index::default();
-        db.for_each(cf::FILES, |path, id| {
+        db.for_each(cf::FILES, |key, id| {
             let id = db::decode_u32(cf::FILES, id)?;
-            let path = std::str::from_utf8(path).map_err(|_| crate::Error::Corrupt {
+            let identity = std::str::from_utf8(key).map_err(|_| crate::Error::Corrupt {
                 family: cf::FILES,
-                reason: "path not UTF-8".into(),
+                reason: "identity not UTF-8".into(),
             })?;
-            index.paths.set(id, path);
+            index.paths.set(id, &Identity::decode(identity));
             index.order.push(id);
             index.live.insert(id);
             Ok(true)
         })?;
-        index.order.reverse();
+        // The family is ordered by identity, which puts user data first: sort by location.
+        let paths = &index.paths;
+        index
+            .order
+            .sort_unstable_by(|a, b| result_order(paths.get(*a), *a, paths.get(*b), *b));
         db.for_each(cf::COLUMNS, |id, value| {
             let id = u32::from_be_bytes(id.try_into().map_err(|_| crate::Error::Corrupt {
                 family: cf::COLUMNS,
@@ -175,6 +210,7 @@ impl Index {
         if self.times.len() <= idx {
             self.times.resize(idx + 1, NO_TIME);
             self.boxes.resize(idx + 1, NO_BOX);
+            self.born.resize(idx + 1, 0);
         }
         self.times[idx] = columns.time.unwrap_or(NO_TIME);
         self.boxes[idx] = columns.bbox.unwrap_or(NO_BOX);
@@ -188,19 +224,22 @@ impl Index {
     pub(crate) fn apply(&mut self, change: Change) {
         self.generation += 1;
         if !change.removals.is_empty() {
-            let removed: RoaringBitmap = change.removals.iter().copied().collect();
+            let removed: RoaringBitmap = change.removals.iter().map(|(id, _)| *id).collect();
             self.order.retain(|id| !removed.contains(*id));
-            for id in &change.removals {
-                self.paths.clear(*id);
+            for (id, identity) in &change.removals {
+                self.paths.clear(*id, identity);
                 self.live.remove(*id);
                 self.set_columns(*id, Columns::default());
             }
+            self.trim_columns();
         }
-        let mut fresh: Vec<(u32, String)> = Vec::new();
-        for (id, path, columns) in change.upserts {
+        let mut fresh: Vec<(u32, Identity)> = Vec::new();
+        let generation = self.generation_u32();
+        for (id, identity, columns) in change.upserts {
             self.set_columns(id, columns);
             if self.live.insert(id) {
-                fresh.push((id, path));
+                self.born[id as usize] = generation;
+                fresh.push((id, identity));
             }
         }
         self.insert_in_order(fresh);
@@ -227,25 +266,39 @@ impl Index {
         }
     }
 
-    /// Inserts new ids into the descending path order: one binary search per id, then one pass.
-    fn insert_in_order(&mut self, mut fresh: Vec<(u32, String)>) {
+    /// Gives back the per-record columns above the highest live id.
+    fn trim_columns(&mut self) {
+        let used = self.live.max().map_or(0, |m| m as usize + 1);
+        if used < self.times.len() {
+            self.times.truncate(used);
+            self.boxes.truncate(used);
+            self.born.truncate(used);
+            self.times.shrink_to_fit();
+            self.boxes.shrink_to_fit();
+            self.born.shrink_to_fit();
+        }
+        for forward in self.forward.values_mut() {
+            forward.truncate(used);
+        }
+    }
+
+    /// Inserts new ids into the result order: one binary search per id, then one pass.
+    fn insert_in_order(&mut self, fresh: Vec<(u32, Identity)>) {
         if fresh.is_empty() {
             return;
         }
-        for (id, path) in &fresh {
-            self.paths.set(*id, path);
+        for (id, identity) in &fresh {
+            self.paths.set(*id, identity);
         }
-        fresh.sort_by(|a, b| b.1.cmp(&a.1));
+        let mut fresh: Vec<u32> = fresh.into_iter().map(|(id, _)| id).collect();
+        fresh.sort_unstable_by(|a, b| result_order(self.paths.get(*a), *a, self.paths.get(*b), *b));
         let positions: Vec<usize> = fresh
             .iter()
-            .map(|(_, path)| {
-                self.order
-                    .partition_point(|id| self.path(*id) > path.as_str())
-            })
+            .map(|id| self.position_of(self.path(*id), *id))
             .collect();
         let mut merged = Vec::with_capacity(self.order.len() + fresh.len());
         let mut next = 0;
-        for ((id, _), pos) in fresh.iter().zip(positions) {
+        for (id, pos) in fresh.iter().zip(positions) {
             merged.extend_from_slice(&self.order[next..pos]);
             merged.push(*id);
             next = pos;
@@ -299,21 +352,27 @@ impl Index {
         self.generation
     }
 
+    fn generation_u32(&self) -> u32 {
+        u32::try_from(self.generation).unwrap_or(u32::MAX)
+    }
+
+    /// Whether the record holding `id` existed at `generation` (it was not added later under
+    /// a reused id).
+    pub(crate) fn existed_at(&self, id: u32, generation: u64) -> bool {
+        self.live.contains(id)
+            && u64::from(self.born.get(id as usize).copied().unwrap_or(0)) <= generation
+    }
+
     /// Ids in result order.
     pub(crate) fn order(&self) -> &[u32] {
         &self.order
     }
 
-    /// Whether a record with this file path is indexed.
-    pub(crate) fn contains_path(&self, path: &str) -> bool {
-        self.order
-            .get(self.position_of(path))
-            .is_some_and(|id| self.path(*id) == path)
-    }
-
-    /// Where `path` stands (or would stand) in the result order.
-    pub(crate) fn position_of(&self, path: &str) -> usize {
-        self.order.partition_point(|id| self.path(*id) > path)
+    /// Where the record `(path, id)` stands (or would stand) in the result order.
+    pub(crate) fn position_of(&self, path: &str, id: u32) -> usize {
+        self.order.partition_point(|x| {
+            result_order(Some(self.path(*x)), *x, Some(path), id) == std::cmp::Ordering::Less
+        })
     }
 
     /// The length of the per-record columns: one past the highest record id.

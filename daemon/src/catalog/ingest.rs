@@ -1,5 +1,10 @@
 //! Writing records: one atomic batch per call, posting deltas instead of list rewrites, and the
 //! newest-version flags of every dataset the batch touches recomputed in the same batch.
+//!
+//! A record is found by its [`Identity`] (location, and owner for user data) in the `files`
+//! family. Ids of removed records are kept in a free set in the `meta` family, written in the
+//! same batch, and handed out again before new ids: the index sizes its per-record columns by
+//! the highest id, so without reuse memory would grow with every add/remove cycle.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -9,7 +14,7 @@ use crate::error::{Error, Result};
 
 use super::facet;
 use super::index::{Change, LATEST};
-use super::record::Record;
+use super::record::{Identity, Record};
 
 const RECORD_FORMAT: u8 = 1;
 
@@ -170,7 +175,7 @@ impl<'a> Writer<'a> {
             .put(cf::COLUMNS, id.to_be_bytes(), columns.encode());
         self.batch
             .put(cf::RECORDS, id.to_be_bytes(), encode_record(record));
-        self.change.upserts.push((id, record.file.clone(), columns));
+        self.change.upserts.push((id, record.identity(), columns));
     }
 
     /// Recomputes the newest-version flags of every touched dataset.
@@ -204,14 +209,21 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
-    fn commit(mut self) -> Result<Change> {
+    /// The finished batch and the change it makes to the index.
+    fn finish(mut self) -> Result<(Batch, Change)> {
         self.settle_latest()?;
         for ((facet, term), delta) in &self.change.postings {
             self.batch
                 .merge_postings(db::posting_key(facet, term), delta);
         }
-        self.db.write(self.batch)?;
-        Ok(self.change)
+        Ok((self.batch, self.change))
+    }
+
+    fn commit(self) -> Result<Change> {
+        let db = self.db;
+        let (batch, change) = self.finish()?;
+        db.write(batch)?;
+        Ok(change)
     }
 }
 
@@ -251,31 +263,63 @@ pub(crate) fn compare_versions(a: &str, b: &str) -> Ordering {
     }
 }
 
-/// Writes records in one atomic batch; a later record of the same file wins.
+/// Record ids handed out: the next never-used id and the set of ids freed by removals.
+struct Ids {
+    next: u32,
+    free: roaring::RoaringBitmap,
+}
+
+impl Ids {
+    fn read(db: &Db) -> Result<Self> {
+        let next = match db.get(cf::META, meta::NEXT_ID)? {
+            Some(v) => db::decode_u32(cf::META, &v)?,
+            None => 0,
+        };
+        let free = match db.get(cf::META, meta::FREE_IDS)? {
+            Some(v) => db::decode_postings(&v)?,
+            None => roaring::RoaringBitmap::new(),
+        };
+        Ok(Ids { next, free })
+    }
+
+    /// A free id, the lowest first, else a new one.
+    fn take(&mut self) -> Result<u32> {
+        if let Some(id) = self.free.min() {
+            self.free.remove(id);
+            return Ok(id);
+        }
+        let id = self.next;
+        self.next = self
+            .next
+            .checked_add(1)
+            .ok_or_else(|| Error::invalid("the catalogue is full (2^32 records)"))?;
+        Ok(id)
+    }
+
+    fn write(&self, batch: &mut Batch) {
+        batch.put(cf::META, meta::NEXT_ID, self.next.to_be_bytes());
+        batch.put(cf::META, meta::FREE_IDS, db::encode_postings(&self.free));
+    }
+}
+
+/// Writes records in one atomic batch; a later record of the same identity wins.
 ///
 /// # Errors
 /// A store error; then nothing of the batch is written.
 pub(crate) fn write_records(db: &Db, records: &[Record]) -> Result<(Change, WriteCounts)> {
-    let mut last_of_file: HashMap<&str, usize> = HashMap::new();
-    for (i, r) in records.iter().enumerate() {
-        last_of_file.insert(r.file.as_str(), i);
+    let identities: Vec<Identity> = records.iter().map(Record::identity).collect();
+    let mut last_of: HashMap<&Identity, usize> = HashMap::new();
+    for (i, identity) in identities.iter().enumerate() {
+        last_of.insert(identity, i);
     }
-    let records: Vec<&Record> = records
+    let (records, identities): (Vec<&Record>, Vec<&Identity>) = records
         .iter()
+        .zip(&identities)
         .enumerate()
-        .filter(|(i, r)| last_of_file[r.file.as_str()] == *i)
-        .map(|(_, r)| r)
-        .collect();
-    let file_keys: Vec<Vec<u8>> = records.iter().map(|r| r.file.as_bytes().to_vec()).collect();
-    let existing_ids = db.multi_get(cf::FILES, &file_keys)?;
-    let existing_ids: Vec<Option<u32>> = existing_ids
-        .iter()
-        .map(|v| {
-            v.as_deref()
-                .map(|b| db::decode_u32(cf::FILES, b))
-                .transpose()
-        })
-        .collect::<Result<_>>()?;
+        .filter(|(i, (_, identity))| last_of[identity] == *i)
+        .map(|(_, pair)| pair)
+        .unzip();
+    let existing_ids = existing(db, identities.iter().copied())?;
     let old_keys: Vec<Vec<u8>> = existing_ids
         .iter()
         .flatten()
@@ -283,13 +327,10 @@ pub(crate) fn write_records(db: &Db, records: &[Record]) -> Result<(Change, Writ
         .collect();
     let mut old_records = db.multi_get(cf::RECORDS, &old_keys)?.into_iter();
 
-    let mut next_id = match db.get(cf::META, meta::NEXT_ID)? {
-        Some(v) => db::decode_u32(cf::META, &v)?,
-        None => 0,
-    };
+    let mut ids = Ids::read(db)?;
     let mut writer = Writer::new(db);
     let mut counts = WriteCounts::default();
-    for (record, existing) in records.iter().zip(existing_ids) {
+    for ((record, identity), existing) in records.iter().zip(identities).zip(existing_ids) {
         let id = match existing {
             Some(id) => {
                 if let Some(old) = old_records.next().flatten() {
@@ -299,32 +340,50 @@ pub(crate) fn write_records(db: &Db, records: &[Record]) -> Result<(Change, Writ
                 id
             }
             None => {
-                let id = next_id;
-                next_id = next_id
-                    .checked_add(1)
-                    .ok_or_else(|| Error::invalid("the catalogue is full (2^32 records)"))?;
-                writer
-                    .batch
-                    .put(cf::FILES, record.file.as_bytes().to_vec(), id.to_be_bytes());
+                let id = ids.take()?;
+                writer.batch.put(
+                    cf::FILES,
+                    identity.as_str().as_bytes().to_vec(),
+                    id.to_be_bytes(),
+                );
                 counts.added += 1;
                 id
             }
         };
         writer.index(id, record);
     }
-    writer
-        .batch
-        .put(cf::META, meta::NEXT_ID, next_id.to_be_bytes());
+    ids.write(&mut writer.batch);
     Ok((writer.commit()?, counts))
 }
 
-/// Removes records by id in one atomic batch; ids that are not indexed are skipped.
+/// The ids of the records with these identities, where they exist.
+///
+/// # Errors
+/// A store error or a corrupt id.
+pub(crate) fn existing<'a>(
+    db: &Db,
+    identities: impl Iterator<Item = &'a Identity>,
+) -> Result<Vec<Option<u32>>> {
+    let keys: Vec<Vec<u8>> = identities.map(|i| i.as_str().as_bytes().to_vec()).collect();
+    db.multi_get(cf::FILES, &keys)?
+        .iter()
+        .map(|v| {
+            v.as_deref()
+                .map(|b| db::decode_u32(cf::FILES, b))
+                .transpose()
+        })
+        .collect()
+}
+
+/// Removes records by id in one atomic batch; ids that are not indexed are skipped. Their
+/// ids become free for later records.
 ///
 /// # Errors
 /// A store error; then nothing is removed.
 pub(crate) fn remove_records(db: &Db, ids: &[u32]) -> Result<(Change, u64)> {
     let keys: Vec<Vec<u8>> = ids.iter().map(|id| id.to_be_bytes().to_vec()).collect();
     let stored = db.multi_get(cf::RECORDS, &keys)?;
+    let mut free = Ids::read(db)?;
     let mut writer = Writer::new(db);
     let mut removed = HashSet::new();
     for (id, value) in ids.iter().zip(stored) {
@@ -333,21 +392,154 @@ pub(crate) fn remove_records(db: &Db, ids: &[u32]) -> Result<(Change, u64)> {
             continue;
         }
         let record = decode_record(&value)?;
+        let identity = record.identity();
         writer.unindex(*id, &record);
         writer.batch.delete(cf::RECORDS, id.to_be_bytes());
         writer.batch.delete(cf::COLUMNS, id.to_be_bytes());
         writer
             .batch
-            .delete(cf::FILES, record.file.as_bytes().to_vec());
-        writer.change.removals.push(*id);
+            .delete(cf::FILES, identity.as_str().as_bytes().to_vec());
+        writer.change.removals.push((*id, identity));
+        free.free.insert(*id);
     }
     let count = removed.len() as u64;
+    if count > 0 {
+        free.write(&mut writer.batch);
+    }
     Ok((writer.commit()?, count))
+}
+
+/// Brings a store written by an older schema up to [`db::SCHEMA_VERSION`] in one atomic
+/// batch; a store that is current is left alone.
+///
+/// Version 1 keyed every record by its location alone, indexed owners lower-cased and grouped
+/// user data into the catalogue's dataset versions. Version 2 keys user data by owner and
+/// location, indexes owners exactly and versions user data per owner. Only user data changes:
+/// each entry moves to its new key, terms and dataset, and the newest-version flags of the
+/// datasets it leaves are recomputed, so catalogue records it hid are shown again.
+///
+/// # Errors
+/// A store error or a corrupt record; then nothing is changed.
+pub(crate) fn upgrade(db: &Db) -> Result<()> {
+    if db.schema() == db::SCHEMA_VERSION {
+        return Ok(());
+    }
+    let mut owned = roaring::RoaringBitmap::new();
+    db.for_each_prefixed(cf::POSTINGS, &db::posting_key(facet::OWNER, ""), |_, v| {
+        owned |= db::decode_postings(v)?;
+        Ok(())
+    })?;
+    let ids: Vec<u32> = owned.iter().collect();
+    let keys: Vec<Vec<u8>> = ids.iter().map(|id| id.to_be_bytes().to_vec()).collect();
+    let mut writer = Writer::new(db);
+    for (id, value) in ids.iter().zip(db.multi_get(cf::RECORDS, &keys)?) {
+        let Some(value) = value else { continue };
+        let record = decode_record(&value)?;
+        let mut legacy = record.clone();
+        for owner in legacy.facets.remove(facet::OWNER).unwrap_or_default() {
+            writer
+                .delta(facet::OWNER, owner.trim().to_lowercase())
+                .remove(*id);
+        }
+        if let Some(key) = legacy.dataset_key() {
+            writer
+                .batch
+                .delete(cf::DATASETS, db::dataset_entry_key(&key, *id));
+            writer.datasets.entry(key).or_default().insert(*id, None);
+        }
+        writer
+            .batch
+            .delete(cf::FILES, record.file.as_bytes().to_vec());
+        writer.batch.put(
+            cf::FILES,
+            record.identity().as_str().as_bytes().to_vec(),
+            id.to_be_bytes(),
+        );
+        writer.index(*id, &record);
+    }
+    let (batch, _) = writer.finish()?;
+    db.migrated(batch)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A version 1 store (user data keyed by location, owners lower-cased, versioned together
+    /// with the catalogue) is migrated when opened: the entry gets its own key, term and
+    /// dataset, and the catalogue record it hid is the newest version again.
+    #[test]
+    fn version_1_stores_are_migrated() {
+        use crate::catalog::{Catalog, Query};
+        let dir = tempfile::tempdir().unwrap();
+        let (catalogue_id, user_id, user) = {
+            let db = Db::open(dir.path()).unwrap();
+            let mut official = Record::new("/d/CMIP6/ua/gn/v20200101/ua.nc");
+            official.version = Some("v20200101".into());
+            let mut squat = Record::new("/d/CMIP6/ua/gn/v99999999/zz.nc");
+            squat.version = Some("v99999999".into());
+            squat.facets.insert("user".into(), vec!["JANE".into()]);
+            write_records(&db, &[official.clone(), squat.clone()]).unwrap();
+            let ids = existing(&db, [official.identity(), squat.identity()].iter()).unwrap();
+            let (catalogue_id, user_id) = (ids[0].unwrap(), ids[1].unwrap());
+            // Rewrite the user entry the way version 1 stored it.
+            let mut batch = Batch::default();
+            batch.delete(cf::FILES, squat.identity().as_str().as_bytes().to_vec());
+            batch.put(
+                cf::FILES,
+                squat.file.as_bytes().to_vec(),
+                user_id.to_be_bytes(),
+            );
+            let mut moved = PostingDelta::default();
+            moved.remove(user_id);
+            batch.merge_postings(db::posting_key("user", "JANE"), &moved);
+            let mut old_term = PostingDelta::default();
+            old_term.add(user_id);
+            batch.merge_postings(db::posting_key("user", "jane"), &old_term);
+            let new_key = squat.dataset_key().unwrap();
+            let mut legacy = squat.clone();
+            legacy.facets.remove("user");
+            let old_key = legacy.dataset_key().unwrap();
+            batch.delete(cf::DATASETS, db::dataset_entry_key(&new_key, user_id));
+            batch.delete(cf::DATASETS, db::dataset_entry_key(&old_key, catalogue_id));
+            for (id, version) in [(catalogue_id, "v20200101"), (user_id, "v99999999")] {
+                let entry = VersionEntry {
+                    version: version.into(),
+                    explicit_latest: None,
+                };
+                batch.put(
+                    cf::DATASETS,
+                    db::dataset_entry_key(&old_key, id),
+                    entry.encode(),
+                );
+            }
+            let mut hidden = PostingDelta::default();
+            hidden.remove(catalogue_id);
+            batch.merge_postings(db::posting_key(LATEST, ""), &hidden);
+            batch.put(cf::META, meta::SCHEMA_VERSION, 1u32.to_be_bytes());
+            db.write(batch).unwrap();
+            (catalogue_id, user_id, squat)
+        };
+        let db = std::sync::Arc::new(Db::open(dir.path()).unwrap());
+        assert_eq!(db.schema(), 1);
+        let catalog = Catalog::open(std::sync::Arc::clone(&db)).unwrap();
+        assert_eq!(db.schema(), db::SCHEMA_VERSION);
+        assert_eq!(
+            existing(&db, [user.identity()].iter()).unwrap(),
+            [Some(user_id)]
+        );
+        assert_eq!(db.get(cf::FILES, user.file.as_bytes()).unwrap(), None);
+        let shown: Vec<u32> = catalog.select(&Query::default()).ids.iter().collect();
+        assert_eq!(shown, [catalogue_id]);
+        let mut mine = Query {
+            source: crate::catalog::Source::UserData,
+            ..Query::default()
+        };
+        mine.only_owner("JANE");
+        assert_eq!(catalog.select(&mine).len(), 1);
+        mine.only_owner("jane");
+        assert_eq!(catalog.select(&mine).len(), 0);
+    }
 
     #[test]
     fn versions_compare_numerically() {

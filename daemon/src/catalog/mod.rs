@@ -3,7 +3,8 @@
 //!
 //! A validated [`Query`] selects a [`Selection`]; facet counts, locations, intake and STAC
 //! catalogues consume it. Writes go to the store in one atomic batch and are then applied to
-//! the index, under one writer lock so ids and dataset versions stay consistent.
+//! the index, under one writer lock so ids and dataset versions stay consistent. Readers take
+//! the index with reader preference (see `Catalog::read_index`).
 
 pub mod facet;
 mod forward;
@@ -16,6 +17,8 @@ mod oracle_tests;
 mod page_tests;
 pub mod query;
 pub mod record;
+#[cfg(test)]
+mod reuse_tests;
 mod select;
 pub mod time;
 
@@ -27,8 +30,8 @@ use roaring::RoaringBitmap;
 
 pub use ingest::WriteCounts;
 pub use loader::{LOAD_BATCH, LoadSummary, Loader, Rejection};
-pub use query::{Query, SearchParams};
-pub use record::Record;
+pub use query::{Query, SearchParams, Source};
+pub use record::{Identity, Record};
 
 use crate::db::{Db, cf};
 use crate::error::Result;
@@ -66,6 +69,8 @@ impl UniqKey {
 #[derive(Debug, Clone)]
 pub struct Selection {
     ids: RoaringBitmap,
+    /// The index generation the query was evaluated at.
+    generation: u64,
 }
 
 impl Selection {
@@ -158,8 +163,11 @@ pub type FacetCounts = Vec<(String, u64)>;
 /// Size figures of the catalogue.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Stats {
-    /// Number of records.
+    /// Number of records, user data included.
     pub records: u64,
+    /// Number of user-data entries per owner.
+    #[serde(default)]
+    pub user_data: BTreeMap<String, u64>,
     /// Number of records that are the newest version of their dataset.
     pub latest: u64,
     /// Distinct terms per facet.
@@ -190,12 +198,23 @@ impl Catalog {
     /// # Errors
     /// A store error or corrupt data.
     pub fn open(db: Arc<Db>) -> Result<Self> {
+        ingest::upgrade(&db)?;
         let index = Index::load(&db)?;
         Ok(Catalog {
             db,
             index: RwLock::new(index),
             writer: Mutex::new(()),
         })
+    }
+
+    /// A read view of the index. Readers take it with reader preference: a reader joins the
+    /// readers already inside even when a writer waits, so one long search and a waiting write
+    /// never make every later search queue behind them (the write waits for the readers to
+    /// drain instead). Every reader's work is bounded (location wildcards are limited and
+    /// matched in one pass, cursors read one batch at a time), so the wait is too. Readers
+    /// must not take it twice on one thread, as a recursive read would deadlock a plain lock.
+    fn read_index(&self) -> parking_lot::RwLockReadGuard<'_, Index> {
+        self.index.read_recursive()
     }
 
     /// Adds or replaces records in one atomic batch and makes them searchable.
@@ -209,24 +228,25 @@ impl Catalog {
         Ok(counts)
     }
 
-    /// Adds the records whose location is not indexed yet, in one atomic batch; a location
-    /// already indexed, or repeated within `records`, is skipped. Returns how many records
-    /// were added and how many skipped. The check and the write hold the writer lock, so
-    /// concurrent adds of one location add it once.
+    /// Adds the records whose identity (location, and owner for user data) is not indexed
+    /// yet, in one atomic batch; an identity already indexed, or repeated within `records`, is
+    /// skipped. Returns how many records were added and how many skipped. The check and the
+    /// write hold the writer lock, so concurrent adds of one identity add it once.
     ///
     /// # Errors
     /// A store error; then nothing was added.
     pub fn add_new(&self, records: &[Record]) -> Result<(u64, u64)> {
         let _writer = self.writer.lock();
+        let identities: Vec<Identity> = records.iter().map(Record::identity).collect();
+        let existing = ingest::existing(&self.db, identities.iter())?;
         let mut seen = std::collections::HashSet::new();
-        let fresh: Vec<Record> = {
-            let index = self.index.read();
-            records
-                .iter()
-                .filter(|r| !index.contains_path(&r.file) && seen.insert(r.file.as_str()))
-                .cloned()
-                .collect()
-        };
+        let fresh: Vec<Record> = records
+            .iter()
+            .zip(&identities)
+            .zip(existing)
+            .filter(|((_, identity), id)| id.is_none() && seen.insert(*identity))
+            .map(|((record, _), _)| record.clone())
+            .collect();
         if !fresh.is_empty() {
             let (change, _) = ingest::write_records(&self.db, &fresh)?;
             self.index.write().apply(change);
@@ -242,7 +262,7 @@ impl Catalog {
     /// A store error; then nothing is removed.
     pub fn remove(&self, query: &Query) -> Result<u64> {
         let _writer = self.writer.lock();
-        let ids: Vec<u32> = select::evaluate(&self.index.read(), query).iter().collect();
+        let ids: Vec<u32> = select::evaluate(&self.read_index(), query).iter().collect();
         let (change, removed) = ingest::remove_records(&self.db, &ids)?;
         self.index.write().apply(change);
         Ok(removed)
@@ -250,8 +270,10 @@ impl Catalog {
 
     /// The records matching a query.
     pub fn select(&self, query: &Query) -> Selection {
+        let index = self.read_index();
         Selection {
-            ids: select::evaluate(&self.index.read(), query),
+            ids: select::evaluate(&index, query),
+            generation: index.generation(),
         }
     }
 
@@ -260,7 +282,7 @@ impl Catalog {
     /// The facets are shared out over the machine's cores (largest dictionaries first, dealt
     /// round-robin): one request's latency is the sum of many independent intersections.
     pub fn facet_counts(&self, selection: &Selection, facets: &[&str]) -> Vec<FacetCounts> {
-        let index = self.index.read();
+        let index = self.read_index();
         let index: &Index = &index;
         let walk: Option<Vec<u32>> = (selection.len() * FORWARD_SHARE < index.live().len())
             .then(|| selection.ids.iter().collect());
@@ -315,7 +337,8 @@ impl Catalog {
     /// A cursor over the selection in result order (file path, byte-wise descending),
     /// skipping the first `start` records.
     pub fn cursor(self: &Arc<Self>, selection: Selection, start: u64) -> Cursor {
-        let index = self.index.read();
+        let selection_generation = selection.generation;
+        let index = self.read_index();
         let plan = if selection.len() * SORT_SHARE < index.live().len() {
             let mut ids: Vec<u32> = selection.ids.iter().collect();
             ids.sort_unstable_by(|a, b| index.path(*b).cmp(index.path(*a)));
@@ -332,6 +355,7 @@ impl Catalog {
         Cursor {
             catalog: Arc::clone(self),
             plan,
+            generation: selection_generation,
         }
     }
 
@@ -392,7 +416,7 @@ impl Catalog {
     /// Keeps the selected records whose box `[min_lon, min_lat, max_lon, max_lat]` satisfies
     /// `keep`; records without a box are dropped.
     pub fn retain_boxes(&self, selection: &mut Selection, keep: impl Fn([f64; 4]) -> bool) {
-        let index = self.index.read();
+        let index = self.read_index();
         selection
             .ids
             .retain(|id| index.bbox(id).is_some_and(|b| keep(b.map(f64::from))));
@@ -400,12 +424,12 @@ impl Catalog {
 
     /// The live record whose item id (see [`item_id`]) is `id`.
     pub fn record_of_item(&self, id: &str) -> Option<u32> {
-        self.index.read().by_item_key(parse_item_id(id)?)
+        self.read_index().by_item_key(parse_item_id(id)?)
     }
 
     /// The bounding box and time span of the selected records.
     pub fn extent(&self, selection: &Selection) -> Extent {
-        let index = self.index.read();
+        let index = self.read_index();
         let mut extent = Extent::default();
         for id in &selection.ids {
             // The index keeps boxes as f32 (about 1e-5 degrees at 180); rounding to 1e-4
@@ -421,7 +445,7 @@ impl Catalog {
     /// Counts applied changes since the catalogue was opened: summaries computed at one
     /// generation are current until it moves.
     pub fn generation(&self) -> u64 {
-        self.index.read().generation()
+        self.read_index().generation()
     }
 
     /// Reads full records by id, in the given order; ids removed meanwhile are skipped.
@@ -440,10 +464,20 @@ impl Catalog {
 
     /// Record counts, terms per facet and store size.
     pub fn stats(&self) -> Stats {
-        let index = self.index.read();
+        let index = self.read_index();
         let (records, terms) = index.stats();
+        let user_data = index
+            .dictionary(facet::OWNER)
+            .map(|owners| {
+                owners
+                    .iter()
+                    .map(|(owner, ids)| (owner.clone(), ids.len()))
+                    .collect()
+            })
+            .unwrap_or_default();
         Stats {
             records,
+            user_data,
             latest: index.latest().len(),
             terms,
             store_bytes: self.db.size_on_disk(),
@@ -456,17 +490,19 @@ impl Catalog {
 /// # Errors
 /// A store error; then nothing of the batch is written.
 pub fn write_to_store(db: &Db, records: &[Record]) -> Result<WriteCounts> {
+    ingest::upgrade(db)?;
     Ok(ingest::write_records(db, records)?.1)
 }
 
 enum Plan {
     /// A small result, sorted once.
     Sorted { ids: Vec<u32>, next: usize },
-    /// A large result: walk the result order, resuming after the last path emitted so
-    /// concurrent writes between batches cannot shift the cursor.
+    /// A large result: walk the result order, resuming after the last record emitted (its
+    /// path and id: the order's key) so concurrent writes between batches cannot shift the
+    /// cursor.
     Scan {
         ids: RoaringBitmap,
-        after: Option<String>,
+        after: Option<(String, u32)>,
         skip: u64,
     },
 }
@@ -475,20 +511,23 @@ enum Plan {
 pub struct Cursor {
     catalog: Arc<Catalog>,
     plan: Plan,
+    /// The index generation the selection was made at: records added later (possibly under
+    /// an id a removed record of the selection had) are not visited.
+    generation: u64,
 }
 
 impl Cursor {
     /// Visits up to `max` further records with their file path and URI; returns how many
     /// were visited (0 at the end).
     pub fn next_batch(&mut self, max: usize, mut visit: impl FnMut(u32, &str, &str)) -> usize {
-        let index = self.catalog.index.read();
+        let index = self.catalog.read_index();
         let mut visited = 0;
         match &mut self.plan {
             Plan::Sorted { ids, next } => {
                 while *next < ids.len() && visited < max {
                     let id = ids[*next];
                     *next += 1;
-                    if index.live().contains(id) {
+                    if index.existed_at(id, self.generation) {
                         visit(id, index.path(id), index.uri(id));
                         visited += 1;
                     }
@@ -496,9 +535,12 @@ impl Cursor {
             }
             Plan::Scan { ids, after, skip } => {
                 let order = index.order();
-                let mut pos = after.as_deref().map_or(0, |p| {
-                    let at = index.position_of(p);
-                    if order.get(at).is_some_and(|id| index.path(*id) == p) {
+                let mut pos = after.as_ref().map_or(0, |(p, last)| {
+                    let at = index.position_of(p, *last);
+                    if order
+                        .get(at)
+                        .is_some_and(|id| id == last && index.path(*id) == p)
+                    {
                         at + 1
                     } else {
                         at
@@ -508,7 +550,7 @@ impl Cursor {
                 while pos < order.len() && visited < max {
                     let id = order[pos];
                     pos += 1;
-                    if !ids.contains(id) {
+                    if !ids.contains(id) || !index.existed_at(id, self.generation) {
                         continue;
                     }
                     last = Some(id);
@@ -520,8 +562,8 @@ impl Cursor {
                     visited += 1;
                 }
                 match last {
-                    Some(id) => *after = Some(index.path(id).to_string()),
-                    None => *after = Some(String::new()),
+                    Some(id) => *after = Some((index.path(id).to_string(), id)),
+                    None => *after = Some((String::new(), 0)),
                 }
                 if pos >= order.len() {
                     ids.clear();

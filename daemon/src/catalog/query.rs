@@ -5,8 +5,16 @@
 //! values match case-insensitively, `file`/`uri` exactly; `*` and `?` are wildcards; a value
 //! starting with `not `, `!` or `-`, or a key containing `_not_`, negates. Blank values are
 //! dropped, as if the key were absent.
+//!
+//! The owner of user data (`user`) is an identity, never a pattern: its values match exactly
+//! and case-sensitively, and `*`, `?`, `not `, `!` and `-` are part of the name (a `_not_` key
+//! still excludes that exact owner).
+//!
+//! Locations are matched by scanning paths, so their wildcards are bounded: at most
+//! [`MAX_LOCATION_WILDCARDS`] wildcard values of `file` and `uri` per request (422 beyond), and
+//! all of them are matched in one pass over the paths (see `select`).
 
-use globset::{GlobBuilder, GlobMatcher};
+use globset::{Glob, GlobBuilder, GlobMatcher};
 
 use crate::error::{Error, Result};
 use crate::flavours::Flavour;
@@ -28,6 +36,9 @@ const DECLARED: [&str; 11] = [
     "uniq_key",
     "flavour",
 ];
+
+/// The most wildcard values of `file` and `uri` one request may give.
+pub const MAX_LOCATION_WILDCARDS: usize = 100;
 
 /// Parameters that refine `time` and `bbox`.
 const SELECT_KEYS: [&str; 2] = ["time_select", "bbox_select"];
@@ -129,7 +140,7 @@ pub enum Field {
 pub struct Pattern {
     /// The value as matched (lower-cased for facets).
     pub text: String,
-    matcher: Option<GlobMatcher>,
+    matcher: Option<(Glob, GlobMatcher)>,
 }
 
 impl Pattern {
@@ -160,15 +171,15 @@ impl Pattern {
                 _ => glob.push(c),
             }
         }
-        let matcher = GlobBuilder::new(&glob)
+        let glob = GlobBuilder::new(&glob)
             .literal_separator(false)
             .backslash_escape(false)
             .build()
-            .map_err(|e| Error::invalid(format!("Invalid wildcard pattern {text:?}: {e}")))?
-            .compile_matcher();
+            .map_err(|e| Error::invalid(format!("Invalid wildcard pattern {text:?}: {e}")))?;
+        let matcher = glob.compile_matcher();
         Ok(Pattern {
             text,
-            matcher: Some(matcher),
+            matcher: Some((glob, matcher)),
         })
     }
 
@@ -183,10 +194,15 @@ impl Pattern {
         self.matcher.is_some()
     }
 
+    /// The glob of a wildcard pattern.
+    pub(crate) fn glob(&self) -> Option<&Glob> {
+        self.matcher.as_ref().map(|(glob, _)| glob)
+    }
+
     /// Whether `candidate` matches.
     pub fn matches(&self, candidate: &str) -> bool {
         match &self.matcher {
-            Some(m) => m.is_match(candidate),
+            Some((_, m)) => m.is_match(candidate),
             None => self.text == candidate,
         }
     }
@@ -203,6 +219,18 @@ pub struct Clause {
     pub exclude: Vec<Pattern>,
 }
 
+/// Which records a query searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Source {
+    /// The crawled catalogue (records without an owner).
+    #[default]
+    Catalogue,
+    /// Users' own entries (flavour `user`).
+    UserData,
+    /// Both (operator removals by location).
+    Everything,
+}
+
 /// A validated search over standard facet names.
 #[derive(Debug, Clone, Default)]
 pub struct Query {
@@ -214,8 +242,8 @@ pub struct Query {
     pub bbox: Option<([f64; 4], SelectMode)>,
     /// Search all versions.
     pub multi_version: bool,
-    /// Search user data (flavour `user`) instead of the crawled catalogue.
-    pub user_data: bool,
+    /// The records searched.
+    pub source: Source,
     /// Free-text terms (lower-cased): a record matches when any of its facet values
     /// contains any of them.
     pub text: Vec<String>,
@@ -232,7 +260,11 @@ impl Query {
     pub fn build(flavour: &Flavour, params: &SearchParams) -> Result<Self> {
         let mut query = Query {
             multi_version: params.multi_version,
-            user_data: flavour.is_user_data(),
+            source: if flavour.is_user_data() {
+                Source::UserData
+            } else {
+                Source::Catalogue
+            },
             ..Query::default()
         };
         let mut time_text = None;
@@ -259,6 +291,7 @@ impl Query {
                                 "Facet '{key}' can only be searched with multi-version=true."
                             )));
                         }
+                        facet::OWNER => query.add_owner(value, negate_key),
                         _ => {
                             let field = Field::Facet(standard.to_string());
                             query.add_value(field, &facet::term(standard, value), negate_key)?;
@@ -266,6 +299,19 @@ impl Query {
                     }
                 }
             }
+        }
+        let location_wildcards = query
+            .clauses
+            .iter()
+            .filter(|c| matches!(c.field, Field::File | Field::Uri))
+            .flat_map(|c| c.include.iter().chain(&c.exclude))
+            .filter(|p| p.is_wildcard())
+            .count();
+        if location_wildcards > MAX_LOCATION_WILDCARDS {
+            return Err(Error::invalid(format!(
+                "Parameters 'file' and 'uri' take at most {MAX_LOCATION_WILDCARDS} wildcard \
+                 values per request, got {location_wildcards}."
+            )));
         }
         if let Some(text) = time_text {
             let range = TimeRange::parse_query(&text)
@@ -278,13 +324,31 @@ impl Query {
         Ok(query)
     }
 
+    /// Restricts the query to the entries of exactly this owner, replacing any owner filter.
+    pub fn only_owner(&mut self, owner: &str) {
+        self.clauses
+            .retain(|c| c.field != Field::Facet(facet::OWNER.to_string()));
+        self.add_owner(owner, false);
+    }
+
+    /// An owner filter: the value is an identity, matched as it is.
+    fn add_owner(&mut self, owner: &str, exclude: bool) {
+        self.clause(Field::Facet(facet::OWNER.to_string()))
+            .push(Pattern::literal(owner), exclude);
+    }
+
     fn add_value(&mut self, field: Field, value: &str, negate_key: bool) -> Result<()> {
         let (negated, text) = split_negation(value);
         let pattern = Pattern::new(text.to_string())?;
         if pattern.text.is_empty() {
             return Ok(());
         }
-        let clause = match self.clauses.iter_mut().position(|c| c.field == field) {
+        self.clause(field).push(pattern, negated || negate_key);
+        Ok(())
+    }
+
+    fn clause(&mut self, field: Field) -> &mut Clause {
+        match self.clauses.iter_mut().position(|c| c.field == field) {
             Some(i) => &mut self.clauses[i],
             None => {
                 self.clauses.push(Clause {
@@ -294,18 +358,25 @@ impl Query {
                 });
                 self.clauses.last_mut().expect("just pushed")
             }
-        };
-        if negated || negate_key {
-            clause.exclude.push(pattern)
-        } else {
-            clause.include.push(pattern)
         }
-        Ok(())
+    }
+}
+
+impl Clause {
+    fn push(&mut self, pattern: Pattern, exclude: bool) {
+        if exclude {
+            self.exclude.push(pattern)
+        } else {
+            self.include.push(pattern)
+        }
     }
 }
 
 fn split_negation(value: &str) -> (bool, &str) {
-    if value.len() >= 4 && value[..4].eq_ignore_ascii_case("not ") {
+    // `get` rather than slicing: the fourth byte may fall inside a multibyte character.
+    if let Some(head) = value.get(..4)
+        && head.eq_ignore_ascii_case("not ")
+    {
         return (true, &value[4..]);
     }
     match value.strip_prefix(['!', '-']) {
@@ -452,6 +523,38 @@ mod tests {
             let p = SearchParams::parse(&pairs(&case)).unwrap();
             assert!(Query::build(&cmip6(), &p).is_err(), "{case:?}");
         }
+    }
+
+    #[test]
+    fn owners_are_identities_never_patterns() {
+        let user = crate::flavours::Flavour::global("user", builtin_mapping("user").unwrap());
+        for name in ["*", "j*", "-jane", "not jane", "JANE", "!x", "a?"] {
+            let p = SearchParams::parse(&pairs(&[("user", name)])).unwrap();
+            let q = Query::build(&user, &p).unwrap();
+            let clause = &q.clauses[0];
+            assert!(clause.exclude.is_empty(), "{name}");
+            assert_eq!(clause.include[0].text, name);
+            assert!(!clause.include[0].is_wildcard(), "{name}");
+        }
+    }
+
+    #[test]
+    fn negation_prefixes_do_not_split_characters() {
+        assert_eq!(split_negation("abc\u{e9}x"), (false, "abc\u{e9}x"));
+        assert_eq!(split_negation("NoT x"), (true, "x"));
+        assert_eq!(split_negation("\u{e9}"), (false, "\u{e9}"));
+    }
+
+    #[test]
+    fn location_wildcards_are_bounded() {
+        let many: Vec<(String, String)> = (0..=MAX_LOCATION_WILDCARDS)
+            .map(|i| ("file".to_string(), format!("*{i}*")))
+            .collect();
+        let p = SearchParams::parse(&many).unwrap();
+        let err = Query::build(&cmip6(), &p).unwrap_err().to_string();
+        assert!(err.contains("at most 100 wildcard"), "{err}");
+        let p = SearchParams::parse(&many[1..]).unwrap();
+        assert!(Query::build(&cmip6(), &p).is_ok());
     }
 
     #[test]

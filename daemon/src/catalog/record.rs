@@ -115,6 +115,17 @@ impl Record {
         if self.uri.trim().is_empty() {
             return Err("'uri' must not be empty".into());
         }
+        // NUL separates the parts of identities and dataset keys in the store.
+        for (key, text) in [("file", &self.file), ("uri", &self.uri)] {
+            if text.contains('\0') {
+                return Err(format!("'{key}' must not contain the NUL character"));
+            }
+        }
+        if let Some(owner) = self.user()
+            && owner.contains('\0')
+        {
+            return Err("'user' must not contain the NUL character".into());
+        }
         if let Some(time) = &self.time {
             TimeRange::parse_record(time).map_err(|e| format!("'time': {e}"))?;
         }
@@ -146,9 +157,17 @@ impl Record {
             .map(String::as_str)
     }
 
-    /// The `user` facet: set only on user data.
+    /// The owner of user data (the first value of its `user` facet); `None` for a catalogue
+    /// record.
     pub fn user(&self) -> Option<&str> {
         self.first("user")
+    }
+
+    /// The record's identity: its location, and for user data also its owner. A catalogue
+    /// record and each user's entry at one location are different records, so nobody can
+    /// claim, replace or hide a location for anyone else (see [`Identity`]).
+    pub fn identity(&self) -> Identity {
+        Identity::new(self.user(), &self.file)
     }
 
     /// The key shared by all versions of this record's dataset: its directory with the path
@@ -158,6 +177,9 @@ impl Record {
     /// The file name is not part of the key: in a DRS tree a new version of a dataset often
     /// splits its time range differently (`..._197001-201512.nc` in `v20191108`,
     /// `..._197901-201412.nc` in `v20201108`), and the older version is still superseded.
+    ///
+    /// The key of user data starts with its owner, so an entry only ever competes with the
+    /// same user's other versions: it never hides a catalogue record or another user's entry.
     pub fn dataset_key(&self) -> Option<String> {
         let version = self.version.as_deref()?;
         let bare = version.strip_prefix(['v', 'V']).unwrap_or(version);
@@ -168,6 +190,11 @@ impl Record {
             !bare.is_empty() && s_bare == bare
         })?;
         let mut key = String::with_capacity(directory.len());
+        if let Some(owner) = self.user() {
+            key.push('\u{1}');
+            key.push_str(owner);
+            key.push('\u{0}');
+        }
         for (i, segment) in segments.iter().enumerate() {
             if i > 0 {
                 key.push('/');
@@ -203,6 +230,55 @@ impl Record {
             object.insert("latest".into(), Value::Bool(l));
         }
         Value::Object(object).to_string()
+    }
+}
+
+/// What makes a record unique in the catalogue: its location, plus the owner for user data.
+///
+/// Encoded as the location itself for a catalogue record and as `\0 owner \0 location` for
+/// user data (locations and owners never contain NUL, see [`Record::validate`]), so the
+/// encoding of a catalogue record, and with it its public item id, is its location alone.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Identity(String);
+
+impl Identity {
+    /// The identity of the record at `file` owned by `owner` (`None`: the catalogue).
+    pub fn new(owner: Option<&str>, file: &str) -> Self {
+        match owner {
+            None => Identity(file.to_string()),
+            Some(owner) => Identity(format!("\0{owner}\0{file}")),
+        }
+    }
+
+    /// Reads back an encoded identity.
+    pub fn decode(encoded: &str) -> Self {
+        Identity(encoded.to_string())
+    }
+
+    /// The encoded form: the key of the `files` column family.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The owner of user data, `None` for a catalogue record.
+    pub fn owner(&self) -> Option<&str> {
+        self.split().0
+    }
+
+    /// The location.
+    pub fn file(&self) -> &str {
+        self.split().1
+    }
+
+    fn split(&self) -> (Option<&str>, &str) {
+        match self
+            .0
+            .strip_prefix('\0')
+            .and_then(|rest| rest.split_once('\0'))
+        {
+            Some((owner, file)) => (Some(owner), file),
+            None => (None, &self.0),
+        }
     }
 }
 
@@ -294,6 +370,28 @@ mod tests {
         assert_eq!(obs.dataset_key().unwrap(), "/o/r1i1p1/\u{0}/pr");
         r.version = Some("v1".into());
         assert_eq!(r.dataset_key(), None);
+        // User data is versioned per owner, apart from the catalogue.
+        let mut mine = Record::new("/d/CMIP6/ua/gn/v20191108/ua_x.nc");
+        mine.version = Some("v20191108".into());
+        mine.facets.insert("user".into(), vec!["jane".into()]);
+        assert_eq!(
+            mine.dataset_key().unwrap(),
+            "\u{1}jane\u{0}/d/CMIP6/ua/gn/\u{0}"
+        );
+    }
+
+    #[test]
+    fn identities_keep_owner_and_location_apart() {
+        let catalogue = Identity::new(None, "/a/b.nc");
+        assert_eq!(catalogue.as_str(), "/a/b.nc");
+        assert_eq!((catalogue.owner(), catalogue.file()), (None, "/a/b.nc"));
+        for owner in ["jane", "*", "-jane", "global", "", "a:b"] {
+            let id = Identity::new(Some(owner), "/a/b.nc");
+            let back = Identity::decode(id.as_str());
+            assert_eq!((back.owner(), back.file()), (Some(owner), "/a/b.nc"));
+            assert_ne!(id, catalogue);
+        }
+        assert!(Record::from_json_line(r#"{"file": "/a\u0000b"}"#).is_err());
     }
 
     #[test]

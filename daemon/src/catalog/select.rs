@@ -1,18 +1,21 @@
 //! Evaluating a [`Query`] over the in-memory [`Index`]: AND over clauses of (OR over values),
 //! minus negations, then the time and box columns.
 
+use std::collections::HashSet;
+
+use globset::GlobSetBuilder;
 use roaring::RoaringBitmap;
 
+use super::facet::OWNER;
 use super::index::Index;
-use super::query::{Clause, Field, Pattern, Query};
+use super::query::{Clause, Field, Pattern, Query, Source};
 
 /// The ids of all records matching `query`.
 pub(crate) fn evaluate(index: &Index, query: &Query) -> RoaringBitmap {
-    let user_data = union_of_terms(index, "user");
-    let mut ids = if query.user_data {
-        user_data & index.live()
-    } else {
-        index.live() - user_data
+    let mut ids = match query.source {
+        Source::Catalogue => index.live() - union_of_terms(index, OWNER),
+        Source::UserData => union_of_terms(index, OWNER) & index.live(),
+        Source::Everything => index.live().clone(),
     };
     if !query.multi_version {
         ids &= index.latest();
@@ -88,32 +91,27 @@ fn filter_columns(
 
 fn apply_clause(index: &Index, clause: &Clause, ids: &mut RoaringBitmap) {
     if !clause.include.is_empty() {
-        let mut matched = RoaringBitmap::new();
-        for pattern in &clause.include {
-            matched |= matching(index, &clause.field, pattern, ids);
-        }
-        *ids &= matched;
+        *ids &= matching(index, &clause.field, &clause.include, ids);
     }
-    for pattern in &clause.exclude {
-        let excluded = matching(index, &clause.field, pattern, ids);
+    if !clause.exclude.is_empty() {
+        let excluded = matching(index, &clause.field, &clause.exclude, ids);
         *ids -= excluded;
     }
 }
 
-/// Ids whose field matches `pattern`; `within` bounds the work for path scans.
+/// Ids whose field matches any of `patterns`; `within` bounds the work for location scans.
 fn matching(
     index: &Index,
     field: &Field,
-    pattern: &Pattern,
+    patterns: &[Pattern],
     within: &RoaringBitmap,
 ) -> RoaringBitmap {
     match field {
-        Field::Facet(name) => matching_terms(index, name, pattern),
-        Field::File => matching_files(index, pattern),
-        Field::Uri => within
+        Field::Facet(name) => patterns
             .iter()
-            .filter(|id| pattern.matches(index.uri(*id)))
-            .collect(),
+            .map(|p| matching_terms(index, name, p))
+            .fold(RoaringBitmap::new(), |acc, ids| acc | ids),
+        Field::File | Field::Uri => matching_locations(index, field, patterns, within),
     }
 }
 
@@ -137,21 +135,80 @@ fn matching_terms(index: &Index, facet: &str, pattern: &Pattern) -> RoaringBitma
     out
 }
 
-/// File paths: the result order is sorted by path, so the literal prefix of the pattern
-/// bounds a contiguous block of it.
-fn matching_files(index: &Index, pattern: &Pattern) -> RoaringBitmap {
-    let prefix = pattern.prefix();
+/// Locations matching any of `patterns`, in one pass whatever their number: literals are
+/// looked up in a set, wildcards in one compiled glob set. File paths are found in the result
+/// order (sorted by path) when that visits fewer records than `within`: literals by binary
+/// search, wildcards within the blocks their literal prefixes bound.
+fn matching_locations(
+    index: &Index,
+    field: &Field,
+    patterns: &[Pattern],
+    within: &RoaringBitmap,
+) -> RoaringBitmap {
+    let literals: HashSet<&str> = patterns
+        .iter()
+        .filter(|p| !p.is_wildcard())
+        .map(|p| p.text.as_str())
+        .collect();
+    let wildcards: Vec<&Pattern> = patterns.iter().filter(|p| p.is_wildcard()).collect();
+    let mut set = GlobSetBuilder::new();
+    for pattern in &wildcards {
+        set.add(
+            pattern
+                .glob()
+                .expect("wildcard patterns have a glob")
+                .clone(),
+        );
+    }
+    let set = set
+        .build()
+        .expect("globs that compiled alone compile as a set");
+    let location = |id: u32| match field {
+        Field::Uri => index.uri(id),
+        _ => index.path(id),
+    };
+    let accepts = |id: u32| {
+        let text = location(id);
+        literals.contains(text) || (!wildcards.is_empty() && set.is_match(text))
+    };
+    if *field == Field::File {
+        let mut blocks: Vec<(usize, usize)> = literals.iter().map(|l| block(index, l)).collect();
+        if wildcards.iter().all(|p| !p.prefix().is_empty()) {
+            blocks.extend(wildcards.iter().map(|p| block(index, p.prefix())));
+        } else {
+            blocks = vec![(0, index.order().len())];
+        }
+        blocks.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(blocks.len());
+        for (start, end) in blocks {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        let visited: usize = merged.iter().map(|(s, e)| e - s).sum();
+        if (visited as u64) < within.len() {
+            let order = index.order();
+            return merged
+                .into_iter()
+                .flat_map(|(s, e)| order[s..e].iter().copied())
+                .filter(|id| accepts(*id))
+                .collect();
+        }
+    }
+    within.iter().filter(|id| accepts(*id)).collect()
+}
+
+/// The block of the result order holding the paths that start with `prefix`: the order is
+/// byte-wise descending, so they are contiguous.
+fn block(index: &Index, prefix: &str) -> (usize, usize) {
     let order = index.order();
-    let first = order.partition_point(|id| {
+    let start = order.partition_point(|id| {
         let path = index.path(*id);
         path > prefix && !path.starts_with(prefix)
     });
     let end = order.partition_point(|id| index.path(*id) >= prefix);
-    order[first..end.max(first)]
-        .iter()
-        .copied()
-        .filter(|id| pattern.matches(index.path(*id)))
-        .collect()
+    (start, end.max(start))
 }
 
 /// Ids with a facet value (other than the owner of user data) containing any of `needles`.
@@ -159,7 +216,7 @@ fn matching_files(index: &Index, pattern: &Pattern) -> RoaringBitmap {
 fn matching_text(index: &Index, needles: &[String]) -> RoaringBitmap {
     let mut out = RoaringBitmap::new();
     for (facet, dictionary) in index.dictionaries() {
-        if facet == "user" {
+        if facet == OWNER {
             continue;
         }
         for (term, ids) in dictionary {

@@ -8,11 +8,12 @@ mod columns;
 mod postings;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
-use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options, WriteBatch};
+use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options, WriteBatch, WriteOptions};
 
 pub use columns::Columns;
-pub use postings::{PostingDelta, decode_postings};
+pub use postings::{PostingDelta, decode_postings, encode_postings};
 
 use crate::error::{Error, Result};
 
@@ -20,7 +21,7 @@ use crate::error::{Error, Result};
 pub mod cf {
     /// Record id (u32 BE) -> format byte + record JSON.
     pub const RECORDS: &str = "records";
-    /// File path -> record id (u32 BE). Iterating it gives the path order.
+    /// Record identity (the file path; `\0 owner \0 path` for user data) -> record id (u32 BE).
     pub const FILES: &str = "files";
     /// `facet \0 term` -> posting delta (merge operator unions deltas).
     pub const POSTINGS: &str = "postings";
@@ -40,19 +41,29 @@ pub mod cf {
 pub mod meta {
     /// Schema version (u32 BE).
     pub const SCHEMA_VERSION: &[u8] = b"schema_version";
-    /// Next record id to hand out (u32 BE).
+    /// Next never-used record id (u32 BE).
     pub const NEXT_ID: &[u8] = b"next_id";
+    /// Ids of removed records, handed out again before new ones (a posting value).
+    pub const FREE_IDS: &[u8] = b"free_ids";
     /// Set once the built-in global flavours have been seeded.
     pub const FLAVOURS_SEEDED: &[u8] = b"flavours_seeded";
 }
 
-/// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version this build reads and writes. Version 2 keys user data by owner and
+/// location and indexes owners exactly; a version 1 store is migrated when opened (see
+/// `catalog::migrate`).
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest schema version this build can migrate.
+const MIGRATABLE_FROM: u32 = 1;
 
 /// The open database.
 pub struct Db {
     db: DB,
     path: PathBuf,
+    /// The schema version of the data on disk: [`SCHEMA_VERSION`], or an older version that
+    /// the catalogue migrates before it reads or writes records.
+    schema: AtomicU32,
 }
 
 /// A set of writes applied atomically by [`Db::write`].
@@ -124,6 +135,7 @@ impl Db {
         let db = Db {
             db,
             path: dir.to_path_buf(),
+            schema: AtomicU32::new(SCHEMA_VERSION),
         };
         db.check_schema()?;
         Ok(db)
@@ -138,7 +150,8 @@ impl Db {
             }
             Some(v) => {
                 let found = decode_u32(cf::META, &v)?;
-                if found == SCHEMA_VERSION {
+                if (MIGRATABLE_FROM..=SCHEMA_VERSION).contains(&found) {
+                    self.schema.store(found, Ordering::SeqCst);
                     Ok(())
                 } else {
                     Err(Error::SchemaVersion {
@@ -149,6 +162,20 @@ impl Db {
                 }
             }
         }
+    }
+
+    /// The schema version of the data on disk.
+    pub fn schema(&self) -> u32 {
+        self.schema.load(Ordering::SeqCst)
+    }
+
+    /// Records that the data on disk now has [`SCHEMA_VERSION`]; `batch` (which migrated it)
+    /// writes the version with its changes.
+    pub(crate) fn migrated(&self, mut batch: Batch) -> Result<()> {
+        batch.put(cf::META, meta::SCHEMA_VERSION, SCHEMA_VERSION.to_be_bytes());
+        self.write(batch)?;
+        self.schema.store(SCHEMA_VERSION, Ordering::SeqCst);
+        Ok(())
     }
 
     /// The database directory.
@@ -183,7 +210,9 @@ impl Db {
             .collect()
     }
 
-    /// Applies a batch atomically.
+    /// Applies a batch atomically and durably: the write-ahead log is synced before this
+    /// returns, so a write that was acknowledged to a user survives a power loss. Bulk loads
+    /// write batches of thousands of records, so one sync per batch costs them little.
     ///
     /// # Errors
     /// A RocksDB write error; then nothing of the batch was applied.
@@ -196,7 +225,9 @@ impl Db {
                 Op::Delete(f, k) => wb.delete_cf(self.family(f), k),
             }
         }
-        Ok(self.db.write(wb)?)
+        let mut options = WriteOptions::default();
+        options.set_sync(true);
+        Ok(self.db.write_opt(wb, &options)?)
     }
 
     /// Visits every entry of a family in key order; `visit` returns false to stop.

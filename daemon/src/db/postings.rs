@@ -87,6 +87,15 @@ pub fn decode_postings(bytes: &[u8]) -> Result<RoaringBitmap> {
     Ok(PostingDelta::decode(bytes)?.adds)
 }
 
+/// A set of ids in the value format of the postings family (a delta that only adds).
+pub fn encode_postings(ids: &RoaringBitmap) -> Vec<u8> {
+    PostingDelta {
+        adds: ids.clone(),
+        removes: RoaringBitmap::new(),
+    }
+    .encode()
+}
+
 /// The RocksDB merge operator over posting deltas.
 pub(super) fn merge(
     _key: &[u8],

@@ -118,6 +118,7 @@ fn check_mapping(name: &str, mapping: &BTreeMap<String, String>) -> Result<()> {
     let effective = Flavour::custom(&StoredFlavour {
         flavour_name: name.to_string(),
         owner: String::new(),
+        is_global: false,
         mapping: mapping.clone(),
         created_at: String::new(),
     });
@@ -161,7 +162,7 @@ impl Flavours {
                 "Flavour '{name}' conflicts with a built-in flavour."
             )));
         }
-        if self.find(owner, name).is_some() {
+        if self.find(global, owner, name).is_some() {
             let scope = if global { "Global" } else { "Personal" };
             return Err(Error::Conflict(format!(
                 "{scope} flavour '{name}' already exists. Use the update endpoint to change it."
@@ -170,6 +171,7 @@ impl Flavours {
         let stored = StoredFlavour {
             flavour_name: name.to_string(),
             owner: owner.to_string(),
+            is_global: global,
             mapping: mapping.clone(),
             created_at: super::now(),
         };
@@ -201,8 +203,8 @@ impl Flavours {
             .clone()
             .unwrap_or_else(|| old.flavour_name.clone());
         if new_name != old.flavour_name
-            && (self.find(&old.owner, &new_name).is_some()
-                || (old.owner == GLOBAL_OWNER && is_builtin(&new_name)))
+            && (self.find(old.is_global, &old.owner, &new_name).is_some()
+                || (old.is_global && is_builtin(&new_name)))
         {
             return Err(Error::Conflict(format!(
                 "Flavour '{new_name}' already exists."
@@ -217,6 +219,7 @@ impl Flavours {
         let stored = StoredFlavour {
             flavour_name: new_name.clone(),
             owner: old.owner.clone(),
+            is_global: old.is_global,
             mapping,
             created_at: old.created_at.clone(),
         };
@@ -231,7 +234,7 @@ impl Flavours {
             super::encode(&stored),
         );
         self.db.write(batch)?;
-        self.remove_stored(&old.owner, &old.flavour_name);
+        self.remove_stored(&old);
         self.insert(stored);
         Ok("Flavour updated successfully".to_string())
     }
@@ -250,12 +253,8 @@ impl Flavours {
             super::stored_key(&old.owner, &old.flavour_name),
         );
         self.db.write(batch)?;
-        self.remove_stored(&old.owner, &old.flavour_name);
-        let scope = if old.owner == GLOBAL_OWNER {
-            "Global"
-        } else {
-            "Personal"
-        };
+        self.remove_stored(&old);
+        let scope = if old.is_global { "Global" } else { "Personal" };
         Ok(format!(
             "{scope} flavour '{}' deleted successfully",
             old.flavour_name
@@ -311,9 +310,9 @@ impl Flavours {
             if owner != caller.user || global {
                 return Err(not_found());
             }
-            return self.find(owner, bare).ok_or_else(not_found);
+            return self.find(false, owner, bare).ok_or_else(not_found);
         }
-        if !global && let Some(personal) = self.find(&caller.user, bare) {
+        if !global && let Some(personal) = self.find(false, &caller.user, bare) {
             return Ok(personal);
         }
         if is_builtin(bare) {
@@ -321,18 +320,21 @@ impl Flavours {
                 "Cannot {action} built-in flavour '{bare}'."
             )));
         }
-        let found = self.find(GLOBAL_OWNER, bare).ok_or_else(not_found)?;
+        let found = self.find(true, GLOBAL_OWNER, bare).ok_or_else(not_found)?;
         if !caller.admin {
             return Err(admins_only(action));
         }
         Ok(found)
     }
 
-    fn find(&self, owner: &str, name: &str) -> Option<StoredFlavour> {
+    /// The global flavour `name` (`global`), or `owner`'s personal one.
+    fn find(&self, global: bool, owner: &str, name: &str) -> Option<StoredFlavour> {
         self.custom
             .read()
             .iter()
-            .find(|f| f.owner == owner && f.flavour_name == name)
+            .find(|f| {
+                f.flavour_name == name && f.is_global == global && (global || f.owner == owner)
+            })
             .cloned()
     }
 
@@ -342,10 +344,12 @@ impl Flavours {
         super::sort(&mut custom);
     }
 
-    fn remove_stored(&self, owner: &str, name: &str) {
-        self.custom
-            .write()
-            .retain(|f| !(f.owner == owner && f.flavour_name == name));
+    fn remove_stored(&self, old: &StoredFlavour) {
+        self.custom.write().retain(|f| {
+            !(f.is_global == old.is_global
+                && f.owner == old.owner
+                && f.flavour_name == old.flavour_name)
+        });
     }
 }
 

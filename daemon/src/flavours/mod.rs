@@ -6,6 +6,12 @@
 //! resolves a name for a caller with the precedence built-in > global > personal, and
 //! `owner:name` addresses a personal flavour whose name is also used globally.
 //!
+//! Global ownership is a flag of its own (`is_global`), not a user name: a user called
+//! `global` owns only personal flavours (and such names are refused at authentication anyway,
+//! see [`crate::auth::Caller`], because the listing shows `owner: "global"` for global
+//! flavours). Stores written before the flag existed mark global flavours by the owner value
+//! `global`, which is read as the flag.
+//!
 //! Decision: overview attributes of a custom flavour list its effective mapping (the standard
 //! facets with the custom renames applied), not only the stored partial mapping, so a client
 //! sees every facet it can search with.
@@ -26,7 +32,7 @@ use crate::catalog::facet::STANDARD_FACETS;
 use crate::db::{Batch, Db, cf, meta};
 use crate::error::{Error, Result};
 
-/// The owner of global flavours.
+/// The owner the listing shows for global flavours.
 pub const GLOBAL_OWNER: &str = "global";
 
 /// Standard facets shown first to clients that hide lesser-used ones: the first ten of the
@@ -43,6 +49,9 @@ pub struct StoredFlavour {
     pub flavour_name: String,
     /// `global` or the owner's user name.
     pub owner: String,
+    /// Whether everyone sees it (only admins change it).
+    #[serde(default)]
+    pub is_global: bool,
     /// Partial mapping standard name -> flavour name, as submitted.
     pub mapping: BTreeMap<String, String>,
     /// Creation time, `YYYY-MM-DDThh:mm:ss` UTC.
@@ -56,6 +65,8 @@ pub struct Flavour {
     pub name: String,
     /// `global` or the owner's user name.
     pub owner: String,
+    /// Whether everyone sees it.
+    pub global: bool,
     /// Whether it is one of [`BUILTIN_NAMES`].
     pub builtin: bool,
     /// Standard name -> flavour name, in mapping order.
@@ -77,6 +88,7 @@ impl Flavour {
         Flavour {
             name: name.to_string(),
             owner: GLOBAL_OWNER.to_string(),
+            global: true,
             builtin: true,
             stored_mapping: mapping.clone(),
             mapping,
@@ -101,6 +113,7 @@ impl Flavour {
         Flavour {
             name: stored.flavour_name.clone(),
             owner: stored.owner.clone(),
+            global: stored.is_global,
             builtin: false,
             mapping,
             stored_mapping: stored
@@ -199,11 +212,7 @@ pub struct Flavours {
 /// Listing order of custom flavours: global ones first, then by owner and name.
 fn sort(custom: &mut [StoredFlavour]) {
     custom.sort_by(|a, b| {
-        (a.owner != GLOBAL_OWNER, &a.owner, &a.flavour_name).cmp(&(
-            b.owner != GLOBAL_OWNER,
-            &b.owner,
-            &b.flavour_name,
-        ))
+        (!a.is_global, &a.owner, &a.flavour_name).cmp(&(!b.is_global, &b.owner, &b.flavour_name))
     });
 }
 
@@ -229,6 +238,7 @@ impl Flavours {
             let nextgems = StoredFlavour {
                 flavour_name: "nextgems".into(),
                 owner: GLOBAL_OWNER.into(),
+                is_global: true,
                 mapping: builtin::NEXTGEMS
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -250,11 +260,12 @@ impl Flavours {
         }
         let mut custom = Vec::new();
         db.for_each(cf::FLAVOURS, |_, value| {
-            let stored: StoredFlavour =
+            let mut stored: StoredFlavour =
                 serde_json::from_slice(value).map_err(|e| Error::Corrupt {
                     family: cf::FLAVOURS,
                     reason: e.to_string(),
                 })?;
+            stored.is_global |= stored.owner == GLOBAL_OWNER;
             custom.push(stored);
             Ok(true)
         })?;
@@ -273,16 +284,11 @@ impl Flavours {
     pub fn visible(&self, caller: Option<&str>) -> Vec<Flavour> {
         let mut list: Vec<Flavour> = BUILTIN_NAMES.iter().map(|n| Flavour::builtin(n)).collect();
         let custom = self.custom.read();
+        list.extend(custom.iter().filter(|f| f.is_global).map(Flavour::custom));
         list.extend(
             custom
                 .iter()
-                .filter(|f| f.owner == GLOBAL_OWNER)
-                .map(Flavour::custom),
-        );
-        list.extend(
-            custom
-                .iter()
-                .filter(|f| Some(f.owner.as_str()) == caller)
+                .filter(|f| !f.is_global && Some(f.owner.as_str()) == caller)
                 .map(Flavour::custom),
         );
         drop(custom);
@@ -291,7 +297,7 @@ impl Flavours {
             *seen.entry(f.name.clone()).or_default() += 1;
         }
         for f in &mut list {
-            if seen[&f.name] > 1 && f.owner != GLOBAL_OWNER {
+            if seen[&f.name] > 1 && !f.global {
                 f.name = format!("{}:{}", f.owner, f.name);
             }
         }
@@ -311,7 +317,7 @@ impl Flavours {
             && Some(owner) == caller
             && let Some(f) = visible
                 .iter()
-                .find(|f| f.owner == owner && !f.builtin && f.stored_name() == bare)
+                .find(|f| !f.global && f.owner == owner && f.stored_name() == bare)
         {
             let mut f = f.clone();
             f.name = bare.to_string();
