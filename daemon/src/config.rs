@@ -68,6 +68,18 @@ pub struct HttpConfig {
     pub listen: SocketAddr,
     /// Extra API prefixes (default none).
     pub compat_prefixes: Vec<String>,
+    /// Expensive requests served at once (default 0: twice the cores).
+    pub max_expensive_requests: usize,
+}
+
+impl HttpConfig {
+    /// The number of expensive requests served at once.
+    pub fn expensive_slots(&self) -> usize {
+        match self.max_expensive_requests {
+            0 => 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
 }
 
 /// Overrides given on the command line.

@@ -15,10 +15,11 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use svc_daemon::VERSION;
 use svc_daemon::databrowser::{Search, StaticLinks};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use crate::AppState;
 use crate::auth::MaybeAuthenticated;
+use crate::blocking::{blocking, expensive};
 use crate::error::{ApiError, Endpoint};
 use crate::extract::QueryPairs;
 
@@ -58,23 +59,35 @@ async fn overview(State(state): State<AppState>, caller: MaybeAuthenticated) -> 
     }))
 }
 
-fn prepare(
+/// Validates a request off the runtime (compiling many wildcards is real work).
+async fn prepare(
     state: &AppState,
     caller: &MaybeAuthenticated,
     flavour: &str,
     uniq_key: &str,
-    pairs: &[(String, String)],
+    pairs: Vec<(String, String)>,
 ) -> Result<Search, ApiError> {
-    Ok(state
-        .daemon
-        .databrowser()
-        .prepare(flavour, uniq_key, caller.user(), pairs)?)
+    let (flavour, uniq_key) = (flavour.to_string(), uniq_key.to_string());
+    let user = caller.user().map(str::to_string);
+    blocking(state, move |daemon| {
+        daemon
+            .databrowser()
+            .prepare(&flavour, &uniq_key, user.as_deref(), &pairs)
+    })
+    .await
 }
 
-/// Runs blocking work that feeds a body through a channel.
-fn stream_body(produce: impl FnOnce(mpsc::Sender<Bytes>) + Send + 'static) -> Body {
+/// Runs blocking work that feeds a body through a channel, holding an expensive-work slot
+/// until the body is produced.
+fn stream_body(
+    slot: OwnedSemaphorePermit,
+    produce: impl FnOnce(mpsc::Sender<Bytes>) + Send + 'static,
+) -> Body {
     let (tx, rx) = mpsc::channel::<Bytes>(4);
-    tokio::task::spawn_blocking(move || produce(tx));
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        produce(tx);
+    });
     let chunks = tokio_stream::wrappers::ReceiverStream::new(rx);
     Body::from_stream(futures::StreamExt::map(chunks, Ok::<Bytes, std::io::Error>))
 }
@@ -85,10 +98,11 @@ async fn data_search(
     caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
-    let search = prepare(&state, &caller, &flavour, &uniq_key, &pairs)?;
+    let search = prepare(&state, &caller, &flavour, &uniq_key, pairs).await?;
+    let slot = state.slots.take().await?;
     let daemon = Arc::clone(&state.daemon);
     let uri = uniq_key == "uri";
-    let body = stream_body(move |tx| {
+    let body = stream_body(slot, move |tx| {
         let mut cursor = daemon.databrowser().locations(&search);
         loop {
             let mut chunk = Vec::with_capacity(LOCATIONS_PER_CHUNK * 128);
@@ -110,11 +124,8 @@ async fn metadata_search(
     caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
-    let search = prepare(&state, &caller, &flavour, &uniq_key, &pairs)?;
-    let daemon = Arc::clone(&state.daemon);
-    let result = tokio::task::spawn_blocking(move || daemon.databrowser().metadata(&search))
-        .await
-        .expect("metadata search does not panic")?;
+    let search = prepare(&state, &caller, &flavour, &uniq_key, pairs).await?;
+    let result = expensive(&state, move |daemon| daemon.databrowser().metadata(&search)).await?;
     let facets: Map<String, Value> = result
         .facets
         .into_iter()
@@ -145,15 +156,16 @@ async fn intake_catalogue(
     caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
-    let search = prepare(&state, &caller, &flavour, &uniq_key, &pairs)
+    let search = prepare(&state, &caller, &flavour, &uniq_key, pairs)
+        .await
         .map_err(|e| e.at(Endpoint::Intake))?;
-    let daemon = Arc::clone(&state.daemon);
-    let mut catalogue =
-        tokio::task::spawn_blocking(move || daemon.databrowser().intake(&search, VERSION))
-            .await
-            .expect("intake preparation does not panic")
-            .map_err(|e| ApiError::from(e).at(Endpoint::Intake))?;
-    let body = stream_body(move |tx| {
+    let slot = state.slots.take().await?;
+    let mut catalogue = blocking(&state, move |daemon| {
+        daemon.databrowser().intake(&search, VERSION)
+    })
+    .await
+    .map_err(|e| e.at(Endpoint::Intake))?;
+    let body = stream_body(slot, move |tx| {
         while let Ok(Some(chunk)) = catalogue.next_chunk() {
             if tx.blocking_send(Bytes::from(chunk)).is_err() {
                 break;
@@ -170,17 +182,17 @@ async fn stac_catalogue(
     caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
-    let search = prepare(&state, &caller, &flavour, &uniq_key, &pairs)?;
-    let daemon = Arc::clone(&state.daemon);
+    let search = prepare(&state, &caller, &flavour, &uniq_key, pairs).await?;
     let links = StaticLinks {
         api_base: state.api_base.clone(),
     };
-    let catalogue =
-        tokio::task::spawn_blocking(move || daemon.databrowser().static_catalogue(&search, links))
-            .await
-            .expect("static catalogue preparation does not panic")?;
+    let slot = state.slots.take().await?;
+    let catalogue = blocking(&state, move |daemon| {
+        daemon.databrowser().static_catalogue(&search, links)
+    })
+    .await?;
     let name = catalogue.file_name.clone();
-    let body = stream_body(move |tx| {
+    let body = stream_body(slot, move |tx| {
         let writer = ChannelWriter {
             tx,
             buffer: Vec::new(),

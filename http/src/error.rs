@@ -60,11 +60,18 @@ impl IntoResponse for ApiError {
             (ErrorKind::Unavailable, _) => StatusCode::SERVICE_UNAVAILABLE,
             (ErrorKind::Internal, _) => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        if status.is_server_error() {
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = %self.error, "request failed");
             return detail(status, "Internal server error.");
         }
         let mut response = detail(status, self.error.to_string());
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            let retry = crate::blocking::SLOT_WAIT.as_secs().max(1).to_string();
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_str(&retry).expect("digits are a header value"),
+            );
+        }
         if status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

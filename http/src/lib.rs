@@ -6,6 +6,7 @@
 //! listener until a shutdown future completes.
 
 mod auth;
+mod blocking;
 mod databrowser;
 mod error;
 mod extract;
@@ -32,11 +33,14 @@ pub(crate) struct AppState {
     daemon: Arc<Daemon>,
     /// Absolute base URL of the API, for links the server emits.
     api_base: String,
+    /// The slots of expensive work.
+    slots: blocking::Slots,
 }
 
 /// The application: the API under `/api/svc-nextgen` and every configured compat prefix.
 pub fn router(daemon: &Arc<Daemon>, public_base: &str) -> Router {
     let state = AppState {
+        slots: blocking::Slots::new(daemon.config().http.expensive_slots()),
         api_base: format!("{public_base}{API_PREFIX}"),
         daemon: Arc::clone(daemon),
     };

@@ -15,6 +15,7 @@ use svc_daemon::Error;
 use svc_daemon::stac::{GEO_JSON, Method, SCHEMA_JSON, Scope, SearchRequest, StacApi};
 
 use crate::AppState;
+use crate::blocking::expensive;
 use crate::error::ApiError;
 use crate::extract::{QueryPairs, RawBody};
 
@@ -100,10 +101,6 @@ impl StacCall {
             .collect();
         self.scope_with(view)
     }
-
-    fn stac(&self) -> &StacApi {
-        self.state.daemon.stac()
-    }
 }
 
 fn typed(media: &'static str, document: &Value) -> Response {
@@ -115,7 +112,9 @@ fn json(document: &Value) -> Response {
 }
 
 async fn landing(call: StacCall) -> Result<Response, ApiError> {
-    Ok(json(&call.stac().landing(&call.scope()?)?))
+    let scope = call.scope()?;
+    let document = expensive(&call.state, move |d| d.stac().landing(&scope)).await?;
+    Ok(json(&document))
 }
 
 async fn conformance(call: StacCall) -> Result<Response, ApiError> {
@@ -124,64 +123,80 @@ async fn conformance(call: StacCall) -> Result<Response, ApiError> {
 }
 
 async fn collections(call: StacCall) -> Result<Response, ApiError> {
-    Ok(json(&call.stac().collections(&call.scope()?)?))
+    let scope = call.scope()?;
+    let document = expensive(&call.state, move |d| d.stac().collections(&scope)).await?;
+    Ok(json(&document))
 }
 
 async fn collection(call: StacCall) -> Result<Response, ApiError> {
-    Ok(json(&call.stac().collection(&call.scope()?, call.cid())?))
+    let (scope, cid) = (call.scope()?, call.cid().to_string());
+    let document = expensive(&call.state, move |d| d.stac().collection(&scope, &cid)).await?;
+    Ok(json(&document))
 }
 
 async fn items(call: StacCall) -> Result<Response, ApiError> {
     let request = SearchRequest::from_pairs(&call.pairs, false)?;
     let scope = call.scope_with(request.view.clone())?;
-    Ok(typed(
-        GEO_JSON,
-        &call.stac().items(&scope, call.cid(), &request)?,
-    ))
+    let cid = call.cid().to_string();
+    let document = expensive(&call.state, move |d| d.stac().items(&scope, &cid, &request)).await?;
+    Ok(typed(GEO_JSON, &document))
 }
 
 async fn item(call: StacCall) -> Result<Response, ApiError> {
-    let id = call.param("item_id").unwrap_or_default();
-    Ok(typed(
-        GEO_JSON,
-        &call.stac().item(&call.scope()?, call.cid(), id)?,
-    ))
+    let id = call.param("item_id").unwrap_or_default().to_string();
+    let (scope, cid) = (call.scope()?, call.cid().to_string());
+    let document = expensive(&call.state, move |d| d.stac().item(&scope, &cid, &id)).await?;
+    Ok(typed(GEO_JSON, &document))
 }
 
 async fn queryables(call: StacCall) -> Result<Response, ApiError> {
-    let cid = call.param("cid");
-    Ok(typed(
-        SCHEMA_JSON,
-        &call.stac().queryables(&call.scope()?, cid)?,
-    ))
+    let cid = call.param("cid").map(str::to_string);
+    let scope = call.scope()?;
+    let document = expensive(&call.state, move |d| {
+        d.stac().queryables(&scope, cid.as_deref())
+    })
+    .await?;
+    Ok(typed(SCHEMA_JSON, &document))
 }
 
 async fn search_get(call: StacCall) -> Result<Response, ApiError> {
     let request = SearchRequest::from_pairs(&call.pairs, true)?;
     let scope = call.scope_with(request.view.clone())?;
-    Ok(typed(
-        GEO_JSON,
-        &call.stac().search(&scope, &request, Method::Get)?,
-    ))
+    let document = expensive(&call.state, move |d| {
+        d.stac().search(&scope, &request, Method::Get)
+    })
+    .await?;
+    Ok(typed(GEO_JSON, &document))
 }
 
+/// Largest POST search body: a generous GeoJSON geometry fits (its vertex count is capped
+/// where it is parsed).
+const SEARCH_BODY_LIMIT: usize = 1024 * 1024;
+
 async fn search_post(call: StacCall, RawBody(body): RawBody) -> Result<Response, ApiError> {
-    let mut request = SearchRequest::from_body(&body)?;
+    if body.len() > SEARCH_BODY_LIMIT {
+        return Err(Error::Malformed(format!(
+            "The search body has {} bytes; at most {SEARCH_BODY_LIMIT} are accepted.",
+            body.len()
+        ))
+        .into());
+    }
     let scope = call.scope()?;
     let query_view = scope.view().to_vec();
-    if !query_view.is_empty() {
-        let as_set = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
-        if !request.view.is_empty() && as_set(&request.view) != as_set(&query_view) {
-            return Err(Error::Malformed(
-                "Conflicting 'visible_collections' in query string and body.".into(),
-            )
-            .into());
+    let document = expensive(&call.state, move |d| {
+        let mut request = SearchRequest::from_body(&body)?;
+        if !query_view.is_empty() {
+            let as_set = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
+            if !request.view.is_empty() && as_set(&request.view) != as_set(&query_view) {
+                return Err(Error::Malformed(
+                    "Conflicting 'visible_collections' in query string and body.".into(),
+                ));
+            }
+            request.view = query_view;
         }
-        request.view = query_view;
-    }
-    let scope = scope.with_view(request.view.clone());
-    Ok(typed(
-        GEO_JSON,
-        &call.stac().search(&scope, &request, Method::Post)?,
-    ))
+        let scope = scope.with_view(request.view.clone());
+        d.stac().search(&scope, &request, Method::Post)
+    })
+    .await?;
+    Ok(typed(GEO_JSON, &document))
 }

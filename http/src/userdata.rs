@@ -1,8 +1,6 @@
 //! User data and flavour routes (spec 1, endpoints 6-11): authenticate, hand the body to the
 //! daemon, answer with its status message.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -15,12 +13,17 @@ use svc_daemon::userdata;
 
 use crate::AppState;
 use crate::auth::{Authenticated, MaybeAuthenticated};
+use crate::blocking::blocking;
 use crate::error::ApiError;
 use crate::extract::{QueryPairs, RawBody};
 
-/// Largest user-data request body: about 300,000 entries of typical size. Axum's default
-/// (2 MiB, about 10,000 entries) is too small for a directory of files.
-const USER_DATA_BODY_LIMIT: usize = 64 * 1024 * 1024;
+/// Largest user-data request body: room for the 100,000 entries one add may hold
+/// ([`userdata::MAX_ENTRIES`]) at about 300 bytes each. Axum's default (2 MiB, about 10,000
+/// entries) is too small for a directory of files.
+const USER_DATA_BODY_LIMIT: usize = 32 * 1024 * 1024;
+
+/// Largest flavour request body: a mapping of every standard facet fits many times over.
+const FLAVOUR_BODY_LIMIT: usize = 64 * 1024;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -32,11 +35,15 @@ pub(crate) fn routes() -> Router<AppState> {
         )
         .route(
             "/databrowser/flavours",
-            post(create_flavour).get(list_flavours),
+            post(create_flavour)
+                .get(list_flavours)
+                .layer(DefaultBodyLimit::max(FLAVOUR_BODY_LIMIT)),
         )
         .route(
             "/databrowser/flavours/{flavour_name}",
-            put(update_flavour).delete(delete_flavour),
+            put(update_flavour)
+                .delete(delete_flavour)
+                .layer(DefaultBodyLimit::max(FLAVOUR_BODY_LIMIT)),
         )
 }
 
@@ -49,11 +56,11 @@ async fn add_user_data(
     Authenticated(caller): Authenticated,
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let records = userdata::parse_add(&body, &caller)?;
-    let daemon = Arc::clone(&state.daemon);
-    let message = tokio::task::spawn_blocking(move || userdata::add(daemon.catalog(), &records))
-        .await
-        .expect("adding user data does not panic")?;
+    let message = blocking(&state, move |daemon| {
+        let records = userdata::parse_add(&body, &caller)?;
+        userdata::add(daemon.catalog(), &records)
+    })
+    .await?;
     Ok(status(StatusCode::ACCEPTED, &message))
 }
 
@@ -62,11 +69,10 @@ async fn delete_user_data(
     Authenticated(caller): Authenticated,
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let daemon = Arc::clone(&state.daemon);
-    let message =
-        tokio::task::spawn_blocking(move || userdata::delete(daemon.catalog(), &body, &caller))
-            .await
-            .expect("deleting user data does not panic")?;
+    let message = blocking(&state, move |daemon| {
+        userdata::delete(daemon.catalog(), &body, &caller)
+    })
+    .await?;
     Ok(status(StatusCode::ACCEPTED, &message))
 }
 
@@ -93,9 +99,12 @@ async fn list_flavours(
             }
         }
     }
-    Ok(Json(
-        state.daemon.flavours().list(caller.0.as_ref(), &filter),
-    ))
+    let caller = caller.0;
+    let list = blocking(&state, move |daemon| {
+        Ok(daemon.flavours().list(caller.as_ref(), &filter))
+    })
+    .await?;
+    Ok(Json(list))
 }
 
 async fn create_flavour(
@@ -104,7 +113,10 @@ async fn create_flavour(
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let request = FlavourRequest::parse(&body)?;
-    let message = state.daemon.flavours().create(&caller, &request)?;
+    let message = blocking(&state, move |daemon| {
+        daemon.flavours().create(&caller, &request)
+    })
+    .await?;
     Ok(status(StatusCode::CREATED, &message))
 }
 
@@ -115,7 +127,10 @@ async fn update_flavour(
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let request = FlavourRequest::parse(&body)?;
-    let message = state.daemon.flavours().update(&caller, &name, &request)?;
+    let message = blocking(&state, move |daemon| {
+        daemon.flavours().update(&caller, &name, &request)
+    })
+    .await?;
     Ok(status(StatusCode::OK, &message))
 }
 
@@ -138,6 +153,9 @@ async fn delete_flavour(
         }
         global = svc_daemon::catalog::query::parse_bool(key, value)?;
     }
-    let message = state.daemon.flavours().delete(&caller, &name, global)?;
+    let message = blocking(&state, move |daemon| {
+        daemon.flavours().delete(&caller, &name, global)
+    })
+    .await?;
     Ok(status(StatusCode::OK, &message))
 }

@@ -6,6 +6,7 @@ mod catalogues;
 mod cli;
 mod fixture;
 mod harness;
+mod load;
 mod ownership;
 mod robustness;
 mod search;

@@ -475,3 +475,131 @@ fn queryables_list_the_facets() {
             .ends_with("/stacapi/collections/cordex/queryables")
     );
 }
+
+/// Paging goes on while others add and remove records: the token keeps the pivot's place,
+/// so removing the pivot does not end the walk, and every item present throughout the walk is
+/// visited exactly once, forwards and backwards.
+#[test]
+fn paging_survives_concurrent_adds_and_removals() {
+    let svcd = crate::harness::Svcd::start();
+    let record = |name: &str| {
+        format!(r#"{{"file": "/walk/{name}.nc", "project": "walk", "time": "[2000 TO 2001]"}}"#)
+    };
+    let lines: Vec<String> = (0..60).map(|i| record(&format!("a{i:03}"))).collect();
+    let path = crate::harness::write_lines(&svcd.data_dir, "walk.jsonl", &lines);
+    assert!(
+        svcd.cli(&["index", "add", path.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let title = |f: &Value| f["properties"]["title"].as_str().unwrap().to_string();
+
+    for (direction, first) in [
+        (
+            "next",
+            "/stacapi/collections/walk/items?limit=7".to_string(),
+        ),
+        ("prev", String::new()),
+    ] {
+        let mut url = if direction == "next" {
+            first
+        } else {
+            // Start from the last page and walk back.
+            let mut url = "/stacapi/collections/walk/items?limit=7".to_string();
+            loop {
+                let page = svcd.get(&url).json();
+                let next = page["links"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|l| l["rel"] == "next");
+                match next {
+                    Some(l) => {
+                        url = l["href"]
+                            .as_str()
+                            .unwrap()
+                            .split("/api/svc-nextgen")
+                            .nth(1)
+                            .unwrap()
+                            .to_string()
+                    }
+                    None => break,
+                }
+            }
+            url
+        };
+        let before: Vec<String> = svcd
+            .get("/databrowser/data-search/svc/file?project=walk")
+            .lines();
+        let mut seen: Vec<String> = Vec::new();
+        let mut removed: Vec<String> = Vec::new();
+        let mut round = 0;
+        loop {
+            let reply = svcd.get(&url);
+            assert_eq!(reply.status, 200, "{direction}: {}", reply.text());
+            let page = reply.json();
+            let features = page["features"].as_array().unwrap();
+            seen.extend(features.iter().map(title));
+            // Remove the pivot of the next request (and one more record) and add new ones.
+            if let Some(pivot) = if direction == "next" {
+                features.last()
+            } else {
+                features.first()
+            } {
+                for file in [title(pivot), before[(round * 11) % before.len()].clone()] {
+                    if !removed.contains(&file) {
+                        let out = svcd.cli(&["index", "remove", "--file", &file]);
+                        assert!(out.status.success(), "{out:?}");
+                        removed.push(file);
+                    }
+                }
+            }
+            let fresh = vec![record(&format!("{direction}{round:03}"))];
+            let path = crate::harness::write_lines(&svcd.data_dir, "fresh.jsonl", &fresh);
+            assert!(
+                svcd.cli(&["index", "add", path.to_str().unwrap()])
+                    .status
+                    .success()
+            );
+            round += 1;
+            let link = page["links"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["rel"] == direction);
+            match link {
+                Some(l) => {
+                    url = l["href"]
+                        .as_str()
+                        .unwrap()
+                        .split("/api/svc-nextgen")
+                        .nth(1)
+                        .unwrap()
+                        .to_string();
+                }
+                None => break,
+            }
+        }
+        let throughout: Vec<&String> = before.iter().filter(|f| !removed.contains(f)).collect();
+        for file in &throughout {
+            let times = seen.iter().filter(|s| s == file).count();
+            assert_eq!(times, 1, "{direction}: {file} seen {times} times");
+        }
+        assert!(round > 3, "{direction}: the walk spans several pages");
+        // Start the next direction from a full catalogue again.
+        for file in removed {
+            let path = crate::harness::write_lines(
+                &svcd.data_dir,
+                "back.jsonl",
+                &[record(
+                    file.trim_start_matches("/walk/").trim_end_matches(".nc"),
+                )],
+            );
+            assert!(
+                svcd.cli(&["index", "add", path.to_str().unwrap()])
+                    .status
+                    .success()
+            );
+        }
+    }
+}

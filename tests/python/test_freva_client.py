@@ -63,6 +63,19 @@ def test_intake_catalogue_is_written(daemon, client, tmp_path):
     assert len(catalogue["catalog_dict"]) == total
 
 
+def test_intake_catalogue_through_the_python_api(daemon):
+    """freva-client's own intake_catalogue() groups and opens the files."""
+    from freva_client import databrowser
+
+    search = databrowser(host=daemon.host, project="cmip6", variable="tas", time_frequency="mon")
+    cat = search.intake_catalogue()
+    keys = cat.keys()
+    assert keys
+    datasets = cat.to_dataset_dict(progressbar=False)
+    assert set(datasets) == set(keys)
+    assert all("tas" in d.data_vars for d in datasets.values())
+
+
 def test_user_data_add_search_and_delete(daemon, client, tmp_path):
     token = tmp_path / "jane.json"
     daemon.token_file(token, "jane")

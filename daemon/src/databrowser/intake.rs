@@ -1,14 +1,14 @@
 //! intake-esm catalogues: the esmcat JSON with the matching records inline in `catalog_dict`.
 //!
 //! The body is produced piece by piece ([`IntakeCatalogue::next_chunk`]) so a large result is
-//! streamed, never held whole. Facet values are arrays of strings (spec 1), `fs_type` and the
-//! location are strings; the column set is the facet hierarchy restricted to facets with at
-//! least one value in the result, so intake-esm gets no all-empty columns.
+//! streamed, never held whole. The column set is the facet hierarchy restricted to facets with
+//! at least one value in the result, so intake-esm gets no all-empty columns.
 //!
-//! Known limit: intake-esm (2025.12) opens, filters and searches such a catalogue, but cannot
-//! group by array-valued columns, so its `keys()` and `to_dataset_dict()` fail with
-//! "unhashable type". The reference service flattens every column but `variable` to its
-//! first value for that reason; spec 1 asks for arrays, and the spec wins.
+//! Shape (DECISIONS.md, intake catalogue): the variable column
+//! (`aggregation_control.variable_column_name`) is an array of strings; every other facet
+//! column, `fs_type` and the location are strings, a record with several values giving its
+//! first. intake-esm groups rows by the `groupby_attrs` columns, and array values there make
+//! its `keys()` and `to_dataset_dict()` fail with "unhashable type".
 
 use std::sync::Arc;
 
@@ -30,6 +30,8 @@ pub struct IntakeCatalogue {
     /// `(standard name, column name)` of each column.
     columns: Vec<(String, String)>,
     uniq_key: &'static str,
+    /// The name of the variable column, the one column that holds arrays.
+    variable: String,
     first: bool,
     done: bool,
 }
@@ -83,7 +85,9 @@ impl IntakeCatalogue {
         let mut header = serde_json::to_string_pretty(&header).expect("JSON values serialise");
         header.truncate(header.len() - 2);
         header.push_str(",\n  \"catalog_dict\": [");
+        let variable = variable.to_string();
         IntakeCatalogue {
+            variable,
             header: Some(header),
             cursor: catalog.cursor(selection, search.params.start),
             columns,
@@ -105,10 +109,10 @@ impl IntakeCatalogue {
             let Some(values) = record.facets.get(std) else {
                 continue;
             };
-            let value = if std == "fs_type" {
-                Value::String(values.first().cloned().unwrap_or_default())
-            } else {
+            let value = if *name == self.variable {
                 values.iter().cloned().map(Value::String).collect()
+            } else {
+                Value::String(values.first().cloned().unwrap_or_default())
             };
             object.insert(name.clone(), value);
         }

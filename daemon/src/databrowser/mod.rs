@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 pub use intake::IntakeCatalogue;
 pub use static_stac::StaticCatalogue;
-pub(crate) use static_stac::{item_properties, media_type, polygon};
+pub(crate) use static_stac::{item_properties, media_type, polygon, stac_instant};
 
 use crate::catalog::facet::{self, default_count_facets};
 use crate::catalog::{Catalog, Cursor, FacetCounts, Query, SearchParams, Selection, UniqKey};

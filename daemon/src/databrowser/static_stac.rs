@@ -210,7 +210,7 @@ impl StaticCatalogue {
             "license": "other",
             "extent": {
                 "spatial": {"bbox": [extent.bbox.unwrap_or([-180.0, -90.0, 180.0, 90.0])]},
-                "temporal": {"interval": [[extent.start.map(format_instant), extent.end.map(format_instant)]]},
+                "temporal": {"interval": [[extent.start.map(stac_instant), extent.end.map(stac_instant)]]},
             },
             "links": links,
             "assets": {
@@ -261,19 +261,32 @@ pub(crate) fn item_properties(
     properties
 }
 
+/// The first and last second STAC documents can show: RFC 3339 and the clients' date types
+/// (Python's `datetime`) know the years 1 to 9999 only.
+const FIRST_INSTANT: i64 = -62_135_596_800;
+const LAST_INSTANT: i64 = 253_402_300_799;
+
+/// Formats a time for a STAC document (API and static catalogue). Catalogue ranges may reach
+/// beyond what RFC 3339 can say: time-invariant files are often given as `[0 TO 9999]`, whose
+/// start is in year 0. Decision: such a time is shown as the nearest instant that can be
+/// written (0001-01-01T00:00:00Z), as the open interval of a time-invariant item is.
+pub(crate) fn stac_instant(seconds: i64) -> String {
+    format_instant(seconds.clamp(FIRST_INSTANT, LAST_INSTANT))
+}
+
 /// Adds an item's `datetime`, `start_datetime` and `end_datetime`. A record without a time
 /// range is time-invariant (fx): `datetime: null` with the open interval 0001..9999, which
 /// STAC requires for a null datetime.
 fn insert_times(properties: &mut serde_json::Map<String, Value>, record: &Record) {
     let (start, end, datetime) = match record.time_range() {
         Some(t) => (
-            format_instant(t.start),
-            format_instant(t.end),
-            Value::String(format_instant(t.start)),
+            stac_instant(t.start),
+            stac_instant(t.end),
+            Value::String(stac_instant(t.start)),
         ),
         None => (
-            "0001-01-01T00:00:00Z".to_string(),
-            "9999-12-31T23:59:59Z".to_string(),
+            stac_instant(FIRST_INSTANT),
+            stac_instant(LAST_INSTANT),
             Value::Null,
         ),
     };
@@ -307,4 +320,20 @@ pub(crate) fn media_type(location: &str) -> &'static str {
 
 fn zip_error(e: zip::result::ZipError) -> Error {
     Error::io("write static catalogue", std::io::Error::other(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stac_times_stay_within_years_1_to_9999() {
+        let mut r = Record::new("/fx.nc");
+        r.time = Some("[0 TO 9999]".into());
+        let p = item_properties(&r, str::to_owned, "fx");
+        assert_eq!(p["start_datetime"], "0001-01-01T00:00:00Z");
+        assert_eq!(p["datetime"], "0001-01-01T00:00:00Z");
+        assert_eq!(p["end_datetime"], "9999-12-31T23:59:59Z");
+        assert_eq!(stac_instant(0), "1970-01-01T00:00:00Z");
+    }
 }

@@ -9,10 +9,14 @@
 //!   are computed from the records and cached until the catalogue changes.
 //! - **Items** are records. An item id is [`item_id`] of the record's file path: it depends
 //!   on the location only, so it is the same after a restart or a rebuild of the catalogue.
-//! - **Paging** walks a search's records in record-id order, so a page is cut straight from
-//!   the result bitmap (its cost follows the page size). Tokens are
-//!   `<next|prev>:<context>:<item id>` with the neighbouring item as the pivot; the context is
-//!   the collection id for `/items` and `search` for `/search`.
+//! - **Paging** is a keyset walk over a search's records in record-id order, so a page is cut
+//!   straight from the result bitmap (its cost follows the page size). Tokens are
+//!   `<next|prev>:<context>:<item id>.<record id>` with the neighbouring item as the pivot;
+//!   the context is the collection id for `/items` and `search` for `/search`. The pivot's
+//!   record id is the key a page continues from, so an iteration goes on when the pivot was
+//!   removed meanwhile: every item present throughout is visited exactly once, whatever is
+//!   added or removed (records keep their ids while they exist; an id freed by a removal may
+//!   be given to a new record, which then shows up where that id stands).
 //! - **Views**: `visible_collections` glob patterns (case-sensitive, `*` = all) restrict what a
 //!   request exposes; a pattern matching no collection is 400. Navigational links carry the
 //!   view on.
@@ -41,9 +45,9 @@ pub use params::{DEFAULT_LIMIT, Direction, MAX_LIMIT, SearchRequest, Token, spli
 
 use crate::catalog::facet::HIERARCHY;
 use crate::catalog::query::{Clause, Field, Pattern};
-use crate::catalog::time::{SelectMode, format_instant};
+use crate::catalog::time::SelectMode;
 use crate::catalog::{Anchor, Catalog, Extent, Query, Record, item_id, parse_item_id};
-use crate::databrowser::{item_properties, media_type, polygon};
+use crate::databrowser::{item_properties, media_type, polygon, stac_instant};
 use crate::error::{Error, Result};
 
 /// The STAC version of every document.
@@ -548,7 +552,9 @@ impl StacApi {
                         "Pagination token does not match this request context.".into(),
                     ));
                 }
-                let pivot = self.catalog.record_of_item(&token.item).ok_or_else(|| {
+                // The pivot's position is the sort key: paging goes on from there even
+                // when the pivot has been removed since the token was made.
+                let pivot = token.position.or_else(|| self.catalog.record_of_item(&token.item)).ok_or_else(|| {
                     Error::Malformed(format!(
                         "Pagination token names item {} which is no longer in the catalogue; start again without a token.",
                         token.item
@@ -580,14 +586,25 @@ impl StacApi {
         ];
         // `next` pivots on the page's last item, `prev` on its first.
         for (rel, direction, wanted, pivot) in [
-            ("next", Direction::Next, page.has_next, records.last()),
-            ("prev", Direction::Prev, page.has_previous, records.first()),
+            (
+                "next",
+                Direction::Next,
+                page.has_next,
+                records.last().zip(page.ids.last()),
+            ),
+            (
+                "prev",
+                Direction::Prev,
+                page.has_previous,
+                records.first().zip(page.ids.first()),
+            ),
         ] {
-            if let (true, Some(pivot)) = (wanted, pivot) {
+            if let (true, Some((pivot, position))) = (wanted, pivot) {
                 let token = Token {
                     direction,
                     context: context.to_string(),
                     item: item_id(&pivot.file),
+                    position: Some(*position),
                 };
                 links.push(paging_link(scope, rel, path, request, Some(&token), method));
             }
@@ -721,8 +738,8 @@ fn post_body(scope: &Scope, request: &SearchRequest, token: Option<&Token>) -> M
 
 fn collection_json(scope: &Scope, c: &CollectionSummary) -> Value {
     let interval = json!([[
-        c.extent.start.map(format_instant),
-        c.extent.end.map(format_instant)
+        c.extent.start.map(stac_instant),
+        c.extent.end.map(stac_instant)
     ]]);
     let bbox = c.extent.bbox.unwrap_or([-180.0, -90.0, 180.0, 90.0]);
     let path = format!("/collections/{}", c.id);

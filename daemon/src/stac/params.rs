@@ -26,8 +26,10 @@ pub enum Direction {
     Prev,
 }
 
-/// A paging token `<direction>:<context>:<item id>`: the context is the collection id for
-/// `/items` and `search` for `/search`; the pivot is the item next to the wanted page.
+/// A paging token `<direction>:<context>:<item id>.<position>`: the context is the collection
+/// id for `/items` and `search` for `/search`; the pivot is the item next to the wanted page,
+/// and its position its place in the paging order (the sort key). The position lets paging
+/// go on from where the pivot stood when the pivot itself has been removed meanwhile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Token {
     /// Which way from the pivot.
@@ -36,6 +38,8 @@ pub struct Token {
     pub context: String,
     /// The pivot item.
     pub item: String,
+    /// The pivot's place in the paging order (absent in tokens of earlier versions).
+    pub position: Option<u32>,
 }
 
 impl Token {
@@ -63,10 +67,25 @@ impl Token {
         if context.is_empty() || item.is_empty() || item.contains(':') {
             return Err(malformed());
         }
+        let (item, position) = match item.split_once('.') {
+            None => (item, None),
+            Some((item, position)) => {
+                let position = (!position.is_empty()
+                    && position.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| position.parse::<u32>().ok())
+                .flatten()
+                .ok_or_else(malformed)?;
+                (item, Some(position))
+            }
+        };
+        if item.is_empty() {
+            return Err(malformed());
+        }
         Ok(Token {
             direction,
             context: context.to_string(),
             item: item.to_string(),
+            position,
         })
     }
 
@@ -76,7 +95,10 @@ impl Token {
             Direction::Next => "next",
             Direction::Prev => "prev",
         };
-        format!("{direction}:{}:{}", self.context, self.item)
+        match self.position {
+            Some(position) => format!("{direction}:{}:{}.{position}", self.context, self.item),
+            None => format!("{direction}:{}:{}", self.context, self.item),
+        }
     }
 }
 
@@ -510,6 +532,10 @@ mod tests {
             "sideways:search:x",
             "next::x",
             "next:a:b:c",
+            "next:search:ab.",
+            "next:search:.5",
+            "next:search:ab.-1",
+            "next:search:ab.99999999999",
         ] {
             assert_eq!(Token::parse(bad).unwrap_err().kind(), ErrorKind::Malformed);
         }

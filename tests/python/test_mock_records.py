@@ -1,0 +1,95 @@
+"""The reference service's mock records (data svcd did not make) through the real STAC clients:
+pystac-client reads every collection and item, the STAC API validator finds no errors, and the
+static STAC catalogue validates. The records include time-invariant files given as
+`[0 TO 9999]`, whose year 0 no STAC client can parse."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pystac
+import pystac.validation
+import pytest
+import requests
+from pystac_client import Client
+
+MOCK = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "reference-mock" / "records.jsonl"
+OFFLINE_SCHEMAS = Path(__file__).parent / "stac_offline"
+
+
+@pytest.fixture(scope="module")
+def mock_api(tmp_path_factory):
+    """A running svcd whose catalogue is the mock records; yields its API base URL."""
+    binary = os.environ.get("SVCD_BIN")
+    assert binary, "set SVCD_BIN to the svcd binary"
+    assert MOCK.exists(), f"{MOCK} is missing"
+    data = tmp_path_factory.mktemp("mock")
+    added = subprocess.run([binary, "--data-dir", str(data), "index", "add", str(MOCK)], capture_output=True, text=True, check=False)
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert "rejected 0" in added.stdout, added.stdout
+    log = open(data / "svcd.log", "w")
+    proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0"], stderr=log, stdout=log)
+    address = data / "svcd.addr"
+    deadline = time.monotonic() + 60
+    while not (address.exists() and address.read_text().endswith("\n")):
+        assert proc.poll() is None, (data / "svcd.log").read_text()
+        assert time.monotonic() < deadline, "svcd did not start"
+        time.sleep(0.05)
+    yield f"http://{address.read_text().strip()}/api/svc-nextgen"
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+
+
+def catalogue_count(api):
+    return requests.get(f"{api}/databrowser/metadata-search/svc/file", timeout=60).json()["total_count"]
+
+
+def test_pystac_client_reads_every_collection_and_item(mock_api):
+    client = Client.open(f"{mock_api}/stacapi/")
+    collections = list(client.get_collections())
+    assert collections
+    for collection in collections:
+        collection.validate()
+        for interval in collection.extent.temporal.intervals:
+            assert all(t is None or 1 <= t.year <= 9999 for t in interval)
+    items = list(client.search(limit=10).items())
+    assert len(items) == catalogue_count(mock_api)
+    assert len({item.id for item in items}) == len(items)
+    for item in items:
+        item.validate()
+        assert item.common_metadata.start_datetime.year >= 1
+    assert any(item.common_metadata.start_datetime.year == 1 for item in items), "the [0 TO 9999] records"
+
+
+def test_stac_api_validator_finds_no_errors_on_the_mock_records(mock_api):
+    collection = next(Client.open(f"{mock_api}/stacapi/").get_collections()).id
+    validator = Path(sys.executable).parent / "stac-api-validator"
+    geometry = '{"type": "Polygon", "coordinates": [[[0, 40], [20, 40], [20, 60], [0, 60], [0, 40]]]}'
+    args = [str(validator), "--root-url", f"{mock_api}/stacapi/", "--collection", collection, "--geometry", geometry, "--validate-pagination"]
+    for conformance in ("core", "collections", "item-search"):
+        args += ["--conformance", conformance]
+    env = dict(os.environ, PYTHONPATH=str(OFFLINE_SCHEMAS))
+    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Errors: none" in output, output
+
+
+def test_static_catalogue_of_the_mock_records_validates(mock_api, tmp_path):
+    reply = requests.get(f"{mock_api}/databrowser/stac-catalogue/svc/file", timeout=120)
+    assert reply.status_code == 200, reply.text
+    with zipfile.ZipFile(io.BytesIO(reply.content)) as archive:
+        archive.extractall(tmp_path)
+        names = archive.namelist()
+    for name in names:
+        pystac.validation.validate_dict(json.loads((tmp_path / name).read_text()))
+    catalog = pystac.Catalog.from_file(str(tmp_path / "stac-catalog" / "catalog.json"))
+    items = list(catalog.get_items(recursive=True))
+    assert len(items) == catalogue_count(mock_api)
+    for item in items:
+        assert item.common_metadata.start_datetime.year >= 1
