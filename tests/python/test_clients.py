@@ -39,8 +39,8 @@ def test_intake_catalogue_groups_and_opens_the_files(svcd, tmp_path):
     cat = intake.open_esm_datastore(str(path))
     keys = cat.keys()
     assert keys, "rows are grouped"
-    assert all(isinstance(value, str) for value in cat.df["project"])
-    assert all(isinstance(value, (list, tuple)) for value in cat.df["variable"])
+    rows = reply.json()["catalog_dict"]
+    assert all(isinstance(row["project"], str) and isinstance(row["variable"], list) for row in rows)
     datasets = cat.to_dataset_dict(progressbar=False)
     assert set(datasets) == set(keys)
     for dataset in datasets.values():
