@@ -139,6 +139,12 @@ impl Svcd {
         svcd
     }
 
+    /// The `host:port` the daemon listens on.
+    pub(crate) fn address(&self) -> String {
+        let authority = self.api.trim_start_matches("http://");
+        authority.split('/').next().unwrap_or(authority).to_string()
+    }
+
     /// The daemon's log so far.
     pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.data_dir.join("svcd.log")).unwrap_or_default()

@@ -23,13 +23,7 @@ fn big_catalogue(svcd: &Svcd) {
 
 /// Sends a GET and reads only the status line and headers, leaving the body unread.
 fn start_unread(svcd: &Svcd, path: &str) -> TcpStream {
-    let address = svcd
-        .api
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let address = svcd.address();
     let mut stream = TcpStream::connect(&address).unwrap();
     write!(
         stream,

@@ -508,21 +508,8 @@ fn paging_survives_concurrent_adds_and_removals() {
             let mut url = "/stacapi/collections/walk/items?limit=7".to_string();
             loop {
                 let page = svcd.get(&url).json();
-                let next = page["links"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|l| l["rel"] == "next");
-                match next {
-                    Some(l) => {
-                        url = l["href"]
-                            .as_str()
-                            .unwrap()
-                            .split("/api/svc-nextgen")
-                            .nth(1)
-                            .unwrap()
-                            .to_string()
-                    }
+                match link_path(&page, "next") {
+                    Some(next) => url = next,
                     None => break,
                 }
             }
@@ -562,21 +549,8 @@ fn paging_survives_concurrent_adds_and_removals() {
                     .success()
             );
             round += 1;
-            let link = page["links"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|l| l["rel"] == direction);
-            match link {
-                Some(l) => {
-                    url = l["href"]
-                        .as_str()
-                        .unwrap()
-                        .split("/api/svc-nextgen")
-                        .nth(1)
-                        .unwrap()
-                        .to_string();
-                }
+            match link_path(&page, direction) {
+                Some(next) => url = next,
                 None => break,
             }
         }
@@ -602,4 +576,11 @@ fn paging_survives_concurrent_adds_and_removals() {
             );
         }
     }
+}
+
+/// The path below the API prefix of a page's `rel` link.
+fn link_path(page: &Value, rel: &str) -> Option<String> {
+    let link = page["links"].as_array()?.iter().find(|l| l["rel"] == rel)?;
+    let href = link["href"].as_str()?;
+    Some(href.split("/api/svc-nextgen").nth(1)?.to_string())
 }

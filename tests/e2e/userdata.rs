@@ -405,13 +405,7 @@ fn kill_during_a_user_data_add_leaves_all_or_nothing() {
         .map(|i| entry(&format!("/home/jane/big/{i:06}.nc")))
         .collect();
     let body = json!({"user_metadata": entries}).to_string();
-    let address = svcd
-        .api
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let address = svcd.address();
     let mut stream = TcpStream::connect(&address).unwrap();
     write!(
         stream,

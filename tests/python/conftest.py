@@ -5,6 +5,7 @@ freva-client has hard-coded."""
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,6 +27,33 @@ class Svcd:
         return result.stdout.strip()
 
 
+def serve(binary, data, env=None):
+    """Start `svcd serve` on `data` on a free port; return the process and its host URL."""
+    log = open(data / "svcd.log", "w")
+    proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0"], stderr=log, stdout=log, env=env)
+    address = data / "svcd.addr"
+    deadline = time.monotonic() + 60
+    while not (address.exists() and address.read_text().endswith("\n")):
+        assert proc.poll() is None, (data / "svcd.log").read_text()
+        assert time.monotonic() < deadline, "svcd did not start"
+        time.sleep(0.05)
+    return proc, f"http://{address.read_text().strip()}"
+
+
+def run_stac_api_validator(root_url, collection):
+    """Run stac-api-validator (core, collections, item-search, paging) and assert no errors."""
+    validator = Path(sys.executable).parent / "stac-api-validator"
+    geometry = '{"type": "Polygon", "coordinates": [[[0, 40], [20, 40], [20, 60], [0, 60], [0, 40]]]}'
+    args = [str(validator), "--root-url", root_url, "--collection", collection, "--geometry", geometry, "--validate-pagination"]
+    for conformance in ("core", "collections", "item-search"):
+        args += ["--conformance", conformance]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent / "stac_offline"))
+    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Errors: none" in output, output
+
+
 @pytest.fixture(scope="session")
 def daemon(tmp_path_factory):
     """Yield a running svcd serving the demo data."""
@@ -38,16 +66,8 @@ def daemon(tmp_path_factory):
     assert result.returncode == 0, result.stderr
     result = run("index", "crawl", str(tree))
     assert result.returncode == 0, result.stdout + result.stderr
-    log = open(data / "svcd.log", "w")
     env = dict(os.environ, SVCD_HTTP_COMPAT_PREFIXES="/api/freva-nextgen")
-    proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0"], stderr=log, stdout=log, env=env)
-    address = data / "svcd.addr"
-    deadline = time.monotonic() + 60
-    while not (address.exists() and address.read_text().endswith("\n")):
-        assert proc.poll() is None, (data / "svcd.log").read_text()
-        assert time.monotonic() < deadline, "svcd did not start"
-        time.sleep(0.05)
-    host = f"http://{address.read_text().strip()}"
+    proc, host = serve(binary, data, env)
     base = f"{host}/api/svc-nextgen"
     assert requests.get(f"{base}/ping", timeout=10).json() == {"ping": "pong"}
     yield Svcd(base, host, data, binary)

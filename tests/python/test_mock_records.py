@@ -7,8 +7,6 @@ import io
 import json
 import os
 import subprocess
-import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -18,8 +16,9 @@ import pytest
 import requests
 from pystac_client import Client
 
+from conftest import run_stac_api_validator, serve
+
 MOCK = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "reference-mock" / "records.jsonl"
-OFFLINE_SCHEMAS = Path(__file__).parent / "stac_offline"
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +31,8 @@ def mock_api(tmp_path_factory):
     added = subprocess.run([binary, "--data-dir", str(data), "index", "add", str(MOCK)], capture_output=True, text=True, check=False)
     assert added.returncode == 0, added.stdout + added.stderr
     assert "rejected 0" in added.stdout, added.stdout
-    log = open(data / "svcd.log", "w")
-    proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0"], stderr=log, stdout=log)
-    address = data / "svcd.addr"
-    deadline = time.monotonic() + 60
-    while not (address.exists() and address.read_text().endswith("\n")):
-        assert proc.poll() is None, (data / "svcd.log").read_text()
-        assert time.monotonic() < deadline, "svcd did not start"
-        time.sleep(0.05)
-    yield f"http://{address.read_text().strip()}/api/svc-nextgen"
+    proc, host = serve(binary, data)
+    yield f"{host}/api/svc-nextgen"
     proc.terminate()
     assert proc.wait(timeout=30) == 0
 
@@ -68,16 +60,7 @@ def test_pystac_client_reads_every_collection_and_item(mock_api):
 
 def test_stac_api_validator_finds_no_errors_on_the_mock_records(mock_api):
     collection = next(Client.open(f"{mock_api}/stacapi/").get_collections()).id
-    validator = Path(sys.executable).parent / "stac-api-validator"
-    geometry = '{"type": "Polygon", "coordinates": [[[0, 40], [20, 40], [20, 60], [0, 60], [0, 40]]]}'
-    args = [str(validator), "--root-url", f"{mock_api}/stacapi/", "--collection", collection, "--geometry", geometry, "--validate-pagination"]
-    for conformance in ("core", "collections", "item-search"):
-        args += ["--conformance", conformance]
-    env = dict(os.environ, PYTHONPATH=str(OFFLINE_SCHEMAS))
-    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900, check=False)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
-    assert "Errors: none" in output, output
+    run_stac_api_validator(f"{mock_api}/stacapi/", collection)
 
 
 def test_static_catalogue_of_the_mock_records_validates(mock_api, tmp_path):
