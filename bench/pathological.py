@@ -6,7 +6,9 @@ For each binary, on a fresh data directory with the same N synthetic records (de
    500 (the candidate refuses more than 100 with a 422), timed over HTTP;
 2. acknowledged writes: 200 single-entry user-data adds in a row (each synced to disk in the
    candidate), mean time per add;
-3. memory: resident and peak memory after adding 800,000 user-data entries (one request
+3. a responsive server under heavy requests: the slowest of 20 `/ping`s while 6 concurrent
+   STAC searches with a 1,000-vertex `intersects` run;
+4. memory: resident and peak memory after adding 800,000 user-data entries (one request
    for the baseline; 100,000 per request for the candidate, its limit) and after deleting
    them all.
 
@@ -40,6 +42,7 @@ def records(path: Path, n: int) -> None:
                         "time_frequency": "mon",
                         "version": "v20210101",
                         "time": "[2000-01 TO 2000-12]",
+                        "bbox": [d % 20, 40, d % 20 + 5, 50],
                     }
                 )
                 + "\n"
@@ -56,7 +59,7 @@ def memory(pid: int) -> tuple[float, float]:
 
 
 def request(method, url, token=None, body=None, timeout=600):
-    data = None if body is None else json.dumps(body).encode()
+    data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
     req = urllib.request.Request(url, data=data, method=method)
     if token:
         req.add_header("Authorization", f"Bearer {token}")
@@ -67,6 +70,29 @@ def request(method, url, token=None, body=None, timeout=600):
             return resp.status, resp.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+def ping_under_load(api: str) -> float:
+    """The slowest of 20 pings while heavy STAC searches run."""
+    import math
+    import threading
+
+    ring = [[10 + 5 * math.cos(2 * math.pi * k / 1000), 45 + 5 * math.sin(2 * math.pi * k / 1000)] for k in range(1000)]
+    ring.append(ring[0])
+    body = {"intersects": {"type": "Polygon", "coordinates": [ring]}, "limit": 100}
+    threads = [threading.Thread(target=request, args=("POST", f"{api}/stacapi/search", None, body)) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    slowest = 0.0
+    for _ in range(20):
+        started = time.monotonic()
+        request("GET", f"{api}/ping")
+        slowest = max(slowest, time.monotonic() - started)
+        time.sleep(0.05)
+    for t in threads:
+        t.join()
+    return slowest
 
 
 def measure(binary: str, jsonl: Path, entries_per_request: int) -> dict:
@@ -110,11 +136,13 @@ def measure(binary: str, jsonl: Path, entries_per_request: int) -> dict:
                 assert status == 202, status
             out["single add (ms)"] = (time.monotonic() - started) / 200 * 1000
 
+            out["slowest ping under load (s)"] = ping_under_load(api)
+
             out["RSS at start (MiB)"] = memory(server.pid)[0]
             for first in range(0, ENTRIES, entries_per_request):
+                # Short entries, so 800,000 fit the baseline's 64 MiB body limit.
                 batch = [
-                    {"file": f"/home/jane/big/{i:07d}.nc", "variable": "tas",
-                     "time_frequency": "mon", "time": "[2000-01 TO 2000-12]"}
+                    {"file": f"/h/{i}.nc", "variable": "t", "time_frequency": "m", "time": "fx"}
                     for i in range(first, min(first + entries_per_request, ENTRIES))
                 ]
                 status, body = request("POST", f"{api}/databrowser/userdata", token,
@@ -143,7 +171,9 @@ def main() -> None:
         records(jsonl, args.records)
         print(f"# {args.records} records; baseline {args.baseline}; candidate {args.candidate}")
         base = measure(args.baseline, jsonl, ENTRIES)
+        print("baseline:", base, flush=True)
         cand = measure(args.candidate, jsonl, 100_000)
+        print("candidate:", cand, flush=True)
     print(f"{'measure':34} {'baseline':>12} {'candidate':>12} {'ratio':>8}")
     for key in base:
         b, c = base[key], cand.get(key)

@@ -18,6 +18,8 @@ pub mod db;
 pub mod demo;
 mod error;
 pub mod flavours;
+#[cfg(test)]
+mod hostile;
 pub mod stac;
 pub mod userdata;
 

@@ -2,6 +2,7 @@
 //! HTTP and through its command line as a user would. One test binary, one module per area.
 
 mod auth;
+mod bad_input;
 mod catalogues;
 mod cli;
 mod fixture;

@@ -67,8 +67,10 @@ impl TimeRange {
                 "time {text:?} is not of the form [<start> TO <end>]"
             ));
         };
-        let start = parse_instant(inner[..pos].trim(), Bound::Start)?;
-        let end = parse_instant(inner[pos + 4..].trim(), Bound::End)?;
+        let start =
+            parse_instant(inner[..pos].trim(), Bound::Start).map_err(|e| within(&e, text))?;
+        let end =
+            parse_instant(inner[pos + 4..].trim(), Bound::End).map_err(|e| within(&e, text))?;
         Self::ordered(start, end, text)
     }
 
@@ -83,8 +85,8 @@ impl TimeRange {
         };
         let start = if start.is_empty() { "0001" } else { start };
         let end = if end.is_empty() { "9999" } else { end };
-        let start = parse_instant(start, Bound::Start)?;
-        let end = parse_instant(end, Bound::End)?;
+        let start = parse_instant(start, Bound::Start).map_err(|e| within(&e, text))?;
+        let end = parse_instant(end, Bound::End).map_err(|e| within(&e, text))?;
         Self::ordered(start, end, text)
     }
 
@@ -94,6 +96,12 @@ impl TimeRange {
         }
         Ok(TimeRange { start, end })
     }
+}
+
+/// An instant's error, completed with the whole range it came from: the query form drops white
+/// space and case, so the instant alone may not read as what the user typed.
+fn within(error: &str, text: &str) -> String {
+    format!("{error} (in {text:?})")
 }
 
 /// Parses a partial ISO 8601 instant (`YYYY`, `YYYY-MM`, `YYYY-MM-DD`, `YYYY-MM-DDTHH[:MM[:SS]]`
@@ -128,7 +136,14 @@ fn parse_clock(text: Option<&str>, bound: Bound) -> Option<NaiveTime> {
         return NaiveTime::from_hms_opt(if bound == Bound::Start { 0 } else { 23 }, fill, fill);
     };
     let text = strip_utc_offset(text)?;
-    let text = text.split('.').next()?;
+    // A fraction of a second is allowed and dropped: instants are whole seconds.
+    let text = match text.split_once('.') {
+        Some((clock, fraction)) => {
+            let digits = !fraction.is_empty() && fraction.bytes().all(|b| b.is_ascii_digit());
+            digits.then_some(clock)?
+        }
+        None => text,
+    };
     let mut fields = text.split(':');
     let hour: u32 = number(fields.next(), 2, 2)?;
     let minute: Option<u32> = optional(fields.next(), 2).ok()?;
@@ -139,14 +154,16 @@ fn parse_clock(text: Option<&str>, bound: Bound) -> Option<NaiveTime> {
     NaiveTime::from_hms_opt(hour, minute.unwrap_or(fill), second.unwrap_or(fill))
 }
 
-/// Accepts only UTC designators: the service stores and compares UTC.
+/// Accepts only UTC designators: the service stores and compares UTC. Any other `+` or `-`
+/// in the clock part is an offset (or garbage) and refuses the instant; the clock is then
+/// checked digit by digit, so nothing here indexes into the text.
 fn strip_utc_offset(text: &str) -> Option<&str> {
     for suffix in ["z", "Z", "+00:00", "+0000", "+00"] {
         if let Some(stripped) = text.strip_suffix(suffix) {
             return Some(stripped);
         }
     }
-    (!text.contains('+') && !text[1..].contains('-')).then_some(text)
+    (!text.contains(['+', '-'])).then_some(text)
 }
 
 fn number<T: std::str::FromStr>(field: Option<&str>, min: usize, max: usize) -> Option<T> {
@@ -180,6 +197,8 @@ pub fn format_instant(seconds: i64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use proptest::strategy::Strategy;
+
     use super::*;
 
     fn at(text: &str) -> i64 {
@@ -251,6 +270,86 @@ mod tests {
         assert_eq!(r.end, at("2016-09-02T23:30:59"));
         assert!(TimeRange::parse_record("[0 TO 9999]").is_ok());
         assert!(TimeRange::parse_record("fx").is_err());
+    }
+
+    #[test]
+    fn a_time_ending_in_its_separator_is_an_error() {
+        for text in [
+            "2000-01-01T",
+            "2000-01-01T\u{e9}",
+            "2000-01-01 ",
+            "2000-01-01T-",
+            "T",
+        ] {
+            let err = parse_instant(text, Bound::Start).unwrap_err();
+            assert!(err.contains(&format!("{text:?}")), "{err}");
+        }
+        let err = TimeRange::parse_query("2000-01-01T").unwrap_err();
+        assert!(err.contains("\"2000-01-01T\""), "{err}");
+        let err = TimeRange::parse_record("[2000-01-01T TO 2001]").unwrap_err();
+        assert!(err.contains("[2000-01-01T TO 2001]"), "{err}");
+        assert!(parse_instant("2000-01-01T12:00:00.5x", Bound::Start).is_err());
+        assert!(parse_instant("2000-01-01T12:00:00.", Bound::Start).is_err());
+        assert_eq!(
+            parse_instant("2000-01-01T12:00:00.25Z", Bound::Start),
+            Ok(at("2000-01-01T12:00:00"))
+        );
+    }
+
+    const EXAMPLES: &[&str] = &[
+        "2000",
+        "1979-02",
+        "2016-09-03T01:00",
+        "1979-01-16T12:00:00Z",
+        "2000-01-01T00:00:00.5+00:00",
+        "[2016-09-02T23:00 TO 2016-09-02T23:30]",
+        "[0 TO 9999]",
+        "1898 to 1901",
+        "to 2000",
+    ];
+    const SEPARATORS: &[&str] = &[
+        "T", "t", "-", ":", "+", " TO ", " to ", "to", "Z", ".", "[", "]", "+00:00",
+    ];
+
+    proptest::proptest! {
+        #[test]
+        fn instants_never_panic_and_errors_name_the_text(
+            text in crate::hostile::text(EXAMPLES, SEPARATORS),
+        ) {
+            let start = parse_instant(&text, Bound::Start);
+            let end = parse_instant(&text, Bound::End);
+            match (start, end) {
+                (Ok(start), Ok(end)) => proptest::prop_assert!(start <= end, "{text:?}"),
+                (Err(e), _) | (_, Err(e)) => {
+                    proptest::prop_assert!(e.contains(&format!("{text:?}")), "{e}");
+                }
+            }
+        }
+
+        #[test]
+        fn ranges_never_panic_and_errors_name_the_text(
+            text in proptest::prop_oneof![
+                crate::hostile::text(EXAMPLES, SEPARATORS),
+                (
+                    crate::hostile::text(EXAMPLES, SEPARATORS),
+                    proptest::sample::select(&[" TO ", " to ", "to", "TO"][..]),
+                    crate::hostile::text(EXAMPLES, SEPARATORS),
+                    proptest::prelude::any::<bool>(),
+                )
+                    .prop_map(|(start, to, end, brackets)| if brackets {
+                        format!("[{start}{to}{end}]")
+                    } else {
+                        format!("{start}{to}{end}")
+                    }),
+            ],
+        ) {
+            for parsed in [TimeRange::parse_record(&text), TimeRange::parse_query(&text)] {
+                match parsed {
+                    Ok(range) => proptest::prop_assert!(range.start <= range.end),
+                    Err(e) => proptest::prop_assert!(e.contains(&format!("{text:?}")), "{e}"),
+                }
+            }
+        }
     }
 
     #[test]
