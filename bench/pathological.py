@@ -13,7 +13,9 @@ For each binary, on a fresh data directory with the same N synthetic records (de
    them all.
 
 Run: python3 bench/pathological.py --baseline OLD/svcd --candidate NEW/svcd [--records N]
-Both binaries should be release builds. Prints one table with the ratio candidate/baseline.
+[--baseline-batch N]. Both binaries should be release builds; a baseline that already limits
+user-data adds takes `--baseline-batch 100000`. Prints one table with the ratio
+candidate/baseline.
 """
 
 import argparse
@@ -165,12 +167,14 @@ def main() -> None:
     parser.add_argument("--baseline", required=True)
     parser.add_argument("--candidate", required=True)
     parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--baseline-batch", type=int, default=ENTRIES,
+                        help="user-data entries per add request for the baseline")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         jsonl = Path(tmp) / "records.jsonl"
         records(jsonl, args.records)
         print(f"# {args.records} records; baseline {args.baseline}; candidate {args.candidate}")
-        base = measure(args.baseline, jsonl, ENTRIES)
+        base = measure(args.baseline, jsonl, args.baseline_batch)
         print("baseline:", base, flush=True)
         cand = measure(args.candidate, jsonl, 100_000)
         print("candidate:", cand, flush=True)

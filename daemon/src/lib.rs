@@ -20,6 +20,7 @@ mod error;
 pub mod flavours;
 #[cfg(test)]
 mod hostile;
+mod memory;
 pub mod stac;
 pub mod userdata;
 

@@ -63,7 +63,7 @@ fn object(body: &[u8]) -> Result<Map<String, Value>> {
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] listing every problem.
-pub fn parse_add(body: &[u8], caller: &Caller) -> Result<Vec<Record>> {
+fn parse_add(body: &[u8], caller: &Caller) -> Result<Vec<Record>> {
     let mut body = object(body)?;
     if let Some(unknown) = body
         .keys()
@@ -179,12 +179,18 @@ fn entry_record(
     Ok(record)
 }
 
-/// Adds parsed records; returns the status message.
+/// Adds the entries of an add request owned by `caller`; returns the status message.
 ///
 /// # Errors
-/// A store error; then nothing was added.
-pub fn add(catalog: &Catalog, records: &[Record]) -> Result<String> {
-    let (added, duplicates) = catalog.add_new(records)?;
+/// 422 listing every bad entry (nothing is added), or a store error (nothing was added).
+pub fn add(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<String> {
+    let records = parse_add(body, caller)?;
+    let (added, duplicates) = catalog.add_new(&records)?;
+    drop(records);
+    if added >= crate::memory::LARGE_CHANGE {
+        // The parsed body and the index's grown columns leave much freed memory behind.
+        crate::memory::release_free_heap();
+    }
     Ok(if added == 0 {
         format!(
             "No data was added to the databrowser. {duplicates} files were duplicates and not added."
@@ -309,5 +315,128 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    const KEYS: &[&str] = &[
+        "file",
+        "variable",
+        "time",
+        "time_frequency",
+        "version",
+        "project",
+        "user",
+        "uri",
+        "experiment",
+        "dataset",
+    ];
+    const VALUES: &[&str] = &[
+        "/home/jane/tas.nc",
+        "tas",
+        "fx",
+        "[2000-01-16T12:00:00Z TO 2000-12-16T12:00:00Z]",
+        "[0 TO 9999]",
+        "1979-02",
+        "v20200101",
+        "*",
+        "-jane",
+        "not jane",
+    ];
+    const SEPARATORS: &[&str] = &["/", "*", "?", " TO ", "[", "]", "T", ":", "-", "not "];
+
+    /// A body of one to three entries with hostile keys and values, or a hostile delete body.
+    fn hostile_object() -> impl proptest::strategy::Strategy<Value = Map<String, Value>> {
+        use proptest::prelude::*;
+        proptest::collection::btree_map(
+            prop_oneof![
+                proptest::sample::select(KEYS).prop_map(str::to_string),
+                crate::hostile::text(KEYS, &["_"]),
+            ],
+            prop_oneof![
+                4 => crate::hostile::text(VALUES, SEPARATORS).prop_map(Value::from),
+                1 => any::<i64>().prop_map(Value::from),
+                1 => Just(Value::Null),
+            ],
+            0..8,
+        )
+        .prop_map(|map| map.into_iter().collect())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn hostile_entries_become_the_callers_records_or_a_422_naming_the_entry(
+            entries in proptest::collection::vec(hostile_object(), 1..4),
+            shared in hostile_object(),
+        ) {
+            let body = json!({"user_metadata": entries, "facets": shared});
+            match parse_add(body.to_string().as_bytes(), &jane()) {
+                Ok(records) => {
+                    proptest::prop_assert_eq!(records.len(), entries.len());
+                    for (record, entry) in records.iter().zip(&entries) {
+                        proptest::prop_assert_eq!(&record.facets[OWNER], &vec!["jane".to_string()]);
+                        proptest::prop_assert_eq!(Some(&Value::from(record.file.clone())), entry.get("file"));
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    proptest::prop_assert_eq!(e.kind(), crate::ErrorKind::Invalid);
+                    proptest::prop_assert!(
+                        message.starts_with("facets") || message.contains("user_metadata["),
+                        "{message}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Hostile delete bodies from jane never touch john's entries or the catalogue.
+    #[test]
+    fn hostile_deletes_remove_only_the_callers_entries() {
+        use proptest::strategy::{Strategy, ValueTree};
+        let dir = tempfile::tempdir().unwrap();
+        let db = std::sync::Arc::new(crate::db::Db::open(dir.path()).unwrap());
+        let catalog = Catalog::open(db).unwrap();
+        let mut official = Record::new("/arch/cmip6/tas.nc".to_string());
+        official
+            .facets
+            .insert("variable".into(), vec!["tas".into()]);
+        catalog.add(&[official]).unwrap();
+        let john = Caller {
+            user: "john".into(),
+            admin: false,
+        };
+        let others: Vec<Value> = VALUES
+            .iter()
+            .map(|v| entry(&format!("/john/{v}")))
+            .collect();
+        let body = json!({"user_metadata": others});
+        add(&catalog, body.to_string().as_bytes(), &john).unwrap();
+        let count = |flavour: &str, user: Option<&str>| {
+            let pairs: Vec<(String, String)> = user
+                .map(|u| ("user".to_string(), u.to_string()))
+                .into_iter()
+                .chain([("multi-version".to_string(), "true".to_string())])
+                .collect();
+            let params = SearchParams::parse(&pairs).unwrap();
+            let query = Query::build(&Flavour::builtin(flavour), &params).unwrap();
+            catalog.select(&query).len()
+        };
+        assert_eq!((count("svc", None), count("user", Some("john"))), (1, 10));
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        for _ in 0..256 {
+            let body = json!({"user_metadata": [entry("/jane/a.nc"), entry("/john/*")]});
+            add(&catalog, body.to_string().as_bytes(), &jane()).unwrap();
+            let body = hostile_object().new_tree(&mut runner).unwrap().current();
+            let raw = serde_json::to_vec(&body).unwrap();
+            if let Err(e) = delete(&catalog, &raw, &jane()) {
+                assert_eq!(e.kind(), crate::ErrorKind::Invalid, "{e}");
+            }
+            assert_eq!(
+                (count("svc", None), count("user", Some("john"))),
+                (1, 10),
+                "after jane's delete {body:?}"
+            );
+        }
+        delete(&catalog, b"{}", &jane()).unwrap();
+        assert_eq!(count("user", Some("jane")), 0);
     }
 }

@@ -90,4 +90,23 @@ mod tests {
         let err = parse_pairs("project=%FF%FE").unwrap_err();
         assert!(err.contains("not valid UTF-8"), "{err}");
     }
+
+    proptest::proptest! {
+        /// Any query string splits into pairs that encode back to the same pairs, or is
+        /// refused naming the part that is not UTF-8.
+        #[test]
+        fn query_strings_decode_or_name_the_bad_part(
+            query in "([a-z%+=&]|%[0-9A-Fa-f]{2}|%[^0-9A-Fa-f]?|\\PC){0,40}",
+        ) {
+            match parse_pairs(&query) {
+                Ok(pairs) => {
+                    let encoded: String = form_urlencoded::Serializer::new(String::new())
+                        .extend_pairs(&pairs)
+                        .finish();
+                    proptest::prop_assert_eq!(parse_pairs(&encoded), Ok(pairs));
+                }
+                Err(e) => proptest::prop_assert!(e.contains("is not valid UTF-8"), "{}", e),
+            }
+        }
+    }
 }

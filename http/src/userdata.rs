@@ -57,8 +57,7 @@ async fn add_user_data(
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let message = blocking(&state, move |daemon| {
-        let records = userdata::parse_add(&body, &caller)?;
-        userdata::add(daemon.catalog(), &records)
+        userdata::add(daemon.catalog(), &body, &caller)
     })
     .await?;
     Ok(status(StatusCode::ACCEPTED, &message))

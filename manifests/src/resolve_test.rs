@@ -1,5 +1,6 @@
 use super::*;
 use crate::model::Pin;
+use proptest::strategy::Strategy;
 
 fn blob(id: &str, prefix: &str, bucket: Option<(u64, u64, KeyEncoding)>) -> Blob {
     Blob {
@@ -409,9 +410,8 @@ fn root_scope_blob_claims_every_key() {
     );
 }
 
-/// The obvious oracle: every manifest, every marker, deepest wins; compared on random keys.
-#[test]
-fn trie_agrees_with_a_naive_lookup() {
+/// A parent scope with hot rules and a store with bucketed blobs and a pin.
+fn oracle_manifests() -> [Manifest; 2] {
     let parent = manifest(
         "p",
         &["q/time/**", "**/x.meta"],
@@ -426,7 +426,13 @@ fn trie_agrees_with_a_naive_lookup() {
         ],
     );
     child.pinned.push(pin("tas/c/1"));
-    let manifests = [parent, child];
+    [parent, child]
+}
+
+/// The obvious oracle: every manifest, every marker, deepest wins; compared on random keys.
+#[test]
+fn trie_agrees_with_a_naive_lookup() {
+    let manifests = oracle_manifests();
     let trie = Trie::from_manifests(&manifests);
     let segments = [
         "p", "q", "s.zarr", "tas", "c", "pr", "lat", "time", "1", "12", "3.4", "x", "x.meta",
@@ -513,11 +519,13 @@ fn naive(manifests: &[Manifest], key: &str) -> String {
                                 .and_then(|s| s.split('.').nth(bucket.index as usize)),
                             _ => parts.get(depth + bucket.index as usize).copied(),
                         };
-                        match raw.filter(|r| !r.is_empty() && r.bytes().all(|c| c.is_ascii_digit()))
-                        {
-                            Some(r) => {
-                                format!("{}_{}", b.id, r.parse::<u64>().unwrap() / bucket.width)
-                            }
+                        // Chunk indices of up to 38 digits are numbers (u128); longer ones are not.
+                        match raw.and_then(|r| {
+                            r.parse::<u128>()
+                                .ok()
+                                .filter(|_| r.len() <= 38 && !r.starts_with('+'))
+                        }) {
+                            Some(n) => format!("{}_{}", b.id, n / u128::from(bucket.width.max(1))),
                             None => "unmanaged".into(),
                         }
                     }
@@ -688,4 +696,27 @@ fn a_tag_shared_by_siblings_falls_back_to_the_names() {
             ("wide/s40/x", "unmanaged"),
         ],
     );
+}
+
+proptest::proptest! {
+    /// Keys as a client may send them: empty segments, leading and trailing slashes,
+    /// multibyte names, names cut inside a word, digits that overflow.
+    #[test]
+    fn hostile_keys_agree_with_a_naive_lookup(
+        parts in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::sample::select(&[
+                    "p", "q", "s.zarr", "tas", "c", "pr", "lat", "time", "1", "x.meta", ".zarray",
+                    "", ".", "..", "é", "日本", "99999999999999999999999", "1.2.3", "-1", "0001",
+                ][..]).prop_map(str::to_string),
+                "\\PC{0,20}",
+            ],
+            0..12,
+        ),
+    ) {
+        let manifests = oracle_manifests();
+        let trie = Trie::from_manifests(&manifests);
+        let key = parts.join("/");
+        proptest::prop_assert_eq!(trie.lookup(&key).to_string(), naive(&manifests, &key), "{:?}", key);
+    }
 }

@@ -1,3 +1,4 @@
+use proptest::strategy::Strategy;
 use serde_json::json;
 
 use super::*;
@@ -344,4 +345,55 @@ fn dotted_paths_unescape_pointer_segments() {
     let document = json!({"a/b": {"c~d": [0, {"e": 1}]}});
     assert_eq!(dotted_path(&document, "/a~1b/c~0d/1/e"), "a/b.c~d[1].e");
     assert_eq!(dotted_path(&document, ""), "");
+}
+
+/// Every JSON pointer in `value`.
+fn pointers(value: &Value, at: String, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => map.iter().for_each(|(k, v)| {
+            pointers(
+                v,
+                format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                out,
+            )
+        }),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| pointers(v, format!("{at}/{i}"), out)),
+        _ => {}
+    }
+    out.push(at);
+}
+
+proptest::proptest! {
+    /// A valid document with one value replaced by something hostile is read or refused
+    /// with a reason, never a panic; what is read writes back to itself.
+    #[test]
+    fn documents_with_a_hostile_value_are_read_or_refused(
+        at in proptest::prelude::any::<proptest::sample::Index>(),
+        replacement in proptest::prop_oneof![
+            "\\PC{0,12}".prop_map(Value::from),
+            proptest::prelude::any::<i64>().prop_map(Value::from),
+            proptest::prelude::any::<u64>().prop_map(Value::from),
+            proptest::prelude::any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            proptest::sample::select(&["", "**", "../x", "b_", "v3_slash", "2026-13-01T00:00:00+00:00", "a//b"][..]).prop_map(Value::from),
+            proptest::prelude::Just(Value::Null),
+            proptest::prelude::Just(json!([])),
+            proptest::prelude::Just(json!({})),
+        ],
+    ) {
+        let mut document = valid();
+        let mut all = Vec::new();
+        pointers(&document, String::new(), &mut all);
+        let pointer = &all[at.index(all.len())];
+        match document.pointer_mut(pointer) {
+            Some(slot) => *slot = replacement,
+            None => unreachable!("pointers lists the document's own values"),
+        }
+        match from_value(&document) {
+            Ok(manifest) => proptest::prop_assert_eq!(parse(manifest.to_json().as_bytes()).ok(), Some(manifest)),
+            Err(e) => proptest::prop_assert!(!e.to_string().is_empty()),
+        }
+    }
 }

@@ -122,3 +122,131 @@ fn add_through_the_daemon_rejects_a_hostile_time_by_line_and_commits_the_rest() 
     assert_summary(&stdout(&output), source);
     assert_eq!(committed(&svcd), ["/a/1.nc", "/a/4.nc"]);
 }
+
+#[test]
+fn malformed_authorization_headers_are_401_naming_the_header() {
+    let svcd = Svcd::start();
+    let body = json!({"user_metadata": [entry("/home/jane/a.nc", "[2000 TO 2001]")]});
+    let jane = svcd.token("jane", false);
+    for header in [
+        "Basic amFuZTpzZWNyZXQ=",
+        "Bearer",
+        "Bearer    ",
+        jane.as_str(),
+        &format!("Token {jane}"),
+    ] {
+        let reply = svcd.send_with(
+            "POST",
+            "/databrowser/userdata",
+            &[("Authorization", header)],
+            Some(&body),
+        );
+        assert_eq!(reply.status, 401, "{header}: {}", reply.text());
+        assert!(
+            reply.detail().contains("the Authorization header"),
+            "{header}: {}",
+            reply.detail()
+        );
+        assert_eq!(reply.header("www-authenticate"), "Bearer");
+    }
+    // Header bytes outside visible ASCII (an ISO-8859-1 token, say) are named as such.
+    let reply = svcd.send_raw_header("POST", "/databrowser/userdata", b"Bearer caf\xe9", &body);
+    assert_eq!(reply.status, 401, "{}", reply.text());
+    assert!(
+        reply.detail().contains("visible ASCII"),
+        "{}",
+        reply.detail()
+    );
+    // Nothing was added; a well-formed header still works.
+    let reply = svcd.send("POST", "/databrowser/userdata", Some(&jane), Some(&body));
+    assert_eq!(reply.status, 202, "{}", reply.text());
+}
+
+/// A ring of `n` positions around (10°E, 50°N), closed.
+fn ring(n: usize) -> Value {
+    let positions: Vec<[f64; 2]> = (0..n)
+        .map(|k| {
+            let a = k as f64 / n as f64 * std::f64::consts::TAU;
+            [10.0 + 5.0 * a.cos(), 50.0 + 5.0 * a.sin()]
+        })
+        .chain([[15.0, 50.0]])
+        .collect();
+    json!({"type": "Polygon", "coordinates": [positions]})
+}
+
+#[test]
+fn stac_geometries_beyond_the_position_limit_are_400_naming_it() {
+    let svcd = Svcd::start();
+    fixture::load(&svcd);
+    let fits = svcd.send(
+        "POST",
+        "/stacapi/search",
+        None,
+        Some(&json!({"intersects": ring(1999)})),
+    );
+    assert_eq!(fits.status, 200, "{}", fits.text());
+    let large = svcd.send(
+        "POST",
+        "/stacapi/search",
+        None,
+        Some(&json!({"intersects": ring(2000)})),
+    );
+    assert_eq!(large.status, 400, "{}", large.text());
+    let detail = large.detail();
+    assert!(
+        detail.contains("2001 positions") && detail.contains("at most 2000"),
+        "{detail}"
+    );
+    let small_query: String =
+        form_urlencoded::byte_serialize(ring(3).to_string().as_bytes()).collect();
+    let reply = svcd.get(&format!("/stacapi/search?intersects={small_query}"));
+    assert_eq!(reply.status, 200, "{}", reply.text());
+}
+
+/// A NetCDF file with a time axis of `values` in `units`.
+fn time_file(path: &std::path::Path, units: &str, values: &[f64]) {
+    let mut file = netcdf::create(path).unwrap();
+    file.add_dimension("time", values.len()).unwrap();
+    let mut time = file.add_variable::<f64>("time", &["time"]).unwrap();
+    time.put_attribute("standard_name", "time").unwrap();
+    time.put_attribute("units", units).unwrap();
+    time.put_values(values, ..).unwrap();
+    let mut tas = file.add_variable::<f32>("tas", &["time"]).unwrap();
+    tas.put_attribute("units", "K").unwrap();
+    tas.put_values(&vec![280.0f32; values.len()], ..).unwrap();
+    file.close().unwrap();
+}
+
+/// Time units and values a file may carry that a careless reader panics or overflows on:
+/// a multibyte zone, negative and infinite clock fields, offsets past any day count.
+#[test]
+fn crawling_files_with_hostile_time_units_indexes_them_all() {
+    let svcd = Svcd::start();
+    let tree = svcd.data_dir.join("hostile");
+    std::fs::create_dir_all(&tree).unwrap();
+    let cases: &[(&str, &str, &[f64])] = &[
+        ("zone.nc", "days since 2000-01-01 +\u{65e5}", &[0.0, 1.0]),
+        ("clock.nc", "days since 2000-01-01 -1:-1:-inf", &[0.0]),
+        ("years.nc", "years since 2000-01-01", &[0.0, 1e13]),
+        ("months.nc", "months since 2000-01-01", &[-1e12, 1e12]),
+        ("seconds.nc", "seconds since 1970-01-01", &[f64::MAX, 0.0]),
+        ("fine.nc", "days since 2000-01-01", &[0.0, 31.0]),
+    ];
+    for (name, units, values) in cases {
+        time_file(&tree.join(name), units, values);
+    }
+    let output = svcd.cli(&["index", "crawl", tree.to_str().unwrap()]);
+    let out = stdout(&output);
+    assert!(output.status.success(), "{out}\n{}", svcd.log());
+    assert!(out.contains("added 6, replaced 0, rejected 0"), "{out}");
+    // Only the file with a readable axis in range has a time; the rest are still found.
+    let timed = svcd.get("/databrowser/data-search/svc/file?time=2000-01-15");
+    assert_eq!(timed.lines().len(), 1, "{}", timed.text());
+    assert!(
+        timed.text().trim_end().ends_with("fine.nc"),
+        "{}",
+        timed.text()
+    );
+    let all = svcd.get("/databrowser/data-search/svc/file?variable=tas");
+    assert_eq!(all.lines().len(), 6, "{}", all.text());
+}

@@ -163,10 +163,26 @@ impl Svcd {
         token: Option<&str>,
         body: Option<&Value>,
     ) -> Reply {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut request = self.http.request(method, format!("{}{path}", self.api));
-        if let Some(token) = token {
-            request = request.header("Authorization", format!("Bearer {token}"));
+        let bearer = token.map(|token| format!("Bearer {token}"));
+        let headers: Vec<(&str, &str)> = bearer
+            .iter()
+            .map(|value| ("Authorization", value.as_str()))
+            .collect();
+        self.send_with(method, path, &headers, body)
+    }
+
+    /// A request with extra headers (given as they are, an `Authorization` too) and an
+    /// optional JSON body.
+    pub(crate) fn send_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Reply {
+        let mut request = self.request(method, path);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         if let Some(body) = body {
             request = request.json(body);
@@ -174,13 +190,30 @@ impl Svcd {
         Reply::from(request.send().expect("request is answered"))
     }
 
+    /// A request whose `Authorization` header is the given bytes (which need not be text).
+    pub(crate) fn send_raw_header(
+        &self,
+        method: &str,
+        path: &str,
+        authorization: &[u8],
+        body: &Value,
+    ) -> Reply {
+        let value = reqwest::header::HeaderValue::from_bytes(authorization).unwrap();
+        let request = self
+            .request(method, path)
+            .header(reqwest::header::AUTHORIZATION, value)
+            .json(body);
+        Reply::from(request.send().expect("request is answered"))
+    }
+
+    fn request(&self, method: &str, path: &str) -> reqwest::blocking::RequestBuilder {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        self.http.request(method, format!("{}{path}", self.api))
+    }
+
     /// A GET with extra request headers.
     pub(crate) fn http_get_with(&self, path: &str, headers: &[(&str, &str)]) -> Reply {
-        let mut request = self.http.get(format!("{}{path}", self.api));
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        Reply::from(request.send().expect("request is answered"))
+        self.send_with("GET", path, headers, None)
     }
 
     /// A POST of a raw (possibly malformed) JSON body.

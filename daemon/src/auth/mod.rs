@@ -336,4 +336,83 @@ mod tests {
         assert!(err.to_string().contains("audience"), "{err}");
         assert!(strict.verify("not a token").await.is_err());
     }
+
+    const NAMES: &[&str] = &[
+        "jane", "*", "-jane", "global", "Global", "a:b", "", " ", "j\u{0}",
+    ];
+
+    /// Claims a token may carry: our issuer and audience or others, any expiry and any name.
+    fn hostile_claims() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let text = || crate::hostile::text(NAMES, &[":", " ", "*", "-"]);
+        (
+            prop_oneof![
+                Just(json!("svcd")),
+                text().prop_map(Value::from),
+                Just(Value::Null)
+            ],
+            prop_oneof![Just(json!("svc-nextgen")), text().prop_map(Value::from)],
+            prop_oneof![
+                Just(json!(jsonwebtoken::get_current_timestamp() + 600)),
+                any::<i64>().prop_map(Value::from),
+                any::<f64>().prop_map(
+                    |f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
+                ),
+                text().prop_map(Value::from),
+            ],
+            prop_oneof![Just(Value::Null), any::<i64>().prop_map(Value::from)],
+            proptest::sample::select(&["sub", "preferred_username", "uid", "name"][..]),
+            prop_oneof![
+                text().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from)
+            ],
+            prop_oneof![
+                Just(json!(["admin"])),
+                Just(json!("admin")),
+                Just(Value::Null)
+            ],
+        )
+            .prop_map(|(iss, aud, exp, nbf, name_claim, name, roles)| {
+                json!({"iss": iss, "aud": aud, "exp": exp, "nbf": nbf,
+                       name_claim: name, "roles": roles})
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+        /// Tokens signed with our own key but hostile claims verify only to a usable name;
+        /// anything else is refused with a reason, never a panic.
+        #[test]
+        fn hostile_claims_verify_to_a_usable_name_or_a_reason(claims in hostile_claims()) {
+            let dir = tempfile::tempdir().unwrap();
+            let auth = auth(dir.path());
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let token = auth.own.sign(&claims).unwrap();
+            match runtime.block_on(auth.verify(&token)) {
+                Ok(caller) => {
+                    proptest::prop_assert!(check_user_name(&caller.user).is_ok());
+                    proptest::prop_assert_eq!(claims["iss"].as_str(), Some("svcd"));
+                }
+                Err(e) => proptest::prop_assert_eq!(e.kind(), crate::ErrorKind::Unauthenticated),
+            }
+            // The same header and claims under any other signature are refused.
+            let (unsigned, _) = token.rsplit_once('.').unwrap();
+            for signature in ["", "AAAA", "e30", "\u{e9}"] {
+                let forged = format!("{unsigned}.{signature}");
+                proptest::prop_assert!(runtime.block_on(auth.verify(&forged)).is_err());
+            }
+        }
+
+        #[test]
+        fn any_text_as_a_token_is_refused(
+            text in crate::hostile::text(&["a.b.c", "eyJhbGciOiJub25lIn0.e30.", "..", "."], &[".", "=", "-", "_"]),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let auth = auth(dir.path());
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let err = runtime.block_on(auth.verify(&text)).unwrap_err();
+            proptest::prop_assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated);
+        }
+    }
 }

@@ -265,6 +265,10 @@ impl Catalog {
         let ids: Vec<u32> = select::evaluate(&self.read_index(), query).iter().collect();
         let (change, removed) = ingest::remove_records(&self.db, &ids)?;
         self.index.write().apply(change);
+        drop(ids);
+        if removed >= crate::memory::LARGE_CHANGE {
+            crate::memory::release_free_heap();
+        }
         Ok(removed)
     }
 

@@ -175,7 +175,7 @@ impl Pattern {
             .literal_separator(false)
             .backslash_escape(false)
             .build()
-            .map_err(|e| Error::invalid(format!("Invalid wildcard pattern {text:?}: {e}")))?;
+            .map_err(|e| Error::invalid(format!("Invalid wildcard pattern {text:?}: {e}.")))?;
         let matcher = glob.compile_matcher();
         Ok(Pattern {
             text,
@@ -284,8 +284,8 @@ impl Query {
                     let standard = standard_name(flavour, &name, params.translate)
                         .ok_or_else(|| unknown_facet(flavour, key, params.translate))?;
                     match standard {
-                        "time" => time_text = time_text.or(Some(value.clone())),
-                        "bbox" => bbox_text = bbox_text.or(Some(value.clone())),
+                        "time" => time_text = time_text.or(Some((key, value))),
+                        "bbox" => bbox_text = bbox_text.or(Some((key, value))),
                         "version" if !params.multi_version => {
                             return Err(Error::invalid(format!(
                                 "Facet '{key}' can only be searched with multi-version=true."
@@ -313,13 +313,13 @@ impl Query {
                  values per request, got {location_wildcards}."
             )));
         }
-        if let Some(text) = time_text {
-            let range = TimeRange::parse_query(&text)
-                .map_err(|e| Error::invalid(format!("Invalid 'time': {e}.")))?;
+        if let Some((key, text)) = time_text {
+            let range = TimeRange::parse_query(text)
+                .map_err(|e| Error::invalid(format!("Invalid '{key}': {e}.")))?;
             query.time = Some((range, time_mode));
         }
-        if let Some(text) = bbox_text {
-            query.bbox = Some((parse_bbox(&text)?, bbox_mode));
+        if let Some((key, text)) = bbox_text {
+            query.bbox = Some((parse_bbox(key, text)?, bbox_mode));
         }
         Ok(query)
     }
@@ -421,9 +421,9 @@ fn parse_mode(key: &str, value: &str) -> Result<SelectMode> {
     })
 }
 
-/// Parses `min_lon,max_lon,min_lat,max_lat`.
-fn parse_bbox(text: &str) -> Result<[f64; 4]> {
-    let bad = |why: &str| Error::invalid(format!("Invalid 'bbox' {text:?}: {why}."));
+/// Parses `min_lon,max_lon,min_lat,max_lat`, the value of parameter `key`.
+fn parse_bbox(key: &str, text: &str) -> Result<[f64; 4]> {
+    let bad = |why: &str| Error::invalid(format!("Invalid '{key}' {text:?}: {why}."));
     let numbers: Vec<f64> = text
         .split(',')
         .map(|part| part.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
@@ -564,5 +564,72 @@ mod tests {
         assert!(!p.matches("/a/x/b"));
         assert_eq!(p.prefix(), "/a/[x]/");
         assert!(Pattern::new("ta?".into()).unwrap().matches("tas"));
+    }
+
+    const KEYS: &[&str] = &[
+        "project",
+        "source_id",
+        "experiment_id",
+        "time",
+        "bbox",
+        "file",
+        "uri",
+        "user",
+        "version",
+        "time_select",
+        "bbox_select",
+        "multi-version",
+        "translate",
+        "start",
+        "max-results",
+        "facets",
+        "project_not_",
+        "TIME",
+    ];
+    const VALUES: &[&str] = &[
+        "cmip6",
+        "not amip",
+        "-tas",
+        "!x",
+        "/arch/*/tas_*.nc",
+        "ta?",
+        "[a]{b},c\\",
+        "2000-01 to 2001",
+        "[0 TO 9999]",
+        "-10,10,-5,5",
+        "strict",
+        "true",
+        "-1",
+        "25",
+    ];
+    const SEPARATORS: &[&str] = &["*", "?", ",", " to ", "not ", "-", "!", "[", "]", "{", "}"];
+
+    proptest::proptest! {
+        #[test]
+        fn search_parameters_never_panic_and_errors_name_them(
+            filters in proptest::collection::vec(
+                (
+                    proptest::prop_oneof![
+                        proptest::strategy::Strategy::prop_map(proptest::sample::select(KEYS), str::to_string),
+                        crate::hostile::text(KEYS, &["_", "-", "_not_"]),
+                    ],
+                    crate::hostile::text(VALUES, SEPARATORS),
+                ),
+                1..4,
+            ),
+        ) {
+            let named = |message: &str| {
+                filters
+                    .iter()
+                    .any(|(k, v)| message.contains(k.as_str()) || message.contains(&format!("{v:?}")))
+            };
+            let built = SearchParams::parse(&filters)
+                .and_then(|params| Query::build(&cmip6(), &params));
+            if let Err(e) = built {
+                let message = e.to_string();
+                proptest::prop_assert_eq!(e.kind(), crate::ErrorKind::Invalid, "{}", message);
+                proptest::prop_assert!(named(&message), "{filters:?}: {message}");
+            }
+        }
     }
 }

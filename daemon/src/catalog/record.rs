@@ -400,4 +400,30 @@ mod tests {
         let r = Record::from_json_line(line).unwrap();
         assert_eq!(Record::from_json_line(&r.to_json_line()).unwrap(), r);
     }
+
+    const LINES: &[&str] = &[
+        r#"{"file":"/a.nc","uri":"slk:///a.nc","project":["CMIP6"],"time":"[2000 TO 2001]","bbox":[-10.0,-5.0,10.0,5.0],"version":"v1","latest":true}"#,
+        r#"{"file":"/d/v2/b.nc","variable":"tas","version":2,"time":"[0 TO 9999]"}"#,
+        r#"{"file":"/x.nc","user":["jane"],"realm":["ocean","seaIce"]}"#,
+    ];
+    const SEPARATORS: &[&str] = &[
+        "\"", ":", ",", "[", "]", "{", "}", "\\u0000", "\\", "null", "1e999",
+    ];
+
+    proptest::proptest! {
+        #[test]
+        fn ingest_lines_round_trip_or_name_the_problem(line in crate::hostile::text(LINES, SEPARATORS)) {
+            match Record::from_json_line(&line) {
+                Ok(record) => {
+                    let again = Record::from_json_line(&record.to_json_line());
+                    proptest::prop_assert_eq!(again.as_ref(), Ok(&record));
+                    proptest::prop_assert!(record.dataset_key().is_none_or(|k| !k.is_empty()));
+                }
+                Err(e) => proptest::prop_assert!(
+                    e.starts_with("invalid JSON") || e.starts_with("a record") || e.contains('\''),
+                    "{e}"
+                ),
+            }
+        }
+    }
 }

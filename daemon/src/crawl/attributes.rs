@@ -225,4 +225,58 @@ mod tests {
         );
         assert_eq!(facets.get("project").cloned(), one("observations"));
     }
+
+    const NAMES: &[&str] = &[
+        "project_id",
+        "source_id",
+        "experiment_id",
+        "variable_id",
+        "realm",
+        "frequency",
+        "driving_model_id",
+        "model_id",
+        "rcm_version_id",
+        "realization",
+        "physics_version",
+        "initialization_method",
+        "CORDEX_domain",
+        "project",
+    ];
+    const VALUES: &[&str] = &[
+        "CMIP6",
+        "ocean seaIce",
+        "historical run",
+        "1",
+        "EUR-11",
+        "v1",
+    ];
+
+    proptest::proptest! {
+        #[test]
+        fn hostile_attributes_give_single_token_values(
+            pairs in proptest::collection::btree_map(
+                proptest::prop_oneof![
+                    proptest::strategy::Strategy::prop_map(proptest::sample::select(NAMES), str::to_string),
+                    crate::hostile::text(NAMES, &["_", "id"]),
+                ],
+                crate::hostile::text(VALUES, &[" ", "-", "_", "\t"]),
+                0..10,
+            ),
+        ) {
+            let cordex = is_cordex(&pairs);
+            let mut facets = Facets::new();
+            fill_facets(&mut facets, &pairs, cordex);
+            if cordex {
+                complete_cordex(&mut facets);
+            }
+            for values in facets.values() {
+                for value in values {
+                    proptest::prop_assert!(
+                        !value.is_empty() && !value.contains(char::is_whitespace),
+                        "{value:?}"
+                    );
+                }
+            }
+        }
+    }
 }

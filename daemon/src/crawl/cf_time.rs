@@ -249,16 +249,23 @@ impl TimeUnits {
     }
 
     /// The date and time `value` units after the reference date; `None` when out of range.
+    ///
+    /// Offsets beyond [`MAX_OFFSET_YEARS`] are out of range whatever the unit, which keeps
+    /// every day and second count far inside `i64` (a file's values are not to be trusted).
     pub(crate) fn datetime(&self, value: f64) -> Option<DateTime> {
-        if !value.is_finite() || value.abs() > 1e13 {
+        let (years, seconds) = match self.unit {
+            Unit::Seconds(unit) => {
+                let seconds = value * unit as f64;
+                (seconds / (366 * SECONDS_PER_DAY) as f64, seconds)
+            }
+            Unit::Months => (value / 12.0, 0.0),
+            Unit::Years => (value, 0.0),
+        };
+        if !value.is_finite() || years.abs() > MAX_OFFSET_YEARS {
             return None;
         }
         match self.unit {
-            Unit::Seconds(unit) => Some(shift(
-                self.reference,
-                (value * unit as f64).round() as i64,
-                self.calendar,
-            )),
+            Unit::Seconds(_) => Some(shift(self.reference, seconds.round() as i64, self.calendar)),
             Unit::Months => Some(self.add_months(value, 1)),
             Unit::Years => Some(self.add_months(value, 12)),
         }
@@ -327,6 +334,8 @@ fn parse_reference(text: &str) -> Option<(DateTime, i64)> {
 
 /// Reference years beyond this are nonsense and would overflow the day arithmetic.
 const MAX_REFERENCE_YEAR: i64 = 1_000_000;
+/// Time values further than this from the reference date are out of range.
+const MAX_OFFSET_YEARS: f64 = 1_000_000.0;
 
 fn parse_date(text: &str, negative: bool) -> Option<Date> {
     let mut fields = text.split('-');
@@ -344,6 +353,8 @@ fn parse_date(text: &str, negative: bool) -> Option<Date> {
     })
 }
 
+/// `h[:m[:s[.f]]]`, digits only (the caller cut the clock at the first other character), as
+/// seconds into the day.
 fn parse_clock(text: &str) -> Option<i64> {
     if text.is_empty() {
         return Some(0);
@@ -352,7 +363,10 @@ fn parse_clock(text: &str) -> Option<i64> {
     let hours: i64 = fields.next()?.parse().ok()?;
     let minutes: i64 = fields.next().map_or(Some(0), |f| f.parse().ok())?;
     let seconds: f64 = fields.next().map_or(Some(0.0), |f| f.parse().ok())?;
-    let valid = fields.next().is_none() && hours < 24 && minutes < 60 && seconds < 61.0;
+    let valid = fields.next().is_none()
+        && (0..24).contains(&hours)
+        && (0..60).contains(&minutes)
+        && (0.0..61.0).contains(&seconds);
     valid.then(|| hours * 3600 + minutes * 60 + seconds.round() as i64)
 }
 
@@ -366,6 +380,10 @@ fn parse_zone(text: &str) -> Option<i64> {
         b'-' => (-1, &text[1..]),
         _ => return None,
     };
+    if !body.bytes().all(|b| b.is_ascii_digit() || b == b':') {
+        return None;
+    }
+    // ASCII from here on, so byte positions are character boundaries.
     let (hours, minutes) = match body.split_once(':') {
         Some((h, m)) => (h, m),
         None if body.len() > 2 => body.split_at(2),
@@ -373,7 +391,8 @@ fn parse_zone(text: &str) -> Option<i64> {
     };
     let hours: i64 = hours.parse().ok()?;
     let minutes: i64 = minutes.parse().ok()?;
-    Some(sign * (hours * 3600 + minutes * 60))
+    let valid = (0..=24).contains(&hours) && (0..60).contains(&minutes);
+    valid.then(|| sign * (hours * 3600 + minutes * 60))
 }
 
 #[cfg(test)]
@@ -583,5 +602,62 @@ mod tests {
         let units = TimeUnits::parse("days since 2000-01-01", None).unwrap();
         assert_eq!(units.datetime(f64::NAN), None);
         assert_eq!(units.datetime(1e9).and_then(DateTime::label), None);
+        assert!(TimeUnits::parse("days since 2000-01-01 +\u{65e5}", None).is_err());
+        assert!(TimeUnits::parse("days since 2000-01-01 -1:-1:-inf", None).is_err());
+        let years = TimeUnits::parse("years since 2000-01-01", None).unwrap();
+        assert_eq!(years.datetime(1e13), None, "a day count beyond i64");
+    }
+
+    const UNITS: &[&str] = &[
+        "days since 1850-01-01",
+        "hours since 1949-12-01T00:00:00+00:00",
+        "minutes since 2000-01-01 06:00",
+        "days since 1949-12-01 00:00:00.0 UTC",
+        "hours since 2000-01-01 00:00:00 +0100",
+        "months since -4712-01-01",
+        "years since 0001-01-01",
+    ];
+    const SEPARATORS: &[&str] = &[" since ", "-", ":", "T", " ", "+", ".", "UTC"];
+    const CALENDARS: &[&str] = &[
+        "standard",
+        "360_day",
+        "noleap",
+        "all_leap",
+        "julian",
+        "proleptic_gregorian",
+    ];
+
+    proptest::proptest! {
+        #[test]
+        fn hostile_units_and_values_give_a_date_or_nothing(
+            units in crate::hostile::text(UNITS, SEPARATORS),
+            calendar in crate::hostile::text(CALENDARS, &["_", "day"]),
+            values in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::prelude::any::<f64>(),
+                    -1e15..1e15f64,
+                    -1e6..1e6f64,
+                ],
+                1..8,
+            ),
+        ) {
+            match TimeUnits::parse(&units, Some(&calendar)) {
+                Ok(parsed) => {
+                    for value in values {
+                        if let Some(label) = parsed.datetime(value).and_then(DateTime::label) {
+                            proptest::prop_assert!(
+                                crate::catalog::time::TimeRange::parse_record(&format!("[{label} TO {label}]"))
+                                    .is_ok(),
+                                "{units:?} {value}: {label}"
+                            );
+                        }
+                    }
+                }
+                Err(e) => proptest::prop_assert!(
+                    e.contains(&units) || e.contains(&calendar.trim().to_ascii_lowercase()),
+                    "{e}"
+                ),
+            }
+        }
     }
 }

@@ -318,4 +318,30 @@ mod tests {
             looks_like_version("v20191108") && looks_like_version("2") && !looks_like_version("v")
         );
     }
+
+    const PATHS: &[&str] = &[
+        CMIP6_PATH,
+        CMIP5_PATH,
+        CORDEX_PATH,
+        SVC_PATH,
+        "/a/b.nc",
+        "x.nc",
+    ];
+
+    proptest::proptest! {
+        #[test]
+        fn hostile_paths_give_facets_from_their_own_segments(
+            path in crate::hostile::text(PATHS, &["/", "//", "/../", "/./", "CMIP6", "cordex", "v1"]),
+            drs in proptest::sample::select(&[Drs::Svc, Drs::Cmip6, Drs::Cmip5, Drs::Cordex, Drs::Auto][..]),
+        ) {
+            let found = facets_from_path(Path::new(&path), drs);
+            let segments: Vec<&str> = path.split('/').collect();
+            for value in found.facets.values().chain(found.version.iter()) {
+                proptest::prop_assert!(segments.contains(&value.as_str()), "{value:?} in {path:?}");
+            }
+            if drs != Drs::Auto {
+                proptest::prop_assert!(found.template.is_none() || found.template == Some(drs));
+            }
+        }
+    }
 }

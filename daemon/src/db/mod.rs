@@ -110,6 +110,9 @@ impl Batch {
     }
 }
 
+/// Memory all column families' memtables may use together.
+const MEMTABLE_BUDGET: usize = 128 * 1024 * 1024;
+
 impl Db {
     /// Opens (creating if needed) the database in `dir`.
     ///
@@ -123,6 +126,11 @@ impl Db {
         options.create_if_missing(true);
         options.create_missing_column_families(true);
         options.increase_parallelism(2);
+        // Without a shared budget every column family keeps up to two 64 MiB memtables, and a
+        // large add or delete leaves them full: most of a gigabyte that stays resident until
+        // each fills up. The budget flushes the largest memtable once all of them together
+        // exceed it.
+        options.set_db_write_buffer_size(MEMTABLE_BUDGET);
         let families = cf::ALL.iter().map(|name| {
             let mut cf_options = Options::default();
             cf_options.set_compression_type(rocksdb::DBCompressionType::Lz4);

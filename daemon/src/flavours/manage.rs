@@ -489,4 +489,92 @@ mod tests {
         });
         assert_eq!(results.iter().filter(|ok| **ok).count(), 1);
     }
+
+    const NAMES: &[&str] = &[
+        "mine",
+        "nextgems",
+        "john:mine",
+        "cmip6",
+        "global:nextgems",
+        "*",
+        "-mine",
+        "MINE",
+    ];
+    const FACETS: &[&str] = &["model", "project", "variable", "fs_type", "file", "user"];
+
+    /// A create, update or delete with hostile names, mappings and flags.
+    fn hostile_action() -> impl proptest::strategy::Strategy<Value = (u8, String, Value)> {
+        use proptest::prelude::*;
+        let name = || {
+            prop_oneof![
+                proptest::sample::select(NAMES).prop_map(str::to_string),
+                crate::hostile::text(NAMES, &[":", "-", "_"]),
+            ]
+        };
+        (
+            0..3u8,
+            name(),
+            (
+                proptest::option::of(name()),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        proptest::sample::select(FACETS).prop_map(str::to_string),
+                        crate::hostile::text(FACETS, &["_"]),
+                    ],
+                    crate::hostile::text(FACETS, &["_", " "]),
+                    0..4,
+                ),
+                proptest::option::of(any::<bool>()),
+            )
+                .prop_map(|(name, mapping, global)| {
+                    json!({"flavour_name": name, "mapping": mapping, "is_global": global})
+                }),
+        )
+    }
+
+    /// Whatever jane sends, john's flavour and the global ones stay as they were.
+    #[test]
+    fn hostile_requests_change_only_the_callers_flavours() {
+        use proptest::strategy::{Strategy, ValueTree};
+        let dir = tempfile::tempdir().unwrap();
+        let flavours = registry(dir.path());
+        // `nextgems` is seeded; the admin adds a second global flavour.
+        let global = json!({"flavour_name": "regional", "mapping": {"model": "source_id"}, "is_global": true});
+        flavours.create(&admin(), &request(&global)).unwrap();
+        let personal = json!({"flavour_name": "mine", "mapping": {"model": "m"}});
+        flavours.create(&user("john"), &request(&personal)).unwrap();
+        let johns_view = || flavours.list(Some(&user("john")), &ListFilter::default());
+        let before = johns_view();
+        let jane = user("jane");
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        for _ in 0..512 {
+            let (action, name, body) = hostile_action().new_tree(&mut runner).unwrap().current();
+            let global = body["is_global"].as_bool().unwrap_or(false);
+            let outcome =
+                FlavourRequest::parse(body.to_string().as_bytes()).and_then(
+                    |request| match action {
+                        0 => flavours.create(&jane, &request),
+                        1 => flavours.update(&jane, &name, &request),
+                        _ => flavours.delete(&jane, &name, global),
+                    },
+                );
+            if let Err(e) = outcome {
+                assert!(
+                    matches!(
+                        e.kind(),
+                        crate::ErrorKind::Invalid
+                            | crate::ErrorKind::Forbidden
+                            | crate::ErrorKind::NotFound
+                            | crate::ErrorKind::Conflict
+                    ),
+                    "{e}"
+                );
+            }
+            assert_eq!(
+                johns_view(),
+                before,
+                "after jane's {action} {name:?} {body}"
+            );
+        }
+    }
 }

@@ -11,6 +11,12 @@ use crate::error::{Error, Result};
 
 type Point = [f64; 2];
 
+/// The most positions an `intersects` geometry may have. Testing a geometry against the
+/// items in its bounds costs positions × items, so a search with a large geometry would hold
+/// a request slot for seconds; 2,000 positions keep a whole-catalogue search well under a
+/// second while a country outline or a simplified coastline still fits.
+pub(crate) const MAX_POSITIONS: usize = 2_000;
+
 /// A parsed geometry: its points, its line strings, and its polygons (outer ring first, then
 /// holes).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -33,8 +39,16 @@ impl Shape {
             ..Shape::default()
         };
         shape.add(value)?;
-        if shape.points.is_empty() && shape.lines.is_empty() && shape.polygons.is_empty() {
+        let positions = shape.points.len()
+            + shape.lines.iter().map(Vec::len).sum::<usize>()
+            + shape.polygons.iter().flatten().map(Vec::len).sum::<usize>();
+        if positions == 0 {
             return Err(malformed("the geometry has no coordinates"));
+        }
+        if positions > MAX_POSITIONS {
+            return Err(malformed(&format!(
+                "it has {positions} positions, at most {MAX_POSITIONS} are allowed; simplify it"
+            )));
         }
         Ok(shape)
     }
@@ -259,6 +273,87 @@ mod tests {
             json!("POINT(0 0)"),
         ] {
             assert!(Shape::parse(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn large_geometries_are_refused_naming_the_limit() {
+        let ring = |n: usize| -> Vec<[f64; 2]> {
+            (0..n)
+                .map(|i| {
+                    let a = i as f64 / n as f64 * std::f64::consts::TAU;
+                    [a.cos(), a.sin()]
+                })
+                .chain([[1.0, 0.0]])
+                .collect()
+        };
+        let fits = json!({"type": "Polygon", "coordinates": [ring(MAX_POSITIONS - 1)]});
+        assert!(Shape::parse(&fits).is_ok());
+        let large = json!({"type": "Polygon", "coordinates": [ring(MAX_POSITIONS)]});
+        let err = Shape::parse(&large).unwrap_err().to_string();
+        assert!(err.contains("2001 positions"), "{err}");
+        assert!(err.contains("at most 2000"), "{err}");
+        let spread = json!({"type": "GeometryCollection", "geometries": [
+            {"type": "MultiPoint", "coordinates": ring(MAX_POSITIONS / 2)},
+            {"type": "LineString", "coordinates": ring(MAX_POSITIONS / 2)},
+        ]});
+        assert!(
+            Shape::parse(&spread).is_err(),
+            "positions count across members"
+        );
+    }
+
+    const KINDS: &[&str] = &[
+        "Point",
+        "MultiPoint",
+        "LineString",
+        "MultiLineString",
+        "Polygon",
+        "MultiPolygon",
+        "GeometryCollection",
+    ];
+
+    /// GeoJSON-like values: objects with geometry keys, nested arrays of numbers and junk.
+    fn geojson_like() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            any::<f64>()
+                .prop_map(|n| serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number)),
+            any::<i64>().prop_map(Value::from),
+            proptest::sample::select([KINDS, &["", "é"]].concat()).prop_map(Value::from),
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(6, 64, 8, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::from),
+                (
+                    proptest::sample::select(KINDS),
+                    inner.clone(),
+                    proptest::collection::vec(inner, 0..3),
+                )
+                    .prop_map(|(kind, coordinates, geometries)| json!({
+                        "type": kind,
+                        "coordinates": coordinates,
+                        "geometries": geometries,
+                    })),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_json_parses_or_is_refused_and_boxes_are_total(value in geojson_like()) {
+            match Shape::parse(&value) {
+                Ok(shape) => {
+                    let b = shape.bounds();
+                    proptest::prop_assert!(b[0] <= b[2] && b[1] <= b[3]);
+                    proptest::prop_assert!(shape.intersects_box(b), "a shape meets its own bounds");
+                }
+                Err(e) => {
+                    proptest::prop_assert!(e.to_string().starts_with("Invalid 'intersects' geometry"), "{e}");
+                }
+            }
         }
     }
 }

@@ -540,4 +540,105 @@ mod tests {
             assert_eq!(Token::parse(bad).unwrap_err().kind(), ErrorKind::Malformed);
         }
     }
+
+    const TOKENS: &[&str] = &[
+        "next:search:ab",
+        "prev:cmip6:0123456789abcdef0123456789abcdef.42",
+        "next:search:x.0",
+    ];
+    const TOKEN_SEPARATORS: &[&str] = &[":", ".", "next", "prev", "search"];
+    const VALUES: &[&str] = &[
+        "2000-01-01T00:00:00Z",
+        "2000-01-01T00:00:00.5+01:00/..",
+        "../2000-01-01T00:00:00Z",
+        "-10,-5.5,10,5.5",
+        "0,0,0,1,1,1",
+        "10",
+        "cmip6,cordex",
+        r#"{"type":"Point","coordinates":[5,50]}"#,
+        r#"{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,0]]]}"#,
+    ];
+    const VALUE_SEPARATORS: &[&str] = &[
+        ",", "/", "..", "T", "Z", ":", ".", "e", "-", "[", "]", "{", "}", "\"",
+    ];
+    /// Parameters whose errors also quote the value.
+    const QUOTING: &[&str] = &["token", "datetime", "bbox"];
+
+    fn hostile_pair() -> impl proptest::strategy::Strategy<Value = (String, String)> {
+        use proptest::prelude::*;
+        (
+            prop_oneof![
+                proptest::sample::select(SEARCH_KEYS).prop_map(str::to_string),
+                Just("visible_collections".to_string()),
+                crate::hostile::text(SEARCH_KEYS, &["_", "-"]),
+            ],
+            prop_oneof![
+                crate::hostile::text(VALUES, VALUE_SEPARATORS),
+                crate::hostile::text(TOKENS, TOKEN_SEPARATORS),
+            ],
+        )
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn tokens_round_trip_and_errors_quote_them(
+            text in crate::hostile::text(TOKENS, TOKEN_SEPARATORS),
+        ) {
+            match Token::parse(&text) {
+                Ok(token) => proptest::prop_assert_eq!(Token::parse(&token.to_text()).ok(), Some(token)),
+                Err(e) => {
+                    proptest::prop_assert_eq!(e.kind(), ErrorKind::Malformed);
+                    proptest::prop_assert!(e.to_string().contains(&format!("{text:?}")), "{}", e);
+                }
+            }
+        }
+
+        #[test]
+        fn query_parameters_never_panic_and_errors_name_them(
+            (key, value) in hostile_pair(),
+            search: bool,
+        ) {
+            let pair = vec![(key.clone(), value.clone())];
+            if let Err(e) = SearchRequest::from_pairs(&pair, search) {
+                let message = e.to_string();
+                proptest::prop_assert!(
+                    matches!(e.kind(), ErrorKind::Malformed | ErrorKind::Invalid),
+                    "{message}"
+                );
+                proptest::prop_assert!(message.contains(key.as_str()), "{key:?}: {message}");
+                if QUOTING.contains(&key.as_str()) {
+                    proptest::prop_assert!(message.contains(&format!("{value:?}")), "{message}");
+                }
+            }
+        }
+
+        #[test]
+        fn search_bodies_never_panic(
+            fields in proptest::collection::vec(
+                (hostile_pair(), 0..4u8),
+                0..4,
+            ),
+        ) {
+            // Each value goes in as a string, a number, a list or parsed JSON.
+            let body: serde_json::Map<String, Value> = fields
+                .into_iter()
+                .map(|((key, text), shape)| {
+                    let value = match shape {
+                        0 => Value::String(text),
+                        1 => serde_json::from_str(&text).unwrap_or(Value::Null),
+                        2 => Value::from(split_list(&text).collect::<Vec<_>>()),
+                        _ => text.parse::<f64>().ok().map_or(Value::Null, Value::from),
+                    };
+                    (key, value)
+                })
+                .collect();
+            let bytes = serde_json::to_vec(&body).expect("a map serialises");
+            if let Err(e) = SearchRequest::from_body(&bytes) {
+                proptest::prop_assert!(
+                    matches!(e.kind(), ErrorKind::Malformed | ErrorKind::Invalid),
+                    "{e}"
+                );
+            }
+        }
+    }
 }
