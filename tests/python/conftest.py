@@ -54,6 +54,38 @@ def run_stac_api_validator(root_url, collection):
     assert "Errors: none" in output, output
 
 
+def open_groups(cat):
+    """Open every group of an intake-esm catalogue with to_dataset_dict().
+
+    intake-esm opens groups on a thread pool; xarray's default netCDF4 engine is not safe
+    across threads and crashes the interpreter now and then (SIGSEGV or SIGBUS; pydata/xarray
+    issue 9779). The h5netcdf engine reads the same NetCDF-4 files through h5py, which
+    serialises every HDF5 call, so that is what a threaded client uses."""
+    return cat.to_dataset_dict(progressbar=False, xarray_open_kwargs={"engine": "h5netcdf"})
+
+
+def assert_groups_are_their_files(cat, datasets, variable):
+    """Every key is opened, and each dataset is its files' `variable` joined along time:
+    as many time steps as the files hold, in order, with the files' values."""
+    import numpy as np
+    import xarray as xr
+
+    assert set(datasets) == set(cat.keys())
+    for key, dataset in datasets.items():
+        files = sorted(cat[key].df["file"])
+        assert files, key
+        parts = []
+        for path in files:  # one at a time: see open_groups
+            with xr.open_dataset(path, engine="h5netcdf") as part:
+                parts.append(part[[variable]].load())
+        expected = xr.concat(parts, dim="time").sortby("time")
+        times = dataset["time"].to_index()
+        assert times.is_monotonic_increasing and times.is_unique, key
+        assert len(times) == sum(part.sizes["time"] for part in parts), key
+        np.testing.assert_array_equal(dataset["time"].values, expected["time"].values)
+        np.testing.assert_array_equal(dataset[variable].values, expected[variable].values)
+
+
 @pytest.fixture(scope="session")
 def daemon(tmp_path_factory):
     """Yield a running svcd serving the demo data."""

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from conftest import assert_groups_are_their_files, open_groups
+
 CLIENT = str(Path(sys.executable).parent / "freva-client")
 
 
@@ -64,15 +66,15 @@ def test_intake_catalogue_is_written(daemon, client, tmp_path):
 
 
 def test_intake_catalogue_through_the_python_api(daemon):
-    """freva-client's own intake_catalogue() groups the files (opening them: see
-    test_clients.py)."""
+    """freva-client's own intake_catalogue() groups the files and opens every group."""
     from freva_client import databrowser
 
     search = databrowser(host=daemon.host, project="cmip6", variable="tas", time_frequency="mon")
     cat = search.intake_catalogue()
     keys = cat.keys()
-    assert keys
-    assert all("tas" in cat[key].df["variable"].iloc[0] for key in keys)
+    assert len(keys) > 1
+    assert sum(len(cat[key].df) for key in keys) == len(search)
+    assert_groups_are_their_files(cat, open_groups(cat), "tas")
 
 
 def test_user_data_add_search_and_delete(daemon, client, tmp_path):
