@@ -280,9 +280,24 @@ fn check_versions(records: &[Record], datasets: usize) {
 #[test]
 fn demo_tree_is_deterministic() {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    write_demo_tree(a.path(), &mut |_, _| {}).unwrap();
+    let written = write_demo_tree(a.path(), &mut |_, _| {}).unwrap();
     write_demo_tree(b.path(), &mut |_, _| {}).unwrap();
     let files = find_netcdf_files(a.path()).unwrap();
+    let relative = |root: &Path, files: &[std::path::PathBuf]| -> Vec<std::path::PathBuf> {
+        let mut names: Vec<_> = files
+            .iter()
+            .map(|f| f.strip_prefix(root).unwrap().to_path_buf())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(files.len(), written.files);
+    assert!(written.files > 0);
+    assert_eq!(
+        relative(a.path(), &files),
+        relative(b.path(), &find_netcdf_files(b.path()).unwrap()),
+        "both runs write the same files"
+    );
     for file in files {
         let relative = file.strip_prefix(a.path()).unwrap();
         assert_eq!(

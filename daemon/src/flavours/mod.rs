@@ -388,23 +388,41 @@ mod tests {
         assert_eq!(nextgems.to_flavour("project"), Some("project"));
     }
 
+    /// The reference's `/overview` attribute lists and primary facets, in their order.
     #[test]
     fn overview_attributes_match_the_reference_lists() {
         let (_dir, flavours) = registry();
-        assert_eq!(
-            flavours.resolve("svc", None).unwrap().attributes().len(),
-            21
-        );
-        assert_eq!(
-            flavours.resolve("cmip6", None).unwrap().attributes().len(),
-            19
-        );
-        assert_eq!(
-            flavours.resolve("cordex", None).unwrap().attributes().len(),
-            22
-        );
+        let attributes = |name: &str| flavours.resolve(name, None).unwrap().attributes();
+        let svc = "project product institute model experiment time_frequency realm variable \
+                   ensemble time_aggregation fs_type grid_label cmor_table format grid_id \
+                   level_type dataset time bbox user version";
+        let cmip6 = "experiment_id member_id fs_type grid_label institution_id source_id mip_era \
+                     activity_id realm variable_id time bbox time_aggregation frequency table_id \
+                     dataset format grid_id level_type";
+        let cmip5 = "experiment member_id fs_type grid_label institution_id model_id project \
+                     product realm variable time bbox time_aggregation time_frequency cmor_table \
+                     dataset format grid_id level_type";
+        let cordex = "experiment ensemble fs_type grid_label institution model project domain \
+                      realm variable time bbox time_aggregation time_frequency cmor_table dataset \
+                      driving_model format grid_id level_type rcm_name rcm_version";
+        for (name, expected) in [
+            ("svc", svc),
+            ("user", svc),
+            ("cmip6", cmip6),
+            ("cmip5", cmip5),
+            ("cordex", cordex),
+        ] {
+            let expected: Vec<&str> = expected.split_whitespace().collect();
+            assert_eq!(attributes(name), expected, "{name}");
+        }
         let cordex = flavours.resolve("cordex", None).unwrap();
-        assert_eq!(cordex.primary_facets(true).len(), 13);
+        assert_eq!(
+            cordex.primary_facets(true),
+            "project domain institution model experiment time_frequency realm variable \
+             ensemble time_aggregation rcm_name driving_model rcm_version"
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
