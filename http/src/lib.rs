@@ -11,6 +11,8 @@ mod databrowser;
 mod error;
 mod extract;
 mod help;
+#[cfg(test)]
+mod router_tests;
 mod stac;
 mod userdata;
 

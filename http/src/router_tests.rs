@@ -1,0 +1,170 @@
+//! The status mapping of the whole router, request by request (`tower::ServiceExt::oneshot`,
+//! no socket): each error kind reaches the client with the status spec 1 names, a `detail`,
+//! and the headers that go with it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use serde_json::Value;
+use svc_daemon::Daemon;
+use svc_daemon::config::{Config, Overrides};
+use tower::ServiceExt;
+
+const API: &str = "/api/svc-nextgen";
+
+struct App {
+    router: Router,
+    daemon: Arc<Daemon>,
+    _dir: tempfile::TempDir,
+}
+
+fn app(env: &[(&str, &str)]) -> App {
+    let dir = tempfile::tempdir().unwrap();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect();
+    let overrides = Overrides {
+        data_dir: Some(dir.path().to_path_buf()),
+        listen: None,
+    };
+    let config = Config::from_sources(None, &env, &overrides).unwrap();
+    let daemon = Arc::new(Daemon::open(config).unwrap());
+    App {
+        router: crate::router(&daemon, "http://test"),
+        daemon,
+        _dir: dir,
+    }
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: Value,
+}
+
+impl App {
+    fn token(&self, user: &str) -> String {
+        let (token, _) = self
+            .daemon
+            .auth()
+            .issue(user, false, Duration::from_secs(600))
+            .unwrap();
+        token
+    }
+
+    async fn send(&self, method: &str, uri: &str, token: Option<&str>, body: &str) -> Answer {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request.body(Body::from(body.to_string())).unwrap();
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        Answer {
+            status,
+            headers,
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        }
+    }
+
+    async fn get(&self, uri: &str) -> Answer {
+        self.send("GET", uri, None, "").await
+    }
+}
+
+impl Answer {
+    fn detail(&self) -> &str {
+        self.body["detail"].as_str().unwrap_or_default()
+    }
+}
+
+#[tokio::test]
+async fn unknown_paths_are_404_with_a_detail() {
+    let app = app(&[]);
+    let answer = app.get("/nowhere").await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND);
+    assert_eq!(answer.detail(), "Not Found");
+}
+
+#[tokio::test]
+async fn invalid_parameters_are_422_naming_them() {
+    let app = app(&[]);
+    let answer = app
+        .get(&format!("{API}/databrowser/data-search/cmipx/file"))
+        .await;
+    assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        answer.detail().starts_with("Invalid flavour 'cmipx'"),
+        "{}",
+        answer.detail()
+    );
+    let answer = app
+        .get(&format!("{API}/databrowser/data-search/svc/file?foo=bar"))
+        .await;
+    assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(answer.detail().contains("'foo'"), "{}", answer.detail());
+}
+
+/// The one per-endpoint rule of spec 1: an intake catalogue without results is 400, while
+/// a missing STAC item is 404.
+#[tokio::test]
+async fn no_results_is_400_for_the_intake_catalogue_and_404_elsewhere() {
+    let app = app(&[]);
+    let intake = app
+        .get(&format!("{API}/databrowser/intake-catalogue/svc/file"))
+        .await;
+    assert_eq!(intake.status, StatusCode::BAD_REQUEST, "{:?}", intake.body);
+    assert!(!intake.detail().is_empty());
+    let item = app
+        .get(&format!("{API}/stacapi/collections/cmip6/items/nothing"))
+        .await;
+    assert_eq!(item.status, StatusCode::NOT_FOUND, "{:?}", item.body);
+    assert!(!item.detail().is_empty());
+}
+
+#[tokio::test]
+async fn missing_or_malformed_tokens_are_401_with_a_bearer_challenge() {
+    let app = app(&[]);
+    let body = r#"{"flavour_name": "x", "mapping": {}}"#;
+    let uri = format!("{API}/databrowser/flavours");
+    for token in [None, Some("not-a-jwt")] {
+        let answer = app.send("POST", &uri, token, body).await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{token:?}");
+        assert_eq!(answer.headers[header::WWW_AUTHENTICATE], "Bearer");
+        assert!(!answer.detail().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn conflicts_are_409_and_bad_bodies_422() {
+    let app = app(&[]);
+    let jane = app.token("jane");
+    let uri = format!("{API}/databrowser/flavours");
+    let body = r#"{"flavour_name": "mine", "mapping": {"model": "m"}}"#;
+    assert_eq!(
+        app.send("POST", &uri, Some(&jane), body).await.status,
+        StatusCode::CREATED
+    );
+    let again = app.send("POST", &uri, Some(&jane), body).await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    assert!(again.detail().contains("mine"), "{}", again.detail());
+    let broken = app.send("POST", &uri, Some(&jane), "{").await;
+    assert_eq!(broken.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(!broken.detail().is_empty());
+}
+
+#[tokio::test]
+async fn compat_prefixes_serve_the_same_api() {
+    let app = app(&[("SVCD_HTTP_COMPAT_PREFIXES", "/api/freva-nextgen")]);
+    let answer = app.get("/api/freva-nextgen/ping").await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.body, serde_json::json!({"ping": "pong"}));
+}
