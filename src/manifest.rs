@@ -328,8 +328,8 @@ fn open_stores(args: &ManifestArgs) -> Result<(Arc<dyn ObjectStore>, ManifestSto
 }
 
 fn expand_home(url: &str) -> String {
-    match (url.strip_prefix('~'), std::env::var("HOME")) {
-        (Some(rest), Ok(home)) if rest.is_empty() || rest.starts_with('/') => {
+    match (url.strip_prefix('~'), svc_daemon::config::home_dir()) {
+        (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with('/') => {
             format!("{home}{rest}")
         }
         _ => url.to_owned(),
@@ -515,7 +515,7 @@ async fn pin(manifests: &ManifestStore, command: PinCommand) -> Outcome {
                     format!("{u}T00:00:00+00:00")
                 }
             });
-            let by = by.unwrap_or_else(current_user);
+            let by = by.unwrap_or_else(svc_daemon::config::login_name);
             let new = pins::NewPin { reason, by, until };
             pins::add(manifests, &scope, &prefix, new).await?;
             say!("pinned {}", location(&scope, &prefix));
@@ -532,29 +532,6 @@ async fn pin(manifests: &ManifestStore, command: PinCommand) -> Outcome {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The login name, like Python's `getpass.getuser`: the usual variables, then the password
-/// database entry of the process's uid.
-fn current_user() -> String {
-    use std::os::unix::fs::MetadataExt;
-    let from_env = ["LOGNAME", "USER", "LNAME", "USERNAME"]
-        .iter()
-        .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()));
-    if let Some(name) = from_env {
-        return name;
-    }
-    let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    uid.and_then(|uid| {
-        passwd.lines().find_map(|line| {
-            let mut fields = line.split(':');
-            let name = fields.next()?;
-            let id: u32 = fields.nth(1)?.parse().ok()?;
-            (id == uid).then(|| name.to_owned())
-        })
-    })
-    .unwrap_or_else(|| "unknown".to_owned())
 }
 
 async fn report(

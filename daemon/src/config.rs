@@ -82,6 +82,36 @@ impl HttpConfig {
     }
 }
 
+/// The user's home directory (`HOME`), for a leading `~` in paths given on the command line.
+pub fn home_dir() -> Option<String> {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "this module reads the environment"
+    )]
+    std::env::var("HOME").ok().filter(|home| !home.is_empty())
+}
+
+/// The login name, as Python's `getpass.getuser` finds it (pins record who set them): the
+/// first non-empty of `LOGNAME`, `USER`, `LNAME`, `USERNAME`, else the password database
+/// entry of the real uid, else `unknown`.
+pub fn login_name() -> String {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "this module reads the environment"
+    )]
+    let from_env = ["LOGNAME", "USER", "LNAME", "USERNAME"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()));
+    from_env
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|user| user.name)
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 /// Overrides given on the command line.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -97,6 +127,10 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] naming the file or key that is wrong.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self> {
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "this module reads the environment"
+        )]
         let env: Vec<(String, String)> = std::env::vars().collect();
         let file = file.map(Path::to_path_buf).or_else(|| {
             let system = PathBuf::from(SYSTEM_CONFIG);

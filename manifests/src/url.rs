@@ -93,12 +93,10 @@ fn open_s3(rest: &str, options: &S3Options) -> Result<Arc<dyn ObjectStore>, Stri
             builder = builder.with_allow_http(true);
         }
     }
+    // Without `--region`, `from_env` took AWS_DEFAULT_REGION or AWS_REGION, and the builder
+    // falls back to us-east-1.
     if let Some(region) = &options.region {
         builder = builder.with_region(region);
-    } else if std::env::var_os("AWS_REGION").is_none()
-        && std::env::var_os("AWS_DEFAULT_REGION").is_none()
-    {
-        builder = builder.with_region("us-east-1");
     }
     if options.anonymous {
         builder = builder.with_skip_signature(true);
