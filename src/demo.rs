@@ -10,7 +10,7 @@ pub(crate) fn run(dir: &Path) -> anyhow::Result<ExitCode> {
         ProgressStyle::with_template("writing {bar:30} {pos}/{len} files")
             .expect("template is valid"),
     );
-    let summary = svc_daemon::demo::write_demo_tree(dir, &mut |done, total| {
+    let summary = svc_daemon::write_demo_tree(dir, &mut |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     })

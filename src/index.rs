@@ -6,13 +6,13 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::control::{Client, Reply, Request};
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use svc_daemon::catalog::{self, LoadSummary, Loader, Record};
-use svc_daemon::control::{self, Client, Reply, Request};
-use svc_daemon::crawl::{self, Drs};
-use svc_daemon::db::Db;
-use svc_daemon::{Config, Daemon};
+use svc_daemon::{
+    Config, Daemon, Db, Drs, LoadSummary, Loader, Record, find_netcdf_files, read_record,
+    write_to_store,
+};
 
 use crate::cli::{IndexCommand, RemoveArgs};
 
@@ -76,7 +76,7 @@ fn add(config: &Config, file: &Path) -> anyhow::Result<ExitCode> {
             loaded(client.finish(|n| progress.set_message(format!("{n} lines")))?)?
         }
         Target::Local(db) => {
-            let mut loader = Loader::new(|batch| catalog::write_to_store(&db, batch));
+            let mut loader = Loader::new(|batch| write_to_store(&db, batch));
             while next_line(&mut line)? {
                 loader.push_line(line.trim_end_matches(['\n', '\r']))?;
             }
@@ -125,13 +125,12 @@ fn report(summary: &LoadSummary, source: &str, unreadable: &[(PathBuf, String)])
 
 fn crawl(config: &Config, dir: &Path, drs: &str) -> anyhow::Result<ExitCode> {
     let drs: Drs = drs.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-    let files =
-        crawl::find_netcdf_files(dir).with_context(|| format!("cannot walk {}", dir.display()))?;
+    let files = find_netcdf_files(dir).with_context(|| format!("cannot walk {}", dir.display()))?;
     let progress = bar(files.len() as u64, "crawling");
     let mut unreadable = Vec::new();
     let mut records = files.iter().filter_map(|path| {
         progress.inc(1);
-        match crawl::read_record(path, drs) {
+        match read_record(path, drs) {
             Ok(record) => Some(record),
             Err(reason) => {
                 unreadable.push((path.clone(), reason));
@@ -146,7 +145,7 @@ fn crawl(config: &Config, dir: &Path, drs: &str) -> anyhow::Result<ExitCode> {
             loaded(client.finish(|_| {})?)?
         }
         Target::Local(db) => {
-            let mut loader = Loader::new(|batch| catalog::write_to_store(&db, batch));
+            let mut loader = Loader::new(|batch| write_to_store(&db, batch));
             records.try_for_each(|r| loader.push(r))?;
             loader.finish()?
         }
@@ -178,12 +177,7 @@ fn remove(config: &Config, args: RemoveArgs) -> anyhow::Result<ExitCode> {
                 other => bail!("unexpected reply from the daemon: {other:?}"),
             }
         }
-        None => {
-            let daemon = open_local(config)?;
-            daemon
-                .catalog()
-                .remove(&control::removal_query(&daemon, &filters)?)?
-        }
+        None => open_local(config)?.databrowser().remove(&filters)?,
     };
     println!("removed {removed}");
     Ok(ExitCode::SUCCESS)

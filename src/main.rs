@@ -1,6 +1,7 @@
 //! `svcd`: parses arguments, loads the configuration, and runs one subcommand.
 
 mod cli;
+mod control;
 mod demo;
 mod index;
 mod manifest;
@@ -8,8 +9,7 @@ mod serve;
 mod token;
 
 use clap::Parser;
-use svc_daemon::Config;
-use svc_daemon::config::Overrides;
+use svc_daemon::{Config, Overrides};
 
 use cli::{Cli, Command};
 

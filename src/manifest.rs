@@ -328,7 +328,7 @@ fn open_stores(args: &ManifestArgs) -> Result<(Arc<dyn ObjectStore>, ManifestSto
 }
 
 fn expand_home(url: &str) -> String {
-    match (url.strip_prefix('~'), svc_daemon::config::home_dir()) {
+    match (url.strip_prefix('~'), svc_daemon::home_dir()) {
         (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with('/') => {
             format!("{home}{rest}")
         }
@@ -515,7 +515,7 @@ async fn pin(manifests: &ManifestStore, command: PinCommand) -> Outcome {
                     format!("{u}T00:00:00+00:00")
                 }
             });
-            let by = by.unwrap_or_else(svc_daemon::config::login_name);
+            let by = by.unwrap_or_else(svc_daemon::login_name);
             let new = pins::NewPin { reason, by, until };
             pins::add(manifests, &scope, &prefix, new).await?;
             say!("pinned {}", location(&scope, &prefix));

@@ -4,7 +4,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use svc_daemon::{Config, Daemon, control};
+use svc_daemon::{Config, Daemon};
+
+use crate::control;
 use tokio::net::TcpListener;
 
 pub(crate) fn run(config: Config) -> anyhow::Result<ExitCode> {

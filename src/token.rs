@@ -7,8 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde_json::json;
-use svc_daemon::Config;
-use svc_daemon::auth::Auth;
+use svc_daemon::{Auth, Config};
 
 use crate::cli::TokenCommand;
 

@@ -19,10 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use svc_bench::{FACETS, Workload, value};
-use svc_daemon::catalog::Catalog;
-use svc_daemon::databrowser::Databrowser;
-use svc_daemon::db::Db;
-use svc_daemon::flavours::Flavours;
+use svc_daemon::{Catalog, Databrowser, Db, Flavours};
 use tantivy::aggregation::AggregationCollector;
 use tantivy::aggregation::agg_req::Aggregations;
 use tantivy::collector::{Count, DocSetCollector};

@@ -9,8 +9,7 @@ use rand::{Rng, SeedableRng};
 use std::path::Path;
 use std::time::Instant;
 
-use svc_daemon::catalog::{self, LOAD_BATCH, Record};
-use svc_daemon::db::Db;
+use svc_daemon::{Db, LOAD_BATCH, Record, write_to_store};
 
 /// Files per dataset.
 pub const FILES_PER_DATASET: u64 = 20;
@@ -111,11 +110,11 @@ pub fn ingest(dir: &Path, records: u64) -> svc_daemon::Result<(f64, u64)> {
     for record in Workload::new(records) {
         batch.push(record);
         if batch.len() == LOAD_BATCH {
-            catalog::write_to_store(&db, &batch)?;
+            write_to_store(&db, &batch)?;
             batch.clear();
         }
     }
-    catalog::write_to_store(&db, &batch)?;
+    write_to_store(&db, &batch)?;
     db.flush()?;
     let rate = records as f64 / started.elapsed().as_secs_f64();
     db.compact();

@@ -16,13 +16,13 @@ use toml::{Table, Value};
 use crate::error::{Error, Result};
 
 /// The embedded default configuration.
-pub const DEFAULT_TOML: &str = include_str!("default.toml");
+pub(crate) const DEFAULT_TOML: &str = include_str!("default.toml");
 
 /// The prefix of environment variables that override configuration keys.
-pub const ENV_PREFIX: &str = "SVCD_";
+pub(crate) const ENV_PREFIX: &str = "SVCD_";
 
 /// The configuration file read when `--config` is not given, if it exists.
-pub const SYSTEM_CONFIG: &str = "/etc/svc-nextgen/svcd.toml";
+pub(crate) const SYSTEM_CONFIG: &str = "/etc/svc-nextgen/svcd.toml";
 
 /// The API path prefix.
 pub const API_PREFIX: &str = "/api/svc-nextgen";

@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-/// What a caller can do about an error; the HTTP facade maps each kind to one status code.
+/// What a caller can do about an error: a domain classification that each facade maps to its
+/// own codes (HTTP statuses in `svc-http`'s `error.rs`, errno values with [`ErrorKind::errno`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     /// The request is malformed or names something that does not exist in its vocabulary.
@@ -26,6 +27,21 @@ pub enum ErrorKind {
     Unavailable,
     /// A bug or an environment failure.
     Internal,
+}
+
+impl ErrorKind {
+    /// The errno a file-system facade (the FUSE mount) answers with for this kind.
+    pub fn errno(self) -> i32 {
+        match self {
+            ErrorKind::Invalid | ErrorKind::Malformed => libc::EINVAL,
+            ErrorKind::NoResults | ErrorKind::NotFound => libc::ENOENT,
+            ErrorKind::TooLarge => libc::EFBIG,
+            ErrorKind::Unauthenticated | ErrorKind::Forbidden => libc::EACCES,
+            ErrorKind::Conflict => libc::EEXIST,
+            ErrorKind::Unavailable => libc::EAGAIN,
+            ErrorKind::Internal => libc::EIO,
+        }
+    }
 }
 
 /// Everything that can go wrong in the daemon.
@@ -75,6 +91,18 @@ pub enum Error {
     /// A service the daemon depends on cannot be reached.
     #[error("{0}")]
     Unavailable(String),
+    /// Every slot of expensive work stayed taken; `retry` is worth waiting before trying again.
+    #[error("The server is busy with other searches; try again in a moment.")]
+    Busy {
+        /// How long a client should wait before retrying.
+        retry: std::time::Duration,
+    },
+    /// Work on the blocking pool panicked or was cancelled (a bug).
+    #[error("a worker failed: {reason}")]
+    WorkerFailed {
+        /// The panic or cancellation.
+        reason: String,
+    },
     /// The database on disk has a schema this build does not know.
     #[error("store at {path} has schema version {found}, this svcd knows version {expected}")]
     SchemaVersion {
@@ -121,12 +149,13 @@ impl Error {
             Error::Forbidden(_) => ErrorKind::Forbidden,
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::Conflict(_) => ErrorKind::Conflict,
-            Error::Unavailable(_) => ErrorKind::Unavailable,
+            Error::Unavailable(_) | Error::Busy { .. } => ErrorKind::Unavailable,
             Error::SchemaVersion { .. }
             | Error::Corrupt { .. }
             | Error::Config(_)
             | Error::Store(_)
-            | Error::Io { .. } => ErrorKind::Internal,
+            | Error::Io { .. }
+            | Error::WorkerFailed { .. } => ErrorKind::Internal,
         }
     }
 
@@ -153,5 +182,60 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The error and every source under it, as one line (`outer: inner: ...`), for logs of
+    /// internal failures. A source whose text the line already ends with is not repeated.
+    pub fn chain(&self) -> String {
+        let mut line = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !line.ends_with(&text) {
+                line.push_str(": ");
+                line.push_str(&text);
+            }
+            source = cause.source();
+        }
+        line
+    }
+}
+
 /// Result with the daemon's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_map_to_the_errnos_a_mount_needs() {
+        let errno = |e: Error| e.kind().errno();
+        assert_eq!(errno(Error::NotFound("no such store".into())), libc::ENOENT);
+        assert_eq!(errno(Error::Forbidden("not yours".into())), libc::EACCES);
+        assert_eq!(errno(Error::unauthenticated("no token")), libc::EACCES);
+        let busy = Error::Busy {
+            retry: std::time::Duration::from_secs(2),
+        };
+        assert_eq!(errno(busy), libc::EAGAIN);
+        let disk = Error::io("read blob", std::io::Error::other("disk on fire"));
+        assert_eq!(errno(disk), libc::EIO);
+        assert_eq!(errno(Error::invalid("bad")), libc::EINVAL);
+    }
+
+    #[test]
+    fn the_chain_names_every_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("robot arm jammed")]
+        struct Jammed;
+        #[derive(Debug, thiserror::Error)]
+        #[error("tape library offline")]
+        struct Offline(#[source] Jammed);
+        let nested = std::io::Error::other(Offline(Jammed));
+        let error = Error::io("restore blob 7", nested);
+        assert_eq!(error.to_string(), "restore blob 7: tape library offline");
+        assert_eq!(
+            error.chain(),
+            "restore blob 7: tape library offline: robot arm jammed"
+        );
+    }
+}

@@ -1,40 +1,48 @@
-//! `svc-daemon`: the core of `svcd`. It owns the RocksDB store ([`db`]), bearer tokens
-//! ([`auth`]), the file catalogue
-//! and its search index ([`catalog`]), the flavours ([`flavours`]), the databrowser searches
-//! ([`databrowser`]), NetCDF crawling ([`crawl`]) and demo data ([`demo`]), and the control
-//! socket ([`control`]).
+//! `svc-daemon`: the core of `svcd`. It owns the RocksDB store (`db`), bearer tokens
+//! (`auth`), the file catalogue and its search index (`catalog`), the flavours (`flavours`),
+//! the databrowser searches (`databrowser`), the STAC API (`stac`), users' own entries
+//! (`userdata`), NetCDF crawling (`crawl`) and, with the `demo` feature, demo data (`demo`).
+//! Its modules are private; what the facades and the command line use is re-exported here.
 //!
-//! It knows no HTTP and no FUSE: the facades call [`Daemon`]'s parts and map
-//! [`ErrorKind`] to their own codes. Blocking work (RocksDB scans, NetCDF reads) is the
-//! caller's to move off async runtime workers; the HTTP facade uses `spawn_blocking`.
+//! It knows no HTTP, no control socket and no FUSE: those transports call [`Daemon`]'s parts
+//! and map [`ErrorKind`] to their own codes. Async callers run its blocking work (RocksDB,
+//! column scans, NetCDF reads) through [`Daemon::run`] and [`Daemon::run_expensive`].
 
-pub mod auth;
-pub mod catalog;
-pub mod config;
-pub mod control;
-pub mod crawl;
-pub mod databrowser;
-pub mod db;
-pub mod demo;
+mod auth;
+mod catalog;
+mod config;
+mod crawl;
+mod databrowser;
+mod db;
+#[cfg(any(test, feature = "demo"))]
+mod demo;
 mod error;
-pub mod flavours;
+mod flavours;
 #[cfg(test)]
 mod hostile;
 mod memory;
-pub mod stac;
-pub mod userdata;
+mod stac;
+mod userdata;
+mod work;
 
 use std::sync::Arc;
 
-pub use config::Config;
+pub use auth::{Auth, Caller};
+pub use catalog::{
+    Catalog, LOAD_BATCH, LoadSummary, Loader, Record, Rejection, Stats, WriteCounts, write_to_store,
+};
+pub use config::{API_PREFIX, Config, Overrides, home_dir, login_name};
+pub use crawl::{Drs, find_netcdf_files, read_record};
+pub use databrowser::{Databrowser, Search, StaticLinks};
+pub use db::Db;
+#[cfg(feature = "demo")]
+pub use demo::{DemoSummary, write_demo_tree};
 pub use error::{Error, ErrorKind, Result};
-
-use auth::Auth;
-use catalog::Catalog;
-use databrowser::Databrowser;
-use db::Db;
-use flavours::Flavours;
-use stac::StacApi;
+pub use flavours::{FlavourRequest, Flavours, ListFilter, delete_is_global};
+pub use stac::{
+    GEO_JSON, Method, OPENAPI_JSON, SCHEMA_JSON, Scope, SearchRequest, StacApi, split_list,
+};
+pub use work::{ExpensiveSlot, SLOT_WAIT};
 
 /// The version of this build.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -47,6 +55,7 @@ pub struct Daemon {
     flavours: Arc<Flavours>,
     databrowser: Databrowser,
     stac: StacApi,
+    slots: work::Slots,
 }
 
 impl Daemon {
@@ -62,7 +71,9 @@ impl Daemon {
         let flavours = Arc::new(Flavours::open(db)?);
         let databrowser = Databrowser::new(Arc::clone(&catalog), Arc::clone(&flavours));
         let stac = StacApi::new(Arc::clone(&catalog));
+        let slots = work::Slots::new(config.http.expensive_slots());
         Ok(Daemon {
+            slots,
             config,
             auth,
             catalog,
@@ -100,5 +111,24 @@ impl Daemon {
     /// The catalogue as a STAC API.
     pub fn stac(&self) -> &StacApi {
         &self.stac
+    }
+
+    /// Adds the caller's own entries (a JSON body, spec 1 endpoint 6); returns the status
+    /// message.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming each bad entry; nothing is stored then.
+    pub fn add_user_data(&self, body: &[u8], caller: &Caller) -> Result<String> {
+        userdata::add(&self.catalog, body, caller)
+    }
+
+    /// Deletes the caller's own entries that a JSON body selects (spec 1 endpoint 7); returns
+    /// the status message.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a body that is not an object of facet filters or that
+    /// names another owner.
+    pub fn delete_user_data(&self, body: &[u8], caller: &Caller) -> Result<String> {
+        userdata::delete(&self.catalog, body, caller)
     }
 }

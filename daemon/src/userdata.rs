@@ -46,7 +46,7 @@ const REQUIRED: [&str; 4] = ["file", "variable", "time", "time_frequency"];
 const LISTED_PROBLEMS: usize = 20;
 
 /// The most entries one add request may carry.
-pub const MAX_ENTRIES: usize = 100_000;
+pub(crate) const MAX_ENTRIES: usize = 100_000;
 
 /// Keys `facets` may not set.
 const FIXED_KEYS: [&str; 3] = ["user", "file", "uri"];
@@ -183,7 +183,7 @@ fn entry_record(
 ///
 /// # Errors
 /// 422 listing every bad entry (nothing is added), or a store error (nothing was added).
-pub fn add(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<String> {
+pub(crate) fn add(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<String> {
     let records = parse_add(body, caller)?;
     let (added, duplicates) = catalog.add_new(&records)?;
     drop(records);
@@ -207,7 +207,7 @@ pub fn add(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<String> {
 ///
 /// # Errors
 /// 422 for a malformed body or an unknown key; a store error (nothing removed).
-pub fn delete(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<String> {
+pub(crate) fn delete(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<String> {
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         Map::new()
     } else {

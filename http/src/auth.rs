@@ -11,8 +11,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use axum::routing::get;
 use serde_json::{Value, json};
-use svc_daemon::Error;
-use svc_daemon::auth::Caller;
+use svc_daemon::{Caller, Error};
 
 use crate::AppState;
 use crate::error::ApiError;

@@ -2,7 +2,6 @@
 //! catalogues. Handlers extract, call the daemon's databrowser, and shape the answer.
 
 use std::io::Write;
-use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
@@ -13,13 +12,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
-use svc_daemon::VERSION;
-use svc_daemon::databrowser::{Search, StaticLinks};
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use svc_daemon::{Daemon, ExpensiveSlot, Search, StaticLinks, VERSION};
+use tokio::sync::mpsc;
 
 use crate::AppState;
 use crate::auth::MaybeAuthenticated;
-use crate::blocking::{blocking, expensive};
 use crate::error::{ApiError, Endpoint};
 use crate::extract::QueryPairs;
 
@@ -69,25 +66,28 @@ async fn prepare(
 ) -> Result<Search, ApiError> {
     let (flavour, uniq_key) = (flavour.to_string(), uniq_key.to_string());
     let user = caller.user().map(str::to_string);
-    blocking(state, move |daemon| {
-        daemon
-            .databrowser()
-            .prepare(&flavour, &uniq_key, user.as_deref(), &pairs)
-    })
-    .await
+    state
+        .daemon
+        .run(move |daemon| {
+            daemon
+                .databrowser()
+                .prepare(&flavour, &uniq_key, user.as_deref(), &pairs)
+        })
+        .await
+        .map_err(ApiError::from)
 }
 
-/// Runs blocking work that feeds a body through a channel, holding an expensive-work slot
+/// A body that blocking work produces through a channel, holding an expensive-work slot
 /// until the body is produced.
 fn stream_body(
-    slot: OwnedSemaphorePermit,
-    produce: impl FnOnce(mpsc::Sender<Bytes>) + Send + 'static,
+    state: &AppState,
+    slot: ExpensiveSlot,
+    produce: impl FnOnce(&Daemon, mpsc::Sender<Bytes>) + Send + 'static,
 ) -> Body {
     let (tx, rx) = mpsc::channel::<Bytes>(4);
-    tokio::task::spawn_blocking(move || {
-        let _slot = slot;
-        produce(tx);
-    });
+    state
+        .daemon
+        .produce(slot, move |daemon| produce(daemon, tx));
     let chunks = tokio_stream::wrappers::ReceiverStream::new(rx);
     Body::from_stream(futures::StreamExt::map(chunks, Ok::<Bytes, std::io::Error>))
 }
@@ -99,10 +99,9 @@ async fn data_search(
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
     let search = prepare(&state, &caller, &flavour, &uniq_key, pairs).await?;
-    let slot = state.slots.take().await?;
-    let daemon = Arc::clone(&state.daemon);
+    let slot = state.daemon.expensive_slot().await?;
     let uri = uniq_key == "uri";
-    let body = stream_body(slot, move |tx| {
+    let body = stream_body(&state, slot, move |daemon, tx| {
         let mut cursor = daemon.databrowser().locations(&search);
         loop {
             let mut chunk = Vec::with_capacity(LOCATIONS_PER_CHUNK * 128);
@@ -125,7 +124,10 @@ async fn metadata_search(
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
     let search = prepare(&state, &caller, &flavour, &uniq_key, pairs).await?;
-    let result = expensive(&state, move |daemon| daemon.databrowser().metadata(&search)).await?;
+    let result = state
+        .daemon
+        .run_expensive(move |daemon| daemon.databrowser().metadata(&search))
+        .await?;
     let facets: Map<String, Value> = result
         .facets
         .into_iter()
@@ -159,13 +161,13 @@ async fn intake_catalogue(
     let search = prepare(&state, &caller, &flavour, &uniq_key, pairs)
         .await
         .map_err(|e| e.at(Endpoint::Intake))?;
-    let slot = state.slots.take().await?;
-    let mut catalogue = blocking(&state, move |daemon| {
-        daemon.databrowser().intake(&search, VERSION)
-    })
-    .await
-    .map_err(|e| e.at(Endpoint::Intake))?;
-    let body = stream_body(slot, move |tx| {
+    let slot = state.daemon.expensive_slot().await?;
+    let mut catalogue = state
+        .daemon
+        .run(move |daemon| daemon.databrowser().intake(&search, VERSION))
+        .await
+        .map_err(|e| ApiError::from(e).at(Endpoint::Intake))?;
+    let body = stream_body(&state, slot, move |_, tx| {
         while let Ok(Some(chunk)) = catalogue.next_chunk() {
             if tx.blocking_send(Bytes::from(chunk)).is_err() {
                 break;
@@ -186,13 +188,13 @@ async fn stac_catalogue(
     let links = StaticLinks {
         api_base: state.api_base.clone(),
     };
-    let slot = state.slots.take().await?;
-    let catalogue = blocking(&state, move |daemon| {
-        daemon.databrowser().static_catalogue(&search, links)
-    })
-    .await?;
+    let slot = state.daemon.expensive_slot().await?;
+    let catalogue = state
+        .daemon
+        .run(move |daemon| daemon.databrowser().static_catalogue(&search, links))
+        .await?;
     let name = catalogue.file_name.clone();
-    let body = stream_body(slot, move |tx| {
+    let body = stream_body(&state, slot, move |_, tx| {
         let writer = ChannelWriter {
             tx,
             buffer: Vec::new(),

@@ -1,4 +1,7 @@
-//! The one place a daemon error becomes a status code and a `{"detail": ...}` body.
+//! The one place an error becomes a status code and a `{"detail": ...}` body: the daemon's
+//! errors by their [`ErrorKind`] and the endpoint that answers, and the request's own faults
+//! ([`RequestError`]) found before the daemon sees it. Internal failures are logged with their
+//! whole chain of causes and answered without them.
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -16,66 +19,156 @@ pub(crate) enum Endpoint {
     Intake,
 }
 
+/// What is wrong with a request before it reaches the daemon.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum RequestError {
+    /// No route has this path.
+    NoRoute,
+    /// The path's parameters cannot be read (not UTF-8 after percent-decoding).
+    PathUnreadable {
+        /// What went wrong, as the HTTP layer tells it.
+        reason: String,
+    },
+    /// The body is longer than the route accepts.
+    BodyTooLarge,
+    /// The body could not be read.
+    BodyUnreadable {
+        /// What went wrong, as the HTTP layer tells it.
+        reason: String,
+    },
+    /// The query string is longer than any accepted.
+    QueryTooLong {
+        /// Its length in bytes.
+        length: usize,
+        /// The longest accepted.
+        limit: usize,
+    },
+    /// A part of the query string is not UTF-8 after percent-decoding.
+    QueryNotUtf8 {
+        /// The part as sent.
+        part: String,
+    },
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestError::NoRoute => write!(f, "Not Found"),
+            RequestError::PathUnreadable { reason } => write!(f, "Request path: {reason}."),
+            RequestError::BodyTooLarge => write!(f, "Request body: length limit exceeded."),
+            RequestError::BodyUnreadable { reason } => write!(f, "Request body: {reason}."),
+            RequestError::QueryTooLong { length, limit } => write!(
+                f,
+                "Query string of {length} bytes exceeds the limit of {limit} bytes."
+            ),
+            RequestError::QueryNotUtf8 { part } => write!(
+                f,
+                "Query parameter {part:?} is not valid UTF-8 after percent-decoding."
+            ),
+        }
+    }
+}
+
 /// An error on its way to the client.
 #[derive(Debug)]
-pub(crate) struct ApiError {
-    error: Error,
-    endpoint: Endpoint,
+pub(crate) enum ApiError {
+    /// The daemon refused or failed the request.
+    Daemon {
+        /// The daemon's error.
+        error: Error,
+        /// Which endpoint answers.
+        endpoint: Endpoint,
+    },
+    /// The request was refused before the daemon saw it.
+    Request(RequestError),
 }
 
 impl ApiError {
     /// Marks the error as coming from `endpoint`.
-    pub(crate) fn at(mut self, endpoint: Endpoint) -> Self {
-        self.endpoint = endpoint;
-        self
+    pub(crate) fn at(self, at: Endpoint) -> Self {
+        match self {
+            ApiError::Daemon { error, .. } => ApiError::Daemon {
+                error,
+                endpoint: at,
+            },
+            request => request,
+        }
     }
 }
 
 impl From<Error> for ApiError {
     fn from(error: Error) -> Self {
-        ApiError {
+        ApiError::Daemon {
             error,
             endpoint: Endpoint::Other,
         }
     }
 }
 
+impl From<RequestError> for ApiError {
+    fn from(error: RequestError) -> Self {
+        ApiError::Request(error)
+    }
+}
+
+/// The status of a daemon error at an endpoint.
+fn status(kind: ErrorKind, endpoint: Endpoint) -> StatusCode {
+    match (kind, endpoint) {
+        (ErrorKind::Invalid, _) => StatusCode::UNPROCESSABLE_ENTITY,
+        (ErrorKind::Malformed, _) => StatusCode::BAD_REQUEST,
+        (ErrorKind::NoResults, Endpoint::Intake) => StatusCode::BAD_REQUEST,
+        (ErrorKind::NoResults, Endpoint::Other) => StatusCode::NOT_FOUND,
+        (ErrorKind::TooLarge, _) => StatusCode::PAYLOAD_TOO_LARGE,
+        (ErrorKind::Unauthenticated, _) => StatusCode::UNAUTHORIZED,
+        (ErrorKind::Forbidden, _) => StatusCode::FORBIDDEN,
+        (ErrorKind::NotFound, _) => StatusCode::NOT_FOUND,
+        (ErrorKind::Conflict, _) => StatusCode::CONFLICT,
+        (ErrorKind::Unavailable, _) => StatusCode::SERVICE_UNAVAILABLE,
+        (ErrorKind::Internal, _) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The status of a request refused before the daemon saw it.
+fn request_status(error: &RequestError) -> StatusCode {
+    match error {
+        RequestError::NoRoute => StatusCode::NOT_FOUND,
+        RequestError::PathUnreadable { .. } => StatusCode::BAD_REQUEST,
+        RequestError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        RequestError::BodyUnreadable { .. } => StatusCode::BAD_REQUEST,
+        RequestError::QueryTooLong { .. } => StatusCode::URI_TOO_LONG,
+        RequestError::QueryNotUtf8 { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+    }
+}
+
 /// An error response with a detail.
-pub(crate) fn detail(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({ "detail": message.into() }))).into_response()
+fn detail(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({ "detail": message }))).into_response()
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = match (self.error.kind(), self.endpoint) {
-            (ErrorKind::Invalid, _) => StatusCode::UNPROCESSABLE_ENTITY,
-            (ErrorKind::Malformed, _) => StatusCode::BAD_REQUEST,
-            (ErrorKind::NoResults, Endpoint::Intake) => StatusCode::BAD_REQUEST,
-            (ErrorKind::NoResults, Endpoint::Other) => StatusCode::NOT_FOUND,
-            (ErrorKind::TooLarge, _) => StatusCode::PAYLOAD_TOO_LARGE,
-            (ErrorKind::Unauthenticated, _) => StatusCode::UNAUTHORIZED,
-            (ErrorKind::Forbidden, _) => StatusCode::FORBIDDEN,
-            (ErrorKind::NotFound, _) => StatusCode::NOT_FOUND,
-            (ErrorKind::Conflict, _) => StatusCode::CONFLICT,
-            (ErrorKind::Unavailable, _) => StatusCode::SERVICE_UNAVAILABLE,
-            (ErrorKind::Internal, _) => StatusCode::INTERNAL_SERVER_ERROR,
+        let (error, endpoint) = match self {
+            ApiError::Request(request) => {
+                return detail(request_status(&request), &request.to_string());
+            }
+            ApiError::Daemon { error, endpoint } => (error, endpoint),
         };
+        let status = status(error.kind(), endpoint);
         if status == StatusCode::INTERNAL_SERVER_ERROR {
-            tracing::error!(error = %self.error, "request failed");
+            tracing::error!(error = %error.chain(), "request failed");
             return detail(status, "Internal server error.");
         }
-        let mut response = detail(status, self.error.to_string());
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            let retry = crate::blocking::SLOT_WAIT.as_secs().max(1).to_string();
-            response.headers_mut().insert(
+        let mut response = detail(status, &error.to_string());
+        let headers = response.headers_mut();
+        if let Error::Busy { retry } = error {
+            let seconds = retry.as_secs().max(1).to_string();
+            headers.insert(
                 header::RETRY_AFTER,
-                HeaderValue::from_str(&retry).expect("digits are a header value"),
+                HeaderValue::from_str(&seconds).expect("digits are a header value"),
             );
         }
         if status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

@@ -1,23 +1,30 @@
 //! Our own extractors, so that malformed input is rejected with our error body.
 
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::response::Response;
 
-use crate::error::detail;
+use crate::error::{ApiError, RequestError};
 
 /// A request body as bytes; a body that is too large or cannot be read gets our error body.
 pub(crate) struct RawBody(pub(crate) bytes::Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for RawBody {
-    type Rejection = Response;
+    type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         bytes::Bytes::from_request(request, state)
             .await
             .map(RawBody)
-            .map_err(|e| detail(e.status(), format!("Request body: {}.", e.body_text())))
+            .map_err(|e| match e {
+                BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+                    RequestError::BodyTooLarge.into()
+                }
+                other => RequestError::BodyUnreadable {
+                    reason: other.body_text(),
+                }
+                .into(),
+            })
     }
 }
 
@@ -30,37 +37,35 @@ const MAX_QUERY_BYTES: usize = 32 * 1024;
 pub(crate) struct QueryPairs(pub(crate) Vec<(String, String)>);
 
 impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
-    type Rejection = Response;
+    type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         let Some(query) = parts.uri.query() else {
             return Ok(QueryPairs::default());
         };
         if query.len() > MAX_QUERY_BYTES {
-            return Err(detail(
-                StatusCode::URI_TOO_LONG,
-                format!(
-                    "Query string of {} bytes exceeds the limit of {MAX_QUERY_BYTES} bytes.",
-                    query.len()
-                ),
-            ));
+            return Err(RequestError::QueryTooLong {
+                length: query.len(),
+                limit: MAX_QUERY_BYTES,
+            }
+            .into());
         }
-        parse_pairs(query)
-            .map(QueryPairs)
-            .map_err(|message| detail(StatusCode::UNPROCESSABLE_ENTITY, message))
+        Ok(QueryPairs(parse_pairs(query)?))
     }
 }
 
-fn decode(text: &str) -> Result<String, String> {
+fn decode(text: &str) -> Result<String, RequestError> {
     let spaced = text.replace('+', " ");
     percent_encoding::percent_decode_str(&spaced)
         .decode_utf8()
         .map(|s| s.into_owned())
-        .map_err(|_| format!("Query parameter {text:?} is not valid UTF-8 after percent-decoding."))
+        .map_err(|_| RequestError::QueryNotUtf8 {
+            part: text.to_string(),
+        })
 }
 
 /// Splits and decodes a raw query string.
-pub(crate) fn parse_pairs(query: &str) -> Result<Vec<(String, String)>, String> {
+pub(crate) fn parse_pairs(query: &str) -> Result<Vec<(String, String)>, RequestError> {
     query
         .split('&')
         .filter(|part| !part.is_empty())
@@ -88,7 +93,13 @@ mod tests {
     #[test]
     fn non_utf8_is_rejected() {
         let err = parse_pairs("project=%FF%FE").unwrap_err();
-        assert!(err.contains("not valid UTF-8"), "{err}");
+        assert_eq!(
+            err,
+            RequestError::QueryNotUtf8 {
+                part: "%FF%FE".into()
+            }
+        );
+        assert!(err.to_string().contains("not valid UTF-8"), "{err}");
     }
 
     proptest::proptest! {
@@ -105,7 +116,10 @@ mod tests {
                         .finish();
                     proptest::prop_assert_eq!(parse_pairs(&encoded), Ok(pairs));
                 }
-                Err(e) => proptest::prop_assert!(e.contains("is not valid UTF-8"), "{}", e),
+                Err(e) => proptest::prop_assert!(
+                    matches!(&e, RequestError::QueryNotUtf8 { part } if query.contains(part.as_str())),
+                    "{}", e
+                ),
             }
         }
     }

@@ -34,7 +34,7 @@ async fn openapi(headers: HeaderMap) -> impl IntoResponse {
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("application/vnd.oai.openapi+json"));
     let media = if wants_openapi_type {
-        svc_daemon::stac::OPENAPI_JSON
+        svc_daemon::OPENAPI_JSON
     } else {
         "application/json"
     };

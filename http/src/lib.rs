@@ -6,7 +6,6 @@
 //! listener until a shutdown future completes.
 
 mod auth;
-mod blocking;
 mod databrowser;
 mod error;
 mod extract;
@@ -20,10 +19,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::http::StatusCode;
-use axum::response::Response;
-use svc_daemon::Daemon;
-use svc_daemon::config::API_PREFIX;
+use axum::response::{IntoResponse, Response};
+use svc_daemon::{API_PREFIX, Daemon};
 use tokio::net::TcpListener;
 use tower_http::compression::CompressionLayer;
 use tower_http::cors::CorsLayer;
@@ -35,14 +32,11 @@ pub(crate) struct AppState {
     daemon: Arc<Daemon>,
     /// Absolute base URL of the API, for links the server emits.
     api_base: String,
-    /// The slots of expensive work.
-    slots: blocking::Slots,
 }
 
 /// The application: the API under `/api/svc-nextgen` and every configured compat prefix.
 pub fn router(daemon: &Arc<Daemon>, public_base: &str) -> Router {
     let state = AppState {
-        slots: blocking::Slots::new(daemon.config().http.expensive_slots()),
         api_base: format!("{public_base}{API_PREFIX}"),
         daemon: Arc::clone(daemon),
     };
@@ -64,7 +58,7 @@ pub fn router(daemon: &Arc<Daemon>, public_base: &str) -> Router {
 }
 
 async fn not_found() -> Response {
-    error::detail(StatusCode::NOT_FOUND, "Not Found")
+    error::ApiError::from(error::RequestError::NoRoute).into_response()
 }
 
 /// Serves the application on `listener` until `shutdown` completes, then drains requests.

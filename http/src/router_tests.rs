@@ -9,8 +9,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::Value;
-use svc_daemon::Daemon;
-use svc_daemon::config::{Config, Overrides};
+use svc_daemon::{Config, Daemon, Overrides};
 use tower::ServiceExt;
 
 const API: &str = "/api/svc-nextgen";
@@ -167,4 +166,57 @@ async fn compat_prefixes_serve_the_same_api() {
     let answer = app.get("/api/freva-nextgen/ping").await;
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.body, serde_json::json!({"ping": "pong"}));
+}
+
+#[tokio::test]
+async fn requests_refused_before_the_daemon_get_their_own_statuses() {
+    let app = app(&[]);
+    let jane = app.token("jane");
+    let flavours = format!("{API}/databrowser/flavours");
+    let huge = format!("{{\"flavour_name\": \"{}\"}}", "x".repeat(128 * 1024));
+    let too_large = app.send("POST", &flavours, Some(&jane), &huge).await;
+    assert_eq!(too_large.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(too_large.detail(), "Request body: length limit exceeded.");
+
+    let long = format!(
+        "{API}/databrowser/data-search/svc/file?project={}",
+        "a".repeat(40 * 1024)
+    );
+    let too_long = app.get(&long).await;
+    assert_eq!(too_long.status, StatusCode::URI_TOO_LONG);
+    assert!(
+        too_long
+            .detail()
+            .contains("exceeds the limit of 32768 bytes"),
+        "{}",
+        too_long.detail()
+    );
+
+    let not_utf8 = app
+        .get(&format!(
+            "{API}/databrowser/data-search/svc/file?project=%FF"
+        ))
+        .await;
+    assert_eq!(not_utf8.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        not_utf8.detail(),
+        "Query parameter \"%FF\" is not valid UTF-8 after percent-decoding."
+    );
+}
+
+#[tokio::test]
+async fn a_busy_server_is_503_with_retry_after() {
+    let app = app(&[("SVCD_HTTP_MAX_EXPENSIVE_REQUESTS", "1")]);
+    let held = app.daemon.expensive_slot().await.unwrap();
+    let answer = app
+        .get(&format!("{API}/databrowser/metadata-search/svc/file"))
+        .await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(answer.headers[header::RETRY_AFTER], "2");
+    assert!(answer.detail().contains("busy"), "{}", answer.detail());
+    drop(held);
+    let answer = app
+        .get(&format!("{API}/databrowser/metadata-search/svc/file"))
+        .await;
+    assert_eq!(answer.status, StatusCode::OK);
 }

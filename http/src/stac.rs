@@ -1,6 +1,6 @@
 //! STAC API routes (spec 2, endpoints 8-17) under `P/stacapi` and, with a collection axis,
 //! `P/stacapi/<axis>`. Handlers read the path and parameters, call the daemon's
-//! [`svc_daemon::stac::StacApi`] and set the media type.
+//! [`svc_daemon::StacApi`] and set the media type.
 
 use std::collections::BTreeSet;
 
@@ -12,11 +12,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::Value;
 use svc_daemon::Error;
-use svc_daemon::stac::{GEO_JSON, Method, SCHEMA_JSON, Scope, SearchRequest, StacApi};
+use svc_daemon::{GEO_JSON, Method, SCHEMA_JSON, Scope, SearchRequest, StacApi};
 
 use crate::AppState;
-use crate::blocking::expensive;
-use crate::error::ApiError;
+use crate::error::{ApiError, RequestError};
 use crate::extract::{QueryPairs, RawBody};
 
 pub(crate) fn routes() -> Router<AppState> {
@@ -52,7 +51,7 @@ struct StacCall {
 }
 
 impl FromRequestParts<AppState> for StacCall {
-    type Rejection = Response;
+    type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut Parts,
@@ -60,7 +59,9 @@ impl FromRequestParts<AppState> for StacCall {
     ) -> Result<Self, Self::Rejection> {
         let raw = RawPathParams::from_request_parts(parts, state)
             .await
-            .map_err(IntoResponse::into_response)?;
+            .map_err(|e| RequestError::PathUnreadable {
+                reason: e.body_text(),
+            })?;
         let QueryPairs(pairs) = QueryPairs::from_request_parts(parts, state).await?;
         Ok(StacCall {
             state: state.clone(),
@@ -97,7 +98,7 @@ impl StacCall {
             .pairs
             .iter()
             .filter(|(k, _)| k == "visible_collections")
-            .flat_map(|(_, v)| svc_daemon::stac::split_list(v))
+            .flat_map(|(_, v)| svc_daemon::split_list(v))
             .collect();
         self.scope_with(view)
     }
@@ -113,7 +114,11 @@ fn json(document: &Value) -> Response {
 
 async fn landing(call: StacCall) -> Result<Response, ApiError> {
     let scope = call.scope()?;
-    let document = expensive(&call.state, move |d| d.stac().landing(&scope)).await?;
+    let document = call
+        .state
+        .daemon
+        .run_expensive(move |d| d.stac().landing(&scope))
+        .await?;
     Ok(json(&document))
 }
 
@@ -124,13 +129,21 @@ async fn conformance(call: StacCall) -> Result<Response, ApiError> {
 
 async fn collections(call: StacCall) -> Result<Response, ApiError> {
     let scope = call.scope()?;
-    let document = expensive(&call.state, move |d| d.stac().collections(&scope)).await?;
+    let document = call
+        .state
+        .daemon
+        .run_expensive(move |d| d.stac().collections(&scope))
+        .await?;
     Ok(json(&document))
 }
 
 async fn collection(call: StacCall) -> Result<Response, ApiError> {
     let (scope, cid) = (call.scope()?, call.cid().to_string());
-    let document = expensive(&call.state, move |d| d.stac().collection(&scope, &cid)).await?;
+    let document = call
+        .state
+        .daemon
+        .run_expensive(move |d| d.stac().collection(&scope, &cid))
+        .await?;
     Ok(json(&document))
 }
 
@@ -138,34 +151,44 @@ async fn items(call: StacCall) -> Result<Response, ApiError> {
     let request = SearchRequest::from_pairs(&call.pairs, false)?;
     let scope = call.scope_with(request.view.clone())?;
     let cid = call.cid().to_string();
-    let document = expensive(&call.state, move |d| d.stac().items(&scope, &cid, &request)).await?;
+    let document = call
+        .state
+        .daemon
+        .run_expensive(move |d| d.stac().items(&scope, &cid, &request))
+        .await?;
     Ok(typed(GEO_JSON, &document))
 }
 
 async fn item(call: StacCall) -> Result<Response, ApiError> {
     let id = call.param("item_id").unwrap_or_default().to_string();
     let (scope, cid) = (call.scope()?, call.cid().to_string());
-    let document = expensive(&call.state, move |d| d.stac().item(&scope, &cid, &id)).await?;
+    let document = call
+        .state
+        .daemon
+        .run_expensive(move |d| d.stac().item(&scope, &cid, &id))
+        .await?;
     Ok(typed(GEO_JSON, &document))
 }
 
 async fn queryables(call: StacCall) -> Result<Response, ApiError> {
     let cid = call.param("cid").map(str::to_string);
     let scope = call.scope()?;
-    let document = expensive(&call.state, move |d| {
-        d.stac().queryables(&scope, cid.as_deref())
-    })
-    .await?;
+    let document = call
+        .state
+        .daemon
+        .run_expensive(move |d| d.stac().queryables(&scope, cid.as_deref()))
+        .await?;
     Ok(typed(SCHEMA_JSON, &document))
 }
 
 async fn search_get(call: StacCall) -> Result<Response, ApiError> {
     let request = SearchRequest::from_pairs(&call.pairs, true)?;
     let scope = call.scope_with(request.view.clone())?;
-    let document = expensive(&call.state, move |d| {
-        d.stac().search(&scope, &request, Method::Get)
-    })
-    .await?;
+    let document = call
+        .state
+        .daemon
+        .run_expensive(move |d| d.stac().search(&scope, &request, Method::Get))
+        .await?;
     Ok(typed(GEO_JSON, &document))
 }
 
@@ -183,20 +206,23 @@ async fn search_post(call: StacCall, RawBody(body): RawBody) -> Result<Response,
     }
     let scope = call.scope()?;
     let query_view = scope.view().to_vec();
-    let document = expensive(&call.state, move |d| {
-        let mut request = SearchRequest::from_body(&body)?;
-        if !query_view.is_empty() {
-            let as_set = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
-            if !request.view.is_empty() && as_set(&request.view) != as_set(&query_view) {
-                return Err(Error::Malformed(
-                    "Conflicting 'visible_collections' in query string and body.".into(),
-                ));
+    let document = call
+        .state
+        .daemon
+        .run_expensive(move |d| {
+            let mut request = SearchRequest::from_body(&body)?;
+            if !query_view.is_empty() {
+                let as_set = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
+                if !request.view.is_empty() && as_set(&request.view) != as_set(&query_view) {
+                    return Err(Error::Malformed(
+                        "Conflicting 'visible_collections' in query string and body.".into(),
+                    ));
+                }
+                request.view = query_view;
             }
-            request.view = query_view;
-        }
-        let scope = scope.with_view(request.view.clone());
-        d.stac().search(&scope, &request, Method::Post)
-    })
-    .await?;
+            let scope = scope.with_view(request.view.clone());
+            d.stac().search(&scope, &request, Method::Post)
+        })
+        .await?;
     Ok(typed(GEO_JSON, &document))
 }

@@ -7,13 +7,10 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{post, put};
 use serde_json::{Value, json};
-use svc_daemon::Error;
-use svc_daemon::flavours::{FlavourRequest, ListFilter};
-use svc_daemon::userdata;
+use svc_daemon::{FlavourRequest, ListFilter, delete_is_global};
 
 use crate::AppState;
 use crate::auth::{Authenticated, MaybeAuthenticated};
-use crate::blocking::blocking;
 use crate::error::ApiError;
 use crate::extract::{QueryPairs, RawBody};
 
@@ -56,10 +53,10 @@ async fn add_user_data(
     Authenticated(caller): Authenticated,
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let message = blocking(&state, move |daemon| {
-        userdata::add(daemon.catalog(), &body, &caller)
-    })
-    .await?;
+    let message = state
+        .daemon
+        .run(move |daemon| daemon.add_user_data(&body, &caller))
+        .await?;
     Ok(status(StatusCode::ACCEPTED, &message))
 }
 
@@ -68,41 +65,24 @@ async fn delete_user_data(
     Authenticated(caller): Authenticated,
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let message = blocking(&state, move |daemon| {
-        userdata::delete(daemon.catalog(), &body, &caller)
-    })
-    .await?;
+    let message = state
+        .daemon
+        .run(move |daemon| daemon.delete_user_data(&body, &caller))
+        .await?;
     Ok(status(StatusCode::ACCEPTED, &message))
 }
-
-/// The multi-version flag freva-client sends with every request, also to flavour routes;
-/// accepted and ignored there.
-const CLIENT_FLAGS: [&str; 2] = ["multi-version", "multi_version"];
 
 async fn list_flavours(
     State(state): State<AppState>,
     caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
-    let mut filter = ListFilter::default();
-    for (key, value) in pairs {
-        match key.as_str() {
-            "flavour_name" => filter.flavour_name = Some(value),
-            "owner" => filter.owner = Some(value),
-            k if CLIENT_FLAGS.contains(&k) => {}
-            _ => {
-                return Err(Error::invalid(format!(
-                    "Invalid parameter '{key}'. Valid parameters: flavour_name, owner"
-                ))
-                .into());
-            }
-        }
-    }
+    let filter = ListFilter::from_pairs(&pairs)?;
     let caller = caller.0;
-    let list = blocking(&state, move |daemon| {
-        Ok(daemon.flavours().list(caller.as_ref(), &filter))
-    })
-    .await?;
+    let list = state
+        .daemon
+        .run(move |daemon| Ok(daemon.flavours().list(caller.as_ref(), &filter)))
+        .await?;
     Ok(Json(list))
 }
 
@@ -112,10 +92,10 @@ async fn create_flavour(
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let request = FlavourRequest::parse(&body)?;
-    let message = blocking(&state, move |daemon| {
-        daemon.flavours().create(&caller, &request)
-    })
-    .await?;
+    let message = state
+        .daemon
+        .run(move |daemon| daemon.flavours().create(&caller, &request))
+        .await?;
     Ok(status(StatusCode::CREATED, &message))
 }
 
@@ -126,10 +106,10 @@ async fn update_flavour(
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let request = FlavourRequest::parse(&body)?;
-    let message = blocking(&state, move |daemon| {
-        daemon.flavours().update(&caller, &name, &request)
-    })
-    .await?;
+    let message = state
+        .daemon
+        .run(move |daemon| daemon.flavours().update(&caller, &name, &request))
+        .await?;
     Ok(status(StatusCode::OK, &message))
 }
 
@@ -139,22 +119,10 @@ async fn delete_flavour(
     Authenticated(caller): Authenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let mut global = false;
-    for (key, value) in &pairs {
-        if CLIENT_FLAGS.contains(&key.as_str()) {
-            continue;
-        }
-        if key != "is_global" {
-            return Err(Error::invalid(format!(
-                "Invalid parameter '{key}'. Valid parameters: is_global"
-            ))
-            .into());
-        }
-        global = svc_daemon::catalog::query::parse_bool(key, value)?;
-    }
-    let message = blocking(&state, move |daemon| {
-        daemon.flavours().delete(&caller, &name, global)
-    })
-    .await?;
+    let global = delete_is_global(&pairs)?;
+    let message = state
+        .daemon
+        .run(move |daemon| daemon.flavours().delete(&caller, &name, global))
+        .await?;
     Ok(status(StatusCode::OK, &message))
 }

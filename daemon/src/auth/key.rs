@@ -26,7 +26,7 @@ const PEM_BEGIN: &str = "-----BEGIN PRIVATE KEY-----";
 const PEM_END: &str = "-----END PRIVATE KEY-----";
 
 /// The daemon's token signing key.
-pub struct SigningKey {
+pub(crate) struct SigningKey {
     encoding: EncodingKey,
     decoding: DecodingKey,
     /// Public key, base64url (the JWK `x`).
@@ -58,7 +58,7 @@ impl SigningKey {
     ///
     /// # Errors
     /// The file cannot be read or written, is not an Ed25519 PKCS#8 key, or others can read it.
-    pub fn load_or_create(path: &Path) -> Result<Self> {
+    pub(crate) fn load_or_create(path: &Path) -> Result<Self> {
         if !path.exists() {
             create(path)?;
         }
@@ -93,7 +93,7 @@ impl SigningKey {
     }
 
     /// The key id published in the JWKS and set in token headers.
-    pub fn kid(&self) -> &str {
+    pub(crate) fn kid(&self) -> &str {
         &self.kid
     }
 
@@ -102,7 +102,7 @@ impl SigningKey {
     }
 
     /// The public key as a JWK.
-    pub fn jwk(&self) -> Value {
+    pub(crate) fn jwk(&self) -> Value {
         json!({
             "kty": "OKP",
             "crv": "Ed25519",
@@ -117,7 +117,7 @@ impl SigningKey {
     ///
     /// # Errors
     /// Signing failed (a bug: the key was validated on load).
-    pub fn sign(&self, claims: &Value) -> Result<String> {
+    pub(crate) fn sign(&self, claims: &Value) -> Result<String> {
         let mut header = Header::new(Algorithm::EdDSA);
         header.kid = Some(self.kid.clone());
         jsonwebtoken::encode(&header, claims, &self.encoding)

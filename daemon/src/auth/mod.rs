@@ -12,7 +12,7 @@
 //! `exp`, `aud` (`auth.audience`) and `iss` are required and checked. The caller's name and
 //! admin role come from the claims as DECISIONS.md sets out ([`Caller::from_claims`]).
 
-pub mod key;
+pub(crate) mod key;
 mod oidc;
 
 use std::time::Duration;
@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use crate::config::{AuthConfig, Config};
 use crate::error::{Error, Result};
-pub use key::SigningKey;
+pub(crate) use key::SigningKey;
 use oidc::Provider;
 
 /// Claims holding the caller's name, first present wins (then `sub`).
@@ -88,7 +88,7 @@ impl Caller {
 ///
 /// # Errors
 /// [`Error::Unauthenticated`] naming the user name and what is wrong with it.
-pub fn check_user_name(user: &str) -> Result<()> {
+pub(crate) fn check_user_name(user: &str) -> Result<()> {
     let problem = if user.trim().is_empty() {
         Some("it is blank")
     } else if user.chars().any(char::is_control) {

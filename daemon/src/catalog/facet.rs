@@ -2,7 +2,7 @@
 
 /// The facets that classify datasets, coarse to fine: the columns of an intake catalogue and
 /// the facets a STAC collection axis may be.
-pub const HIERARCHY: [&str; 14] = [
+pub(crate) const HIERARCHY: [&str; 14] = [
     "project",
     "product",
     "institute",
@@ -20,7 +20,7 @@ pub const HIERARCHY: [&str; 14] = [
 ];
 
 /// Standard facet names in their canonical order (DECISIONS.md).
-pub const STANDARD_FACETS: [&str; 24] = [
+pub(crate) const STANDARD_FACETS: [&str; 24] = [
     "project",
     "product",
     "institute",
@@ -48,22 +48,22 @@ pub const STANDARD_FACETS: [&str; 24] = [
 ];
 
 /// The facet naming the owner of user data; its values are identities, never patterns.
-pub const OWNER: &str = "user";
+pub(crate) const OWNER: &str = "user";
 
 /// Facets with a term dictionary and posting lists: every standard facet except the range
 /// facets `time` and `bbox`.
-pub fn is_term_facet(name: &str) -> bool {
+pub(crate) fn is_term_facet(name: &str) -> bool {
     is_standard(name) && name != "time" && name != "bbox"
 }
 
 /// Whether `name` is a standard facet name.
-pub fn is_standard(name: &str) -> bool {
+pub(crate) fn is_standard(name: &str) -> bool {
     STANDARD_FACETS.contains(&name)
 }
 
 /// Facets counted by metadata-search when the caller names none, in canonical order:
 /// the term facets without `version` (added only for multi-version searches).
-pub fn default_count_facets() -> impl Iterator<Item = &'static str> {
+pub(crate) fn default_count_facets() -> impl Iterator<Item = &'static str> {
     STANDARD_FACETS
         .into_iter()
         .filter(|f| is_term_facet(f) && *f != "version")
@@ -72,7 +72,7 @@ pub fn default_count_facets() -> impl Iterator<Item = &'static str> {
 /// The indexed form of a facet value: lower-cased, and for `version` without a leading `v`
 /// (so `v20191108` and `20191108` are the same version). The `user` facet holds identities:
 /// it is indexed exactly as given, so `Jane` and `jane` are different owners.
-pub fn term(facet: &str, value: &str) -> String {
+pub(crate) fn term(facet: &str, value: &str) -> String {
     if facet == OWNER {
         return value.to_string();
     }

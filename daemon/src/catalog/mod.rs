@@ -6,21 +6,21 @@
 //! the index, under one writer lock so ids and dataset versions stay consistent. Readers take
 //! the index with reader preference (see `Catalog::read_index`).
 
-pub mod facet;
+pub(crate) mod facet;
 mod forward;
 mod index;
 mod ingest;
-pub mod loader;
+pub(crate) mod loader;
 #[cfg(test)]
 mod oracle_tests;
 #[cfg(test)]
 mod page_tests;
-pub mod query;
-pub mod record;
+pub(crate) mod query;
+pub(crate) mod record;
 #[cfg(test)]
 mod reuse_tests;
 mod select;
-pub mod time;
+pub(crate) mod time;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,8 +30,9 @@ use roaring::RoaringBitmap;
 
 pub use ingest::WriteCounts;
 pub use loader::{LOAD_BATCH, LoadSummary, Loader, Rejection};
-pub use query::{Query, SearchParams, Source};
-pub use record::{Identity, Record};
+pub(crate) use query::{Query, SearchParams, Source};
+pub(crate) use record::Identity;
+pub use record::Record;
 
 use crate::db::{Db, cf};
 use crate::error::Result;
@@ -87,12 +88,12 @@ impl Selection {
 
 /// The public identifier of the record at a location: 32 hex digits of [`index::item_key`].
 /// It depends on the location alone, so it survives restarts and rebuilds of the catalogue.
-pub fn item_id(location: &str) -> String {
+pub(crate) fn item_id(location: &str) -> String {
     format!("{:032x}", index::item_key(location))
 }
 
 /// The item key an identifier made by [`item_id`] stands for.
-pub fn parse_item_id(id: &str) -> Option<u128> {
+pub(crate) fn parse_item_id(id: &str) -> Option<u128> {
     if id.len() != 32
         || !id
             .bytes()
@@ -158,7 +159,7 @@ impl Extent {
 }
 
 /// Counts of one facet: `(term, count)` sorted by term, counts at least 1.
-pub type FacetCounts = Vec<(String, u64)>;
+pub(crate) type FacetCounts = Vec<(String, u64)>;
 
 /// Size figures of the catalogue.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -38,7 +38,7 @@ const DECLARED: [&str; 11] = [
 ];
 
 /// The most wildcard values of `file` and `uri` one request may give.
-pub const MAX_LOCATION_WILDCARDS: usize = 100;
+pub(crate) const MAX_LOCATION_WILDCARDS: usize = 100;
 
 /// Parameters that refine `time` and `bbox`.
 const SELECT_KEYS: [&str; 2] = ["time_select", "bbox_select"];
@@ -96,7 +96,7 @@ impl SearchParams {
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] naming `key`.
-pub fn parse_bool(key: &str, value: &str) -> Result<bool> {
+pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" | "t" | "y" => Ok(true),
         "false" | "0" | "no" | "off" | "f" | "n" => Ok(false),

@@ -8,7 +8,7 @@ use chrono::{Datelike, NaiveDate, NaiveDateTime, NaiveTime};
 
 /// Which end of a period a partial instant stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bound {
+pub(crate) enum Bound {
     /// Fill missing parts with the earliest value.
     Start,
     /// Fill missing parts with the latest value.
@@ -106,7 +106,7 @@ fn within(error: &str, text: &str) -> String {
 
 /// Parses a partial ISO 8601 instant (`YYYY`, `YYYY-MM`, `YYYY-MM-DD`, `YYYY-MM-DDTHH[:MM[:SS]]`
 /// with optional fraction and `Z`/`+00:00`) into UTC seconds.
-pub fn parse_instant(text: &str, bound: Bound) -> Result<i64, String> {
+pub(crate) fn parse_instant(text: &str, bound: Bound) -> Result<i64, String> {
     let bad = || format!("{text:?} is not an ISO 8601 date or time");
     let (date_part, time_part) = match text.find(['T', 't', ' ']) {
         Some(pos) => (&text[..pos], Some(&text[pos + 1..])),
@@ -189,7 +189,7 @@ fn last_day_of_month(first: NaiveDate) -> NaiveDate {
 }
 
 /// Formats UTC seconds as `YYYY-MM-DDThh:mm:ssZ`.
-pub fn format_instant(seconds: i64) -> String {
+pub(crate) fn format_instant(seconds: i64) -> String {
     chrono::DateTime::from_timestamp(seconds, 0)
         .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
         .unwrap_or_default()

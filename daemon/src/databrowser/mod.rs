@@ -7,12 +7,14 @@ mod static_stac;
 
 use std::sync::Arc;
 
-pub use intake::IntakeCatalogue;
-pub use static_stac::StaticCatalogue;
+pub(crate) use intake::IntakeCatalogue;
+pub(crate) use static_stac::StaticCatalogue;
 pub(crate) use static_stac::{item_properties, media_type, polygon, stac_instant};
 
 use crate::catalog::facet::{self, default_count_facets};
-use crate::catalog::{Catalog, Cursor, FacetCounts, Query, SearchParams, Selection, UniqKey};
+use crate::catalog::{
+    Catalog, Cursor, FacetCounts, Query, SearchParams, Selection, Source, UniqKey,
+};
 use crate::error::{Error, Result};
 use crate::flavours::{Flavour, Flavours};
 
@@ -213,6 +215,59 @@ impl Databrowser {
             selection,
             links,
         ))
+    }
+
+    /// Removes the records `filters` select ([`Databrowser::removal_query`]), every version;
+    /// the one removal of `svcd index remove`, through the control socket or offline.
+    ///
+    /// # Errors
+    /// As [`Databrowser::removal_query`], or a store failure.
+    pub fn remove(&self, filters: &[(String, String)]) -> Result<u64> {
+        self.catalog.remove(&self.removal_query(filters)?)
+    }
+
+    /// The query a removal runs: the filters over standard names, every version.
+    ///
+    /// Which records: the crawled catalogue; with `user=NAME` (exactly one, an exact identity)
+    /// only that user's entries; with nothing but `file=` filters every record at those locations,
+    /// the catalogue's and every user's, so an operator can clear a location completely.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for an unknown facet or malformed value.
+    fn removal_query(&self, filters: &[(String, String)]) -> Result<Query> {
+        if filters.is_empty() {
+            return Err(Error::invalid(
+                "refusing to remove everything: give --file or at least one key=value filter",
+            ));
+        }
+        let owners: Vec<&str> = filters
+            .iter()
+            .filter(|(k, _)| k == facet::OWNER)
+            .map(|(_, v)| v.as_str())
+            .collect();
+        let flavour = self
+            .flavours
+            .resolve(if owners.is_empty() { "svc" } else { "user" }, None)?;
+        let mut pairs: Vec<(String, String)> = filters
+            .iter()
+            .filter(|(k, _)| k != facet::OWNER)
+            .cloned()
+            .collect();
+        pairs.push(("multi-version".into(), "true".into()));
+        pairs.push(("translate".into(), "false".into()));
+        let params = SearchParams::parse(&pairs)?;
+        let mut query = Query::build(&flavour, &params)?;
+        match owners.as_slice() {
+            [] if filters.iter().all(|(k, _)| k == "file") => query.source = Source::Everything,
+            [] => {}
+            [owner] => query.only_owner(owner),
+            _ => {
+                return Err(Error::invalid(
+                    "give at most one user=NAME: an owner is an exact name, not a list",
+                ));
+            }
+        }
+        Ok(query)
     }
 }
 

@@ -6,7 +6,7 @@ use super::cf;
 
 /// Time range, bounding box and (when it differs from the file path) the URI of a record.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Columns {
+pub(crate) struct Columns {
     /// `(start, end)` in UTC seconds.
     pub time: Option<(i64, i64)>,
     /// `[min_lon, min_lat, max_lon, max_lat]`.
@@ -22,7 +22,7 @@ const HAS_URI: u8 = 4;
 
 impl Columns {
     /// Encodes the columns as a value of the columns family.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = vec![FORMAT, 0];
         if let Some((start, end)) = self.time {
             out[1] |= HAS_TIME;
@@ -45,7 +45,7 @@ impl Columns {
     ///
     /// # Errors
     /// [`Error::Corrupt`] for a truncated or unknown value.
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self> {
         let corrupt = |reason: &str| Error::Corrupt {
             family: cf::COLUMNS,
             reason: reason.to_string(),

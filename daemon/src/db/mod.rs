@@ -12,47 +12,47 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options, WriteBatch, WriteOptions};
 
-pub use columns::Columns;
-pub use postings::{PostingDelta, decode_postings, encode_postings};
+pub(crate) use columns::Columns;
+pub(crate) use postings::{PostingDelta, decode_postings, encode_postings};
 
 use crate::error::{Error, Result};
 
 /// Column family names, all in one place.
-pub mod cf {
+pub(crate) mod cf {
     /// Record id (u32 BE) -> format byte + record JSON.
-    pub const RECORDS: &str = "records";
+    pub(crate) const RECORDS: &str = "records";
     /// Record identity (the file path; `\0 owner \0 path` for user data) -> record id (u32 BE).
-    pub const FILES: &str = "files";
+    pub(crate) const FILES: &str = "files";
     /// `facet \0 term` -> posting delta (merge operator unions deltas).
-    pub const POSTINGS: &str = "postings";
+    pub(crate) const POSTINGS: &str = "postings";
     /// Record id (u32 BE) -> per-record search columns (time, bbox, uri).
-    pub const COLUMNS: &str = "columns";
+    pub(crate) const COLUMNS: &str = "columns";
     /// `dataset key \0 id (u32 BE)` -> version string: the versions of each dataset.
-    pub const DATASETS: &str = "datasets";
+    pub(crate) const DATASETS: &str = "datasets";
     /// Flavour key -> flavour JSON.
-    pub const FLAVOURS: &str = "flavours";
+    pub(crate) const FLAVOURS: &str = "flavours";
     /// Named singletons: schema version, id counter.
-    pub const META: &str = "meta";
+    pub(crate) const META: &str = "meta";
     /// Every family the database has.
-    pub const ALL: [&str; 7] = [RECORDS, FILES, POSTINGS, COLUMNS, DATASETS, FLAVOURS, META];
+    pub(crate) const ALL: [&str; 7] = [RECORDS, FILES, POSTINGS, COLUMNS, DATASETS, FLAVOURS, META];
 }
 
 /// Keys of the `meta` family.
-pub mod meta {
+pub(crate) mod meta {
     /// Schema version (u32 BE).
-    pub const SCHEMA_VERSION: &[u8] = b"schema_version";
+    pub(crate) const SCHEMA_VERSION: &[u8] = b"schema_version";
     /// Next never-used record id (u32 BE).
-    pub const NEXT_ID: &[u8] = b"next_id";
+    pub(crate) const NEXT_ID: &[u8] = b"next_id";
     /// Ids of removed records, handed out again before new ones (a posting value).
-    pub const FREE_IDS: &[u8] = b"free_ids";
+    pub(crate) const FREE_IDS: &[u8] = b"free_ids";
     /// Set once the built-in global flavours have been seeded.
-    pub const FLAVOURS_SEEDED: &[u8] = b"flavours_seeded";
+    pub(crate) const FLAVOURS_SEEDED: &[u8] = b"flavours_seeded";
 }
 
 /// The schema version this build reads and writes. Version 2 keys user data by owner and
 /// location and indexes owners exactly; a version 1 store is migrated when opened (see
 /// `catalog::migrate`).
-pub const SCHEMA_VERSION: u32 = 2;
+pub(crate) const SCHEMA_VERSION: u32 = 2;
 
 /// The oldest schema version this build can migrate.
 const MIGRATABLE_FROM: u32 = 1;
@@ -324,7 +324,7 @@ fn dir_size(path: &Path) -> u64 {
 ///
 /// # Errors
 /// [`Error::Corrupt`] when the value is not four bytes.
-pub fn decode_u32(family: &'static str, bytes: &[u8]) -> Result<u32> {
+pub(crate) fn decode_u32(family: &'static str, bytes: &[u8]) -> Result<u32> {
     let array: [u8; 4] = bytes.try_into().map_err(|_| Error::Corrupt {
         family,
         reason: format!("expected 4 bytes, found {}", bytes.len()),
@@ -333,7 +333,7 @@ pub fn decode_u32(family: &'static str, bytes: &[u8]) -> Result<u32> {
 }
 
 /// The key of a posting list: `facet \0 term`.
-pub fn posting_key(facet: &str, term: &str) -> Vec<u8> {
+pub(crate) fn posting_key(facet: &str, term: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(facet.len() + term.len() + 1);
     key.extend_from_slice(facet.as_bytes());
     key.push(0);
@@ -345,7 +345,7 @@ pub fn posting_key(facet: &str, term: &str) -> Vec<u8> {
 ///
 /// # Errors
 /// [`Error::Corrupt`] when the key has no separator or is not UTF-8.
-pub fn split_posting_key(key: &[u8]) -> Result<(&str, &str)> {
+pub(crate) fn split_posting_key(key: &[u8]) -> Result<(&str, &str)> {
     let corrupt = |reason: &str| Error::Corrupt {
         family: cf::POSTINGS,
         reason: reason.to_string(),
@@ -360,14 +360,14 @@ pub fn split_posting_key(key: &[u8]) -> Result<(&str, &str)> {
 }
 
 /// The key of one dataset version entry: `dataset key \0 id`.
-pub fn dataset_entry_key(dataset: &str, id: u32) -> Vec<u8> {
+pub(crate) fn dataset_entry_key(dataset: &str, id: u32) -> Vec<u8> {
     let mut key = dataset_prefix(dataset);
     key.extend_from_slice(&id.to_be_bytes());
     key
 }
 
 /// The prefix of all version entries of a dataset.
-pub fn dataset_prefix(dataset: &str) -> Vec<u8> {
+pub(crate) fn dataset_prefix(dataset: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(dataset.len() + 5);
     key.extend_from_slice(dataset.as_bytes());
     key.push(0);

@@ -83,12 +83,12 @@ impl PostingDelta {
 ///
 /// # Errors
 /// [`Error::Corrupt`] for bytes that are not a posting delta.
-pub fn decode_postings(bytes: &[u8]) -> Result<RoaringBitmap> {
+pub(crate) fn decode_postings(bytes: &[u8]) -> Result<RoaringBitmap> {
     Ok(PostingDelta::decode(bytes)?.adds)
 }
 
 /// A set of ids in the value format of the postings family (a delta that only adds).
-pub fn encode_postings(ids: &RoaringBitmap) -> Vec<u8> {
+pub(crate) fn encode_postings(ids: &RoaringBitmap) -> Vec<u8> {
     PostingDelta {
         adds: ids.clone(),
         removes: RoaringBitmap::new(),

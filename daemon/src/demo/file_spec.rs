@@ -12,7 +12,7 @@ const FILL: f32 = 1e20;
 
 /// A global attribute value.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     /// Text.
     Text(String),
     /// A 32-bit integer.
@@ -23,7 +23,7 @@ pub enum Value {
 
 /// The on-disk format of a demo file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Format {
+pub(crate) enum Format {
     /// NetCDF classic (CDF-1), as most CMIP5 and CORDEX files.
     #[default]
     Classic,
@@ -33,7 +33,7 @@ pub enum Format {
 
 /// The data variable of a demo file.
 #[derive(Debug, Clone, PartialEq)]
-pub struct VariableSpec {
+pub(crate) struct VariableSpec {
     /// Variable name, e.g. `tas`.
     pub name: String,
     /// CF standard name.
@@ -52,7 +52,7 @@ pub struct VariableSpec {
 
 /// A CF time axis, written as `time` (unlimited) with `time_bnds` when bounds are given.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TimeAxis {
+pub(crate) struct TimeAxis {
     /// `<unit> since <date>`.
     pub units: String,
     /// CF calendar name.
@@ -65,7 +65,7 @@ pub struct TimeAxis {
 
 /// Everything [`write_netcdf`] needs for one file.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FileSpec {
+pub(crate) struct FileSpec {
     /// On-disk format.
     pub format: Format,
     /// Global attributes in writing order.
@@ -88,7 +88,7 @@ pub struct FileSpec {
 ///
 /// # Errors
 /// A message naming `path` when the file cannot be written.
-pub fn write_netcdf(path: &Path, spec: &FileSpec) -> Result<(), String> {
+pub(crate) fn write_netcdf(path: &Path, spec: &FileSpec) -> Result<(), String> {
     write(path, spec).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 

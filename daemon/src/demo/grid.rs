@@ -4,7 +4,7 @@ use netcdf::FileMut;
 
 /// The horizontal grid of a demo file.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Grid {
+pub(crate) enum Grid {
     /// 1-D `lat`/`lon` axes of `nlat` x `nlon` equal cells spanning the box, with `lat_bnds`/
     /// `lon_bnds` when `cell_bounds` is set. Longitudes may run 0..360.
     Regular {

@@ -14,8 +14,11 @@ mod vocabulary;
 use std::fs;
 use std::path::Path;
 
-pub use file_spec::{FileSpec, Format, TimeAxis, Value, VariableSpec, write_netcdf};
-pub use grid::Grid;
+pub(crate) use file_spec::write_netcdf;
+#[cfg(test)]
+pub(crate) use file_spec::{FileSpec, Format, TimeAxis, Value, VariableSpec};
+#[cfg(test)]
+pub(crate) use grid::Grid;
 
 #[cfg(test)]
 pub(crate) use dataset::GLOBAL_180;

@@ -3,7 +3,7 @@
 use crate::catalog::facet::STANDARD_FACETS;
 
 /// Built-in flavour names, in listing order.
-pub const BUILTIN_NAMES: [&str; 5] = ["svc", "cmip6", "cmip5", "cordex", "user"];
+pub(crate) const BUILTIN_NAMES: [&str; 5] = ["svc", "cmip6", "cmip5", "cordex", "user"];
 
 /// Mapping order of the DRS flavours (cmip6, cmip5, cordex).
 const DRS_ORDER: [&str; 22] = [
@@ -63,7 +63,7 @@ pub(super) const NEXTGEMS: [(&str, &str); 7] = [
 ];
 
 /// The full mapping (standard name -> flavour name, in mapping order) of a built-in flavour.
-pub fn builtin_mapping(name: &str) -> Option<Vec<(String, String)>> {
+pub(crate) fn builtin_mapping(name: &str) -> Option<Vec<(String, String)>> {
     let renamed = |order: &[&str], renames: &[(&str, &str)]| {
         order
             .iter()

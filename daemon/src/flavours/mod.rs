@@ -25,15 +25,15 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
-pub use builtin::{BUILTIN_NAMES, builtin_mapping};
-pub use manage::{FlavourRequest, ListFilter};
+pub(crate) use builtin::{BUILTIN_NAMES, builtin_mapping};
+pub use manage::{FlavourRequest, ListFilter, delete_is_global};
 
 use crate::catalog::facet::STANDARD_FACETS;
 use crate::db::{Batch, Db, cf, meta};
 use crate::error::{Error, Result};
 
 /// The owner the listing shows for global flavours.
-pub const GLOBAL_OWNER: &str = "global";
+pub(crate) const GLOBAL_OWNER: &str = "global";
 
 /// Standard facets shown first to clients that hide lesser-used ones: the first ten of the
 /// canonical order.
@@ -44,7 +44,7 @@ const REGIONAL_FACETS: [&str; 3] = ["rcm_name", "driving_model", "rcm_version"];
 
 /// A custom flavour as stored.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct StoredFlavour {
+pub(crate) struct StoredFlavour {
     /// Name of the flavour.
     pub flavour_name: String,
     /// `global` or the owner's user name.
@@ -351,7 +351,7 @@ fn encode(stored: &StoredFlavour) -> Vec<u8> {
 }
 
 /// The current UTC time as `YYYY-MM-DDThh:mm:ss`.
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S").to_string()
 }
 

@@ -40,8 +40,9 @@ use globset::{GlobBuilder, GlobMatcher};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
-pub use geometry::Shape;
-pub use params::{DEFAULT_LIMIT, Direction, MAX_LIMIT, SearchRequest, Token, split_list};
+pub(crate) use geometry::Shape;
+pub(crate) use params::{Direction, Token};
+pub use params::{SearchRequest, split_list};
 
 use crate::catalog::facet::HIERARCHY;
 use crate::catalog::query::{Clause, Field, Pattern};
@@ -51,13 +52,13 @@ use crate::databrowser::{item_properties, media_type, polygon, stac_instant};
 use crate::error::{Error, Result};
 
 /// The STAC version of every document.
-pub const STAC_VERSION: &str = "1.1.0";
+pub(crate) const STAC_VERSION: &str = "1.1.0";
 
 /// The facets a collection axis may be, coarse to fine.
-pub const AXES: &[&str] = &HIERARCHY;
+pub(crate) const AXES: &[&str] = &HIERARCHY;
 
 /// The conformance classes: exactly what is implemented.
-pub const CONFORMANCE: &[&str] = &[
+pub(crate) const CONFORMANCE: &[&str] = &[
     "https://api.stacspec.org/v1.0.0/core",
     "https://api.stacspec.org/v1.0.0/collections",
     "https://api.stacspec.org/v1.0.0/item-search",

@@ -13,9 +13,9 @@ use crate::catalog::time::TimeRange;
 use crate::error::{Error, Result};
 
 /// Page size when `limit` is not given.
-pub const DEFAULT_LIMIT: usize = 10;
+pub(crate) const DEFAULT_LIMIT: usize = 10;
 /// The largest page.
-pub const MAX_LIMIT: usize = 1000;
+pub(crate) const MAX_LIMIT: usize = 1000;
 
 /// Which way a paging token points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,7 @@
-//! The control socket: lets `svcd index ...` reach a running daemon, whose store is locked
-//! while it runs. A Unix socket in the data directory, mode 0600 from its creation on (see
-//! `bind_owner_only`), so only the daemon's user can write to the catalogue through it.
+//! The control socket, a transport of the daemon like HTTP: lets `svcd index ...` reach a
+//! running daemon, whose store is locked while it runs. A Unix socket in the data directory,
+//! mode 0600 from its creation on (see `bind_owner_only`), so only the daemon's user can write
+//! to the catalogue through it. The work runs through the daemon's [`Daemon::run`].
 //!
 //! Protocol: the client sends one JSON request line; for `add` the JSON Lines records follow
 //! until the client shuts down its write half. The daemon answers with JSON lines: `progress`
@@ -15,15 +16,12 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
-use crate::Daemon;
-use crate::catalog::facet::OWNER;
-use crate::catalog::{LoadSummary, Loader, Query, SearchParams, Source, Stats};
-use crate::error::{Error, Result};
+use svc_daemon::{Daemon, Error, LoadSummary, Loader, Result, Stats};
 
 /// A request on the control socket.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub enum Request {
+pub(crate) enum Request {
     /// Add JSON Lines records (they follow the request line).
     Add,
     /// Remove the records matching the filters (standard facet names, all versions).
@@ -38,7 +36,7 @@ pub enum Request {
 /// A reply line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Reply {
+pub(crate) enum Reply {
     /// Lines processed so far.
     Progress {
         /// Input lines read.
@@ -60,55 +58,11 @@ pub enum Reply {
     },
 }
 
-/// The query a removal runs: the filters over standard names, every version.
-///
-/// Which records: the crawled catalogue; with `user=NAME` (exactly one, an exact identity)
-/// only that user's entries; with nothing but `file=` filters every record at those locations,
-/// the catalogue's and every user's, so an operator can clear a location completely.
-///
-/// # Errors
-/// [`Error::InvalidParameter`] for an unknown facet or malformed value.
-pub fn removal_query(daemon: &Daemon, filters: &[(String, String)]) -> Result<Query> {
-    if filters.is_empty() {
-        return Err(Error::invalid(
-            "refusing to remove everything: give --file or at least one key=value filter",
-        ));
-    }
-    let owners: Vec<&str> = filters
-        .iter()
-        .filter(|(k, _)| k == OWNER)
-        .map(|(_, v)| v.as_str())
-        .collect();
-    let flavour = daemon
-        .flavours()
-        .resolve(if owners.is_empty() { "svc" } else { "user" }, None)?;
-    let mut pairs: Vec<(String, String)> = filters
-        .iter()
-        .filter(|(k, _)| k != OWNER)
-        .cloned()
-        .collect();
-    pairs.push(("multi-version".into(), "true".into()));
-    pairs.push(("translate".into(), "false".into()));
-    let params = SearchParams::parse(&pairs)?;
-    let mut query = Query::build(&flavour, &params)?;
-    match owners.as_slice() {
-        [] if filters.iter().all(|(k, _)| k == "file") => query.source = Source::Everything,
-        [] => {}
-        [owner] => query.only_owner(owner),
-        _ => {
-            return Err(Error::invalid(
-                "give at most one user=NAME: an owner is an exact name, not a list",
-            ));
-        }
-    }
-    Ok(query)
-}
-
 /// Serves the control socket until the task is dropped.
 ///
 /// # Errors
 /// When the socket cannot be created.
-pub async fn serve(daemon: Arc<Daemon>, path: &Path) -> Result<()> {
+pub(crate) async fn serve(daemon: Arc<Daemon>, path: &Path) -> Result<()> {
     let listener = bind_owner_only(path)?;
     loop {
         let (stream, _) = listener
@@ -163,15 +117,14 @@ async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<(
         Err(e) => Reply::Error {
             detail: format!("bad request: {e}"),
         },
-        Ok(Request::Stats) => Reply::Stats(daemon.catalog().stats()),
+        Ok(Request::Stats) => match daemon.run(|d| Ok(d.catalog().stats())).await {
+            Ok(stats) => Reply::Stats(stats),
+            Err(e) => Reply::Error {
+                detail: e.to_string(),
+            },
+        },
         Ok(Request::Remove { filters }) => {
-            let d = Arc::clone(&daemon);
-            let result = tokio::task::spawn_blocking(move || {
-                d.catalog().remove(&removal_query(&d, &filters)?)
-            })
-            .await
-            .expect("removal task does not panic");
-            match result {
+            match daemon.run(move |d| d.databrowser().remove(&filters)).await {
                 Ok(removed) => Reply::Removed { removed },
                 Err(e) => Reply::Error {
                     detail: e.to_string(),
@@ -181,8 +134,7 @@ async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<(
         Ok(Request::Add) => {
             let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<String>>(1024);
             let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
-            let d = Arc::clone(&daemon);
-            let loader = tokio::task::spawn_blocking(move || {
+            let loader = daemon.run(move |d| {
                 let catalog = Arc::clone(d.catalog());
                 let mut loader = Loader::new(|batch| catalog.add(batch));
                 while let Some(Some(line)) = rx.blocking_recv() {
@@ -207,7 +159,7 @@ async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<(
                 }
             }
             drop(tx);
-            match loader.await.expect("loader task does not panic") {
+            match loader.await {
                 Ok(summary) => Reply::Loaded(summary),
                 Err(e) => Reply::Error {
                     detail: e.to_string(),
@@ -224,13 +176,13 @@ async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<(
 }
 
 /// A client connection to a running daemon's control socket.
-pub struct Client {
+pub(crate) struct Client {
     writer: BufWriter<UnixStream>,
 }
 
 impl Client {
     /// Connects, or returns `None` when no daemon listens on `path`.
-    pub fn connect(path: &Path) -> Option<Self> {
+    pub(crate) fn connect(path: &Path) -> Option<Self> {
         UnixStream::connect(path).ok().map(|stream| Client {
             writer: BufWriter::with_capacity(1 << 16, stream),
         })
@@ -240,7 +192,7 @@ impl Client {
     ///
     /// # Errors
     /// An I/O error on the socket.
-    pub fn send(&mut self, request: &Request) -> Result<()> {
+    pub(crate) fn send(&mut self, request: &Request) -> Result<()> {
         let line = serde_json::to_string(request).expect("requests serialise");
         self.send_line(&line)
     }
@@ -249,7 +201,7 @@ impl Client {
     ///
     /// # Errors
     /// An I/O error on the socket.
-    pub fn send_line(&mut self, line: &str) -> Result<()> {
+    pub(crate) fn send_line(&mut self, line: &str) -> Result<()> {
         let io = |e| Error::io("control socket", e);
         self.writer.write_all(line.as_bytes()).map_err(io)?;
         self.writer.write_all(b"\n").map_err(io)
@@ -259,7 +211,7 @@ impl Client {
     ///
     /// # Errors
     /// An I/O error, or a reply that is not JSON.
-    pub fn finish(self, mut on_progress: impl FnMut(u64)) -> Result<Reply> {
+    pub(crate) fn finish(self, mut on_progress: impl FnMut(u64)) -> Result<Reply> {
         let io = |e| Error::io("control socket", e);
         let stream = self.writer.into_inner().map_err(|e| io(e.into_error()))?;
         stream.shutdown(std::net::Shutdown::Write).map_err(io)?;

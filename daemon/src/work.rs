@@ -1,0 +1,138 @@
+//! The one way the facades run the daemon's blocking work: [`Daemon::run`] and
+//! [`Daemon::run_expensive`] move it to tokio's blocking pool, never onto the async workers
+//! (there are as many as cores, so one long search there would stall every request, `/ping`
+//! included). Everything that touches RocksDB, scans columns or reads NetCDF is blocking; the
+//! HTTP handlers and the control socket call it through here, and code that already runs on
+//! its own threads (a FUSE session, a conversion job) calls the daemon directly.
+//!
+//! Expensive work (searches, counts, catalogues, STAC pages) also takes one of a bounded number
+//! of [`ExpensiveSlot`]s (`http.max_expensive_requests`, shared by every facade). A caller that
+//! finds them all taken waits up to [`SLOT_WAIT`] and then gets [`Error::Busy`], so a burst of
+//! heavy requests cannot take the machine from everyone else; cheap work takes no slot. A panic
+//! in the work becomes [`Error::WorkerFailed`], not a lost connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::Daemon;
+use crate::error::{Error, Result};
+
+/// How long expensive work waits for a slot before it is turned away.
+pub const SLOT_WAIT: Duration = Duration::from_secs(2);
+
+/// The slots of expensive work.
+pub(crate) struct Slots(Arc<Semaphore>);
+
+impl Slots {
+    pub(crate) fn new(count: usize) -> Self {
+        Slots(Arc::new(Semaphore::new(count.max(1))))
+    }
+}
+
+/// A slot of expensive work, held until dropped (move it into the producer of a streamed
+/// answer to hold it until the answer is produced).
+#[derive(Debug)]
+pub struct ExpensiveSlot(#[expect(dead_code, reason = "held for its drop")] OwnedSemaphorePermit);
+
+impl Daemon {
+    /// Takes a slot of expensive work, waiting up to [`SLOT_WAIT`].
+    ///
+    /// # Errors
+    /// [`Error::Busy`] when every slot stays taken.
+    pub async fn expensive_slot(&self) -> Result<ExpensiveSlot> {
+        let waiting = Arc::clone(&self.slots.0).acquire_owned();
+        match tokio::time::timeout(SLOT_WAIT, waiting).await {
+            Ok(Ok(permit)) => Ok(ExpensiveSlot(permit)),
+            _ => Err(Error::Busy { retry: SLOT_WAIT }),
+        }
+    }
+
+    /// Starts `work` on the blocking pool at once; the returned future is its result (it
+    /// borrows nothing, so a caller can go on with other things and await it later).
+    ///
+    /// # Errors
+    /// The work's error, or [`Error::WorkerFailed`] when it panicked.
+    pub fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Daemon) -> Result<T> + Send + 'static,
+    ) -> impl Future<Output = Result<T>> + Send + 'static {
+        let daemon = Arc::clone(self);
+        let task = tokio::task::spawn_blocking(move || work(&daemon));
+        async move {
+            task.await.map_err(|e| Error::WorkerFailed {
+                reason: e.to_string(),
+            })?
+        }
+    }
+
+    /// Runs expensive `work` on the blocking pool in one of the slots.
+    ///
+    /// # Errors
+    /// [`Error::Busy`] when no slot frees in time, else as [`Daemon::run`].
+    pub async fn run_expensive<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Daemon) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let _slot = self.expensive_slot().await?;
+        self.run(work).await
+    }
+
+    /// Starts `produce` on the blocking pool holding `slot` until it returns: the producer of
+    /// a streamed answer, which sends its parts through a channel the facade reads.
+    pub fn produce(
+        self: &Arc<Self>,
+        slot: ExpensiveSlot,
+        produce: impl FnOnce(&Daemon) + Send + 'static,
+    ) {
+        let daemon = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            produce(&daemon);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn daemon(slots: usize) -> (tempfile::TempDir, Arc<Daemon>) {
+        let dir = tempfile::tempdir().unwrap();
+        let overrides = crate::config::Overrides {
+            data_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
+        let mut config = crate::Config::from_sources(None, &[], &overrides).unwrap();
+        config.http.max_expensive_requests = slots;
+        (dir, Arc::new(Daemon::open(config).unwrap()))
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_the_work_is_an_internal_error() {
+        let (_dir, daemon) = daemon(1);
+        let error = daemon
+            .run(|_| -> Result<()> { panic!("boom") })
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::WorkerFailed { .. }), "{error:?}");
+        assert_eq!(error.kind(), crate::ErrorKind::Internal);
+        // The pool survives it.
+        assert_eq!(daemon.run(|_| Ok(7)).await.unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn expensive_work_waits_for_a_slot_then_is_busy() {
+        let (_dir, daemon) = daemon(1);
+        let held = daemon.expensive_slot().await.unwrap();
+        let error = daemon.run_expensive(|_| Ok(())).await.unwrap_err();
+        assert!(
+            matches!(error, Error::Busy { retry } if retry == SLOT_WAIT),
+            "{error:?}"
+        );
+        assert_eq!(error.kind(), crate::ErrorKind::Unavailable);
+        drop(held);
+        assert_eq!(daemon.run_expensive(|_| Ok(1)).await.unwrap(), 1);
+    }
+}
