@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 pub(crate) use intake::IntakeCatalogue;
 pub(crate) use static_stac::StaticCatalogue;
-pub(crate) use static_stac::{item_properties, media_type, polygon, stac_instant};
 
 use crate::catalog::facet::{self, default_count_facets};
 use crate::catalog::{

@@ -11,15 +11,14 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use zip::write::SimpleFileOptions;
 
-use crate::catalog::time::format_instant;
 use crate::catalog::{Catalog, Cursor, Extent, Record, Selection};
 use crate::error::{Error, Result};
+use crate::stac::{Asset, Collection, Item, Link, StacCatalog, media_type};
 
 use super::Search;
-use crate::stac::STAC_VERSION;
 
 const BATCH: usize = 2_000;
 
@@ -111,16 +110,16 @@ impl StaticCatalogue {
     }
 
     fn catalog_json(&self) -> Value {
-        json!({
-            "type": "Catalog",
-            "stac_version": STAC_VERSION,
-            "id": "static-catalog",
-            "description": "Static STAC catalog of an svc-nextgen databrowser search",
-            "links": [
-                {"rel": "root", "href": "./catalog.json", "type": "application/json"},
-                {"rel": "child", "href": format!("./collections/{}/collection.json", self.collection_id), "type": "application/json"},
+        let child = format!("./collections/{}/collection.json", self.collection_id);
+        StacCatalog::new(
+            "static-catalog",
+            "Static STAC catalog of an svc-nextgen databrowser search",
+            vec![
+                Link::new("root", "./catalog.json", "application/json"),
+                Link::new("child", child, "application/json"),
             ],
-        })
+        )
+        .to_value()
     }
 
     fn search_query(&self, extra: Option<(&str, &str)>) -> String {
@@ -152,188 +151,87 @@ impl StaticCatalogue {
             "uri" => &record.uri,
             _ => &record.file,
         };
-        let properties = item_properties(
-            record,
-            |std| flavour.to_flavour(std).unwrap_or(std).to_owned(),
-            location,
+        let facet_name = |std: &str| flavour.to_flavour(std).unwrap_or(std).to_owned();
+        let intake = format!(
+            "{}?{}",
+            self.endpoint("intake-catalogue"),
+            self.search_query(Some(("file", &record.file)))
         );
-        let mut item = json!({
-            "type": "Feature",
-            "stac_version": STAC_VERSION,
-            "stac_extensions": [],
-            "id": format!("item{n}"),
-            "geometry": record.bbox.map(polygon),
-            "properties": properties,
-            "links": [
-                {"rel": "self", "href": format!("./item{n}.json"), "type": "application/json"},
-                {"rel": "root", "href": "../../../catalog.json", "type": "application/json"},
-                {"rel": "parent", "href": "../../../catalog.json", "type": "application/json"},
-                {"rel": "collection", "href": "../collection.json", "type": "application/json"},
-            ],
-            "assets": {
-                "access-data": {
-                    "href": location,
-                    "title": "Access data",
-                    "description": "The file or object this item describes.",
-                    "roles": ["data"],
-                    "type": media_type(location),
-                },
-                "intake-catalogue": {
-                    "href": format!("{}?{}", self.endpoint("intake-catalogue"), self.search_query(Some(("file", &record.file)))),
-                    "title": "intake-esm catalogue",
-                    "description": "An intake-esm catalogue of this file: intake.open_esm_datastore(href).",
-                    "roles": ["metadata"],
-                    "type": "application/json",
-                },
-            },
-            "collection": self.collection_id,
-        });
-        if let Some(b) = record.bbox {
-            item["bbox"] = json!(b);
-        }
-        item
+        let json = "application/json";
+        Item::of_record(
+            format!("item{n}"),
+            record,
+            facet_name,
+            location,
+            &self.collection_id,
+        )
+        .link(Link::new("self", format!("./item{n}.json"), json))
+        .link(Link::new("root", "../../../catalog.json", json))
+        .link(Link::new("parent", "../../../catalog.json", json))
+        .link(Link::new("collection", "../collection.json", json))
+        .asset(
+            "access-data",
+            Asset::new(
+                location.clone(),
+                "Access data",
+                media_type(location),
+                &["data"],
+            )
+            .described("The file or object this item describes."),
+        )
+        .asset(
+            "intake-catalogue",
+            Asset::new(intake, "intake-esm catalogue", json, &["metadata"]).described(
+                "An intake-esm catalogue of this file: intake.open_esm_datastore(href).",
+            ),
+        )
+        .to_value()
     }
 
     fn collection_json(&self, items: usize, extent: &Extent) -> Value {
-        let mut links = vec![
-            json!({"rel": "root", "href": "../../catalog.json", "type": "application/json"}),
-            json!({"rel": "parent", "href": "../../catalog.json", "type": "application/json"}),
-        ];
-        links.extend((0..items).map(|n| json!({"rel": "item", "href": format!("./items/item{n}.json"), "type": "application/json"})));
+        let json = "application/json";
         let query = self.search_query(None);
-        json!({
-            "type": "Collection",
-            "stac_version": STAC_VERSION,
-            "stac_extensions": [],
-            "id": self.collection_id,
-            "description": "Static STAC collection of an svc-nextgen databrowser search",
-            "license": "other",
-            "extent": {
-                "spatial": {"bbox": [extent.bbox.unwrap_or([-180.0, -90.0, 180.0, 90.0])]},
-                "temporal": {"interval": [[extent.start.map(stac_instant), extent.end.map(stac_instant)]]},
-            },
-            "links": links,
-            "assets": {
-                "intake-catalogue": {
-                    "href": format!("{}?{query}", self.endpoint("intake-catalogue")),
-                    "title": "intake-esm catalogue",
-                    "roles": ["metadata"],
-                    "type": "application/json",
-                },
-                "stac-catalogue": {
-                    "href": format!("{}?{query}", self.endpoint("stac-catalogue")),
-                    "title": "This STAC Catalogue",
-                    "roles": ["metadata"],
-                    "type": "application/zip",
-                },
-                "data-search": {
-                    "href": format!("{}?{query}", self.endpoint("data-search")),
-                    "title": "Locations of the search",
-                    "roles": ["metadata"],
-                    "type": "text/plain",
-                },
-            },
-            "providers": [{"name": "svc-nextgen databrowser", "url": self.links.api_base}],
-        })
-    }
-}
-
-/// A record's STAC item properties, for the static catalogue and the STAC API alike: every
-/// facet as an array of strings (under the name `facet_name` gives it), `version`, `title`,
-/// and the item times.
-pub(crate) fn item_properties(
-    record: &Record,
-    facet_name: impl Fn(&str) -> String,
-    title: &str,
-) -> serde_json::Map<String, Value> {
-    let mut properties = serde_json::Map::new();
-    for (facet, values) in &record.facets {
-        properties.insert(
-            facet_name(facet),
-            values.iter().cloned().map(Value::String).collect(),
-        );
-    }
-    if let Some(v) = &record.version {
-        properties.insert("version".into(), Value::String(v.clone()));
-    }
-    properties.insert("title".into(), Value::String(title.to_owned()));
-    insert_times(&mut properties, record);
-    properties
-}
-
-/// The first and last second STAC documents can show: RFC 3339 and the clients' date types
-/// (Python's `datetime`) know the years 1 to 9999 only.
-const FIRST_INSTANT: i64 = -62_135_596_800;
-const LAST_INSTANT: i64 = 253_402_300_799;
-
-/// Formats a time for a STAC document (API and static catalogue). Catalogue ranges may reach
-/// beyond what RFC 3339 can say: time-invariant files are often given as `[0 TO 9999]`, whose
-/// start is in year 0. Decision: such a time is shown as the nearest instant that can be
-/// written (0001-01-01T00:00:00Z), as the open interval of a time-invariant item is.
-pub(crate) fn stac_instant(seconds: i64) -> String {
-    format_instant(seconds.clamp(FIRST_INSTANT, LAST_INSTANT))
-}
-
-/// Adds an item's `datetime`, `start_datetime` and `end_datetime`. A record without a time
-/// range is time-invariant (fx): `datetime: null` with the open interval 0001..9999, which
-/// STAC requires for a null datetime.
-fn insert_times(properties: &mut serde_json::Map<String, Value>, record: &Record) {
-    let (start, end, datetime) = match record.time_range() {
-        Some(t) => (
-            stac_instant(t.start),
-            stac_instant(t.end),
-            Value::String(stac_instant(t.start)),
-        ),
-        None => (
-            stac_instant(FIRST_INSTANT),
-            stac_instant(LAST_INSTANT),
-            Value::Null,
-        ),
-    };
-    properties.insert("datetime".into(), datetime);
-    properties.insert("start_datetime".into(), Value::String(start));
-    properties.insert("end_datetime".into(), Value::String(end));
-}
-
-/// The closed polygon of a box `[min_lon, min_lat, max_lon, max_lat]`.
-pub(crate) fn polygon([min_lon, min_lat, max_lon, max_lat]: [f64; 4]) -> Value {
-    json!({
-        "type": "Polygon",
-        "coordinates": [[[min_lon, min_lat], [max_lon, min_lat], [max_lon, max_lat], [min_lon, max_lat], [min_lon, min_lat]]],
-    })
-}
-
-/// The media type of a location, from its suffix.
-pub(crate) fn media_type(location: &str) -> &'static str {
-    let lower = location.to_ascii_lowercase();
-    let suffix = lower.rsplit('.').next().unwrap_or("");
-    match suffix {
-        "zarr" => "application/vnd+zarr",
-        "nc" | "nc4" | "cdf" | "netcdf" => "application/netcdf",
-        "grb" | "grib" | "grb2" | "grib2" => "application/wmo-GRIB2",
-        "h5" | "hdf5" | "hdf" => "application/x-hdf5",
-        "tif" | "tiff" => "image/tiff; application=geotiff",
-        "json" => "application/json",
-        _ => "application/octet-stream",
+        let links = [
+            Link::new("root", "../../catalog.json", json),
+            Link::new("parent", "../../catalog.json", json),
+        ]
+        .into_iter()
+        .chain((0..items).map(|n| Link::new("item", format!("./items/item{n}.json"), json)));
+        let description = "Static STAC collection of an svc-nextgen databrowser search";
+        Collection::new(&self.collection_id, description.into(), extent)
+            .links(links)
+            .asset(
+                "intake-catalogue",
+                Asset::new(
+                    format!("{}?{query}", self.endpoint("intake-catalogue")),
+                    "intake-esm catalogue",
+                    json,
+                    &["metadata"],
+                ),
+            )
+            .asset(
+                "stac-catalogue",
+                Asset::new(
+                    format!("{}?{query}", self.endpoint("stac-catalogue")),
+                    "This STAC Catalogue",
+                    "application/zip",
+                    &["metadata"],
+                ),
+            )
+            .asset(
+                "data-search",
+                Asset::new(
+                    format!("{}?{query}", self.endpoint("data-search")),
+                    "Locations of the search",
+                    "text/plain",
+                    &["metadata"],
+                ),
+            )
+            .provider("svc-nextgen databrowser", &[], &self.links.api_base)
+            .to_value()
     }
 }
 
 fn zip_error(e: zip::result::ZipError) -> Error {
     Error::io("write static catalogue", std::io::Error::other(e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stac_times_stay_within_years_1_to_9999() {
-        let mut r = Record::new("/fx.nc");
-        r.time = Some("[0 TO 9999]".into());
-        let p = item_properties(&r, str::to_owned, "fx");
-        assert_eq!(p["start_datetime"], "0001-01-01T00:00:00Z");
-        assert_eq!(p["datetime"], "0001-01-01T00:00:00Z");
-        assert_eq!(p["end_datetime"], "9999-12-31T23:59:59Z");
-        assert_eq!(stac_instant(0), "1970-01-01T00:00:00Z");
-    }
 }

@@ -31,6 +31,7 @@
 //!   `/inspect/` pages, which a deployment serves next to the API.
 
 mod geometry;
+mod model;
 mod params;
 
 use std::collections::HashMap;
@@ -41,6 +42,9 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 pub(crate) use geometry::Shape;
+pub(crate) use model::{
+    Asset, Catalog as StacCatalog, Collection, Item, Link, STAC_VERSION, media_type,
+};
 pub(crate) use params::{Direction, Token};
 pub use params::{SearchRequest, split_list};
 
@@ -48,11 +52,7 @@ use crate::catalog::facet::HIERARCHY;
 use crate::catalog::query::{Clause, Field, Pattern};
 use crate::catalog::time::SelectMode;
 use crate::catalog::{Anchor, Catalog, Extent, Query, Record, item_id, parse_item_id};
-use crate::databrowser::{item_properties, media_type, polygon, stac_instant};
 use crate::error::{Error, Result};
-
-/// The STAC version of every document.
-pub(crate) const STAC_VERSION: &str = "1.1.0";
 
 /// The facets a collection axis may be, coarse to fine.
 pub(crate) const AXES: &[&str] = &HIERARCHY;
@@ -159,8 +159,8 @@ impl Scope {
         !self.view.is_empty() && !self.view.iter().all(|p| p == "*")
     }
 
-    fn link(&self, rel: &str, path: &str, media: &str, title: &str) -> Value {
-        json!({"rel": rel, "href": self.href(path, &[]), "type": media, "title": title})
+    fn link(&self, rel: &str, path: &str, media: &str, title: &str) -> Link {
+        Link::new(rel, self.href(path, &[]), media).titled(title)
     }
 
     /// The web pages next to the API (the public base URL without the API prefix).
@@ -583,7 +583,7 @@ impl StacApi {
             .collect();
         let mut links = vec![
             paging_link(scope, "self", path, request, None, method),
-            scope.link("root", "/", "application/json", "Landing page"),
+            json!(scope.link("root", "/", "application/json", "Landing page")),
         ];
         // `next` pivots on the page's last item, `prev` on its first.
         for (rel, direction, wanted, pivot) in [
@@ -738,33 +738,30 @@ fn post_body(scope: &Scope, request: &SearchRequest, token: Option<&Token>) -> M
 }
 
 fn collection_json(scope: &Scope, c: &CollectionSummary) -> Value {
-    let interval = json!([[
-        c.extent.start.map(stac_instant),
-        c.extent.end.map(stac_instant)
-    ]]);
-    let bbox = c.extent.bbox.unwrap_or([-180.0, -90.0, 180.0, 90.0]);
     let path = format!("/collections/{}", c.id);
     let title = c.id.to_uppercase();
-    json!({
-        "type": "Collection",
-        "stac_version": STAC_VERSION,
-        "stac_extensions": [],
-        "id": c.id,
-        "title": title,
-        "description": format!("Records whose {} is {}: {} items.", scope.axis, c.id, c.items),
-        "summaries": c.summaries,
-        "keywords": [c.id, scope.axis, "climate"],
-        "license": "other",
-        "providers": [{"name": "svc-nextgen", "roles": ["host"], "url": scope.root()}],
-        "extent": {"spatial": {"bbox": [bbox]}, "temporal": {"interval": interval}},
-        "links": [
+    let description = format!(
+        "Records whose {} is {}: {} items.",
+        scope.axis, c.id, c.items
+    );
+    let keywords = vec![c.id.clone(), scope.axis.clone(), "climate".into()];
+    Collection::new(&c.id, description, &c.extent)
+        .titled(&title)
+        .summarised(c.summaries.clone(), keywords)
+        .provider("svc-nextgen", &["host"], &scope.root())
+        .links([
             scope.link("self", &path, "application/json", &title),
             scope.link("root", "/", "application/json", "Landing page"),
             scope.link("parent", "/", "application/json", "Landing page"),
             scope.link("items", &format!("{path}/items"), GEO_JSON, "Items"),
-            scope.link("http://www.opengis.net/def/rel/ogc/1.0/queryables", &format!("{path}/queryables"), SCHEMA_JSON, "Queryables"),
-        ],
-    })
+            scope.link(
+                "http://www.opengis.net/def/rel/ogc/1.0/queryables",
+                &format!("{path}/queryables"),
+                SCHEMA_JSON,
+                "Queryables",
+            ),
+        ])
+        .to_value()
 }
 
 /// Whether a record's file is on a file system the service can read (as opposed to an
@@ -780,79 +777,78 @@ fn is_local(record: &Record) -> bool {
 }
 
 fn item_json(scope: &Scope, record: &Record, collection: &str) -> Value {
-    let id = item_id(&record.file);
-    let properties = item_properties(record, str::to_owned, &record.file);
     let file_query = form_urlencoded::Serializer::new(String::new())
         .append_pair("file", &record.file)
         .finish();
     let api = &scope.api_base;
     let access = if is_local(record) {
-        json!({
-            "href": format!("{api}/databrowser/load/svc?{file_query}"),
-            "title": "Access data (Zarr stream)",
-            "description": "The file converted to a Zarr store on request; needs a bearer token.",
-            "roles": ["data"],
-            "type": "application/vnd+zarr",
-            "requires": ["oauth2"],
-            "svc:storage": "local",
-        })
+        Asset::new(
+            format!("{api}/databrowser/load/svc?{file_query}"),
+            "Access data (Zarr stream)",
+            "application/vnd+zarr",
+            &["data"],
+        )
+        .described("The file converted to a Zarr store on request; needs a bearer token.")
+        .stored("local", &["oauth2"])
     } else {
-        json!({
-            "href": record.uri,
-            "title": "Access data",
-            "description": "The object this item describes.",
-            "roles": ["data"],
-            "type": media_type(&record.uri),
-            "svc:storage": "remote",
-        })
+        Asset::new(
+            record.uri.clone(),
+            "Access data",
+            media_type(&record.uri),
+            &["data"],
+        )
+        .described("The object this item describes.")
+        .stored("remote", &[])
     };
     let web = scope.web_base();
+    let id = item_id(&record.file);
     let item_path = format!("/collections/{collection}/items/{id}");
+    let collection_path = format!("/collections/{collection}");
     let title = collection.to_uppercase();
-    let mut item = json!({
-        "type": "Feature",
-        "stac_version": STAC_VERSION,
-        "stac_extensions": [],
-        "id": id,
-        "geometry": record.bbox.map(polygon),
-        "properties": properties,
-        "links": [
-            scope.link("self", &item_path, GEO_JSON, "This item"),
-            scope.link("root", "/", "application/json", "Landing page"),
-            scope.link("parent", &format!("/collections/{collection}"), "application/json", &title),
-            scope.link("collection", &format!("/collections/{collection}"), "application/json", &title),
-        ],
-        "assets": {
-            "svc-databrowser": {
-                "href": format!("{web}/databrowser/?{}={collection}&{file_query}", scope.axis),
-                "title": "Databrowser",
-                "roles": ["overview"],
-                "type": "text/html",
-            },
-            "svc-data-viewer": {
-                "href": format!("{web}/inspect/?{file_query}"),
-                "title": "Data viewer",
-                "roles": ["overview", "visual"],
-                "type": "text/html",
-            },
-            "access-data": access,
-            "intake-catalogue": {
-                "href": format!("{api}/databrowser/intake-catalogue/svc/file?{file_query}"),
-                "title": "intake-esm catalogue",
-                "roles": ["metadata"],
-                "type": "application/json",
-            },
-            "stac-catalogue": {
-                "href": format!("{api}/databrowser/stac-catalogue/svc/file?{file_query}"),
-                "title": "Static STAC catalogue",
-                "roles": ["metadata"],
-                "type": "application/zip",
-            },
-        },
-        "collection": collection,
-    });
-    if let Some(b) = record.bbox {
-        item["bbox"] = json!(b);
-    }
-    item
+    Item::of_record(id, record, str::to_owned, &record.file, collection)
+        .link(scope.link("self", &item_path, GEO_JSON, "This item"))
+        .link(scope.link("root", "/", "application/json", "Landing page"))
+        .link(scope.link("parent", &collection_path, "application/json", &title))
+        .link(scope.link("collection", &collection_path, "application/json", &title))
+        .asset(
+            "svc-databrowser",
+            Asset::new(
+                format!(
+                    "{web}/databrowser/?{}={collection}&{file_query}",
+                    scope.axis
+                ),
+                "Databrowser",
+                "text/html",
+                &["overview"],
+            ),
+        )
+        .asset(
+            "svc-data-viewer",
+            Asset::new(
+                format!("{web}/inspect/?{file_query}"),
+                "Data viewer",
+                "text/html",
+                &["overview", "visual"],
+            ),
+        )
+        .asset("access-data", access)
+        .asset(
+            "intake-catalogue",
+            Asset::new(
+                format!("{api}/databrowser/intake-catalogue/svc/file?{file_query}"),
+                "intake-esm catalogue",
+                "application/json",
+                &["metadata"],
+            ),
+        )
+        .asset(
+            "stac-catalogue",
+            Asset::new(
+                format!("{api}/databrowser/stac-catalogue/svc/file?{file_query}"),
+                "Static STAC catalogue",
+                "application/zip",
+                &["metadata"],
+            ),
+        )
+        .to_value()
 }
