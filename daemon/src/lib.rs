@@ -33,12 +33,13 @@ pub use catalog::{
 };
 pub use config::{API_PREFIX, Config, Overrides, home_dir, login_name};
 pub use crawl::{Drs, find_netcdf_files, read_record};
+pub use databrowser::params::{flavour_delete_is_global, flavour_list_filter};
 pub use databrowser::{Databrowser, Search, StaticLinks};
 pub use db::Db;
 #[cfg(feature = "demo")]
 pub use demo::{DemoSummary, write_demo_tree};
 pub use error::{Error, ErrorKind, Result};
-pub use flavours::{FlavourRequest, Flavours, ListFilter, delete_is_global};
+pub use flavours::{FlavourRequest, Flavours, ListFilter};
 pub use stac::{
     GEO_JSON, Method, OPENAPI_JSON, SCHEMA_JSON, Scope, SearchRequest, StacApi, split_list,
 };

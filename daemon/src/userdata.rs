@@ -35,7 +35,8 @@ use serde_json::{Map, Value};
 use crate::auth::Caller;
 use crate::catalog::facet::{self, OWNER, STANDARD_FACETS};
 use crate::catalog::time::TimeRange;
-use crate::catalog::{Catalog, Query, Record, SearchParams};
+use crate::catalog::{Catalog, Record};
+use crate::databrowser::params::{SearchParams, build_query};
 use crate::error::{Error, Result};
 use crate::flavours::Flavour;
 
@@ -243,7 +244,7 @@ pub(crate) fn delete(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<
         pairs.push((key, value));
     }
     let params = SearchParams::parse(&pairs)?;
-    let mut query = Query::build(&Flavour::builtin("user"), &params)?;
+    let mut query = build_query(&Flavour::builtin("user"), &params)?;
     query.only_owner(&caller.user);
     let removed = catalog.remove(&query)?;
     Ok(format!(
@@ -417,7 +418,7 @@ mod tests {
                 .chain([("multi-version".to_string(), "true".to_string())])
                 .collect();
             let params = SearchParams::parse(&pairs).unwrap();
-            let query = Query::build(&Flavour::builtin(flavour), &params).unwrap();
+            let query = build_query(&Flavour::builtin(flavour), &params).unwrap();
             catalog.select(&query).len()
         };
         assert_eq!((count("svc", None), count("user", Some("john"))), (1, 10));

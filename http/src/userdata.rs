@@ -7,7 +7,7 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{post, put};
 use serde_json::{Value, json};
-use svc_daemon::{FlavourRequest, ListFilter, delete_is_global};
+use svc_daemon::{FlavourRequest, flavour_delete_is_global, flavour_list_filter};
 
 use crate::AppState;
 use crate::auth::{Authenticated, MaybeAuthenticated};
@@ -77,7 +77,7 @@ async fn list_flavours(
     caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
-    let filter = ListFilter::from_pairs(&pairs)?;
+    let filter = flavour_list_filter(&pairs)?;
     let caller = caller.0;
     let list = state
         .daemon
@@ -119,7 +119,7 @@ async fn delete_flavour(
     Authenticated(caller): Authenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let global = delete_is_global(&pairs)?;
+    let global = flavour_delete_is_global(&pairs)?;
     let message = state
         .daemon
         .run(move |daemon| daemon.flavours().delete(&caller, &name, global))

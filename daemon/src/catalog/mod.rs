@@ -30,7 +30,7 @@ use roaring::RoaringBitmap;
 
 pub use ingest::WriteCounts;
 pub use loader::{LOAD_BATCH, LoadSummary, Loader, Rejection};
-pub(crate) use query::{Query, SearchParams, Source};
+pub(crate) use query::{Query, Source};
 pub(crate) use record::Identity;
 pub use record::Record;
 

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::query::{Query, SearchParams};
 use super::record::Record;
 use super::{Catalog, time::TimeRange};
+use crate::databrowser::params::{SearchParams, build_query};
 use crate::db::Db;
 use crate::flavours::{Flavour, builtin_mapping};
 
@@ -179,7 +179,7 @@ fn bitmap_search_agrees_with_a_linear_scan() {
             ];
             let params = SearchParams::parse(&pairs).unwrap();
             catalog
-                .remove(&Query::build(&svc, &params).unwrap())
+                .remove(&build_query(&svc, &params).unwrap())
                 .unwrap();
             records.retain(|r| r.facets["project"][0] != "obs");
         }
@@ -194,7 +194,7 @@ fn bitmap_search_agrees_with_a_linear_scan() {
         for _ in 0..300 {
             let pairs = random_filters(&mut rng);
             let params = SearchParams::parse(&pairs).unwrap();
-            let query = Query::build(&svc, &params).unwrap();
+            let query = build_query(&svc, &params).unwrap();
             let selection = catalog.select(&query);
             let counts = catalog.facet_counts(&selection, &["project", "variable"]);
             let mut cursor = catalog.cursor(selection, 0);

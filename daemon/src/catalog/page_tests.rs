@@ -69,11 +69,12 @@ fn item_ids_are_stable_and_find_their_record() {
     };
     assert_eq!(catalog.select(&query).len(), 1);
 
-    let params = super::SearchParams::parse(&[("file".into(), path.into())]).unwrap();
+    let params =
+        crate::databrowser::params::SearchParams::parse(&[("file".into(), path.into())]).unwrap();
     let svc = crate::flavours::Flavour::builtin("svc");
     assert_eq!(
         catalog
-            .remove(&Query::build(&svc, &params).unwrap())
+            .remove(&crate::databrowser::params::build_query(&svc, &params).unwrap())
             .unwrap(),
         1
     );

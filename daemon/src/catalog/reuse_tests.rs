@@ -79,9 +79,14 @@ fn cursors_skip_records_born_after_their_selection() {
 /// Ten records in a thousand: small enough for the sorted plan.
 fn small_query() -> Query {
     let mut query = everything();
-    let p =
-        super::SearchParams::parse(&[("file".to_string(), "/old/f0000?.nc".to_string())]).unwrap();
+    let p = crate::databrowser::params::SearchParams::parse(&[(
+        "file".to_string(),
+        "/old/f0000?.nc".to_string(),
+    )])
+    .unwrap();
     let flavour = crate::flavours::Flavour::builtin("svc");
-    query.clauses = Query::build(&flavour, &p).unwrap().clauses;
+    query.clauses = crate::databrowser::params::build_query(&flavour, &p)
+        .unwrap()
+        .clauses;
     query
 }

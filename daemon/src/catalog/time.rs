@@ -26,7 +26,7 @@ pub struct TimeRange {
 
 /// How a query range selects record ranges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SelectMode {
+pub(crate) enum SelectMode {
     /// The ranges intersect.
     #[default]
     Flexible,
@@ -38,7 +38,7 @@ pub enum SelectMode {
 
 impl SelectMode {
     /// Parses `flexible`, `strict` or `file` (any case).
-    pub fn parse(value: &str) -> Option<Self> {
+    pub(crate) fn parse(value: &str) -> Option<Self> {
         match value.to_ascii_lowercase().as_str() {
             "flexible" => Some(SelectMode::Flexible),
             "strict" => Some(SelectMode::Strict),
@@ -48,7 +48,7 @@ impl SelectMode {
     }
 
     /// Whether `record` is selected by `query` for 1-D intervals given as `(lo, hi)`.
-    pub fn selects<T: PartialOrd + Copy>(self, record: (T, T), query: (T, T)) -> bool {
+    pub(crate) fn selects<T: PartialOrd + Copy>(self, record: (T, T), query: (T, T)) -> bool {
         match self {
             SelectMode::Flexible => record.0 <= query.1 && record.1 >= query.0,
             SelectMode::Strict => query.0 <= record.0 && record.1 <= query.1,

@@ -3,6 +3,7 @@
 //! it. The HTTP facade only extracts and shapes.
 
 mod intake;
+pub(crate) mod params;
 mod static_stac;
 
 use std::sync::Arc;
@@ -11,11 +12,10 @@ pub(crate) use intake::IntakeCatalogue;
 pub(crate) use static_stac::StaticCatalogue;
 
 use crate::catalog::facet::{self, default_count_facets};
-use crate::catalog::{
-    Catalog, Cursor, FacetCounts, Query, SearchParams, Selection, Source, UniqKey,
-};
+use crate::catalog::{Catalog, Cursor, FacetCounts, Query, Selection, Source, UniqKey};
 use crate::error::{Error, Result};
 use crate::flavours::{Flavour, Flavours};
+use params::{SearchParams, build_query};
 
 /// A validated search request.
 #[derive(Debug, Clone)]
@@ -83,7 +83,7 @@ impl Databrowser {
         })?;
         let flavour = self.flavours.resolve(flavour, caller)?;
         let params = SearchParams::parse(pairs)?;
-        let query = Query::build(&flavour, &params)?;
+        let query = build_query(&flavour, &params)?;
         Ok(Search {
             flavour,
             params,
@@ -255,9 +255,11 @@ impl Databrowser {
         pairs.push(("multi-version".into(), "true".into()));
         pairs.push(("translate".into(), "false".into()));
         let params = SearchParams::parse(&pairs)?;
-        let mut query = Query::build(&flavour, &params)?;
+        let mut query = build_query(&flavour, &params)?;
         match owners.as_slice() {
-            [] if filters.iter().all(|(k, _)| k == "file") => query.source = Source::Everything,
+            [] if filters.iter().all(|(k, _)| k == "file") => {
+                query.set_source(Source::Everything);
+            }
             [] => {}
             [owner] => query.only_owner(owner),
             _ => {

@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 use super::{BUILTIN_NAMES, Flavour, Flavours, GLOBAL_OWNER, StoredFlavour};
 use crate::auth::Caller;
 use crate::catalog::facet::STANDARD_FACETS;
-use crate::catalog::query::parse_bool;
 use crate::db::{Batch, cf};
 use crate::error::{Error, Result};
 
@@ -61,53 +60,6 @@ pub struct ListFilter {
     pub flavour_name: Option<String>,
     /// Only flavours of this owner (`global` or a user name).
     pub owner: Option<String>,
-}
-
-/// The multi-version flag freva-client sends with every request, also to flavour routes;
-/// accepted and ignored there.
-const CLIENT_FLAGS: [&str; 2] = ["multi-version", "multi_version"];
-
-impl ListFilter {
-    /// The filters of a listing's query string (`flavour_name`, `owner`).
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] naming an unknown parameter.
-    pub fn from_pairs(pairs: &[(String, String)]) -> Result<Self> {
-        let mut filter = ListFilter::default();
-        for (key, value) in pairs {
-            match key.as_str() {
-                "flavour_name" => filter.flavour_name = Some(value.clone()),
-                "owner" => filter.owner = Some(value.clone()),
-                k if CLIENT_FLAGS.contains(&k) => {}
-                _ => {
-                    return Err(Error::invalid(format!(
-                        "Invalid parameter '{key}'. Valid parameters: flavour_name, owner"
-                    )));
-                }
-            }
-        }
-        Ok(filter)
-    }
-}
-
-/// Whether a delete's query string asks for the global flavour (`is_global`, default false).
-///
-/// # Errors
-/// [`Error::InvalidParameter`] naming an unknown parameter or a value that is not a boolean.
-pub fn delete_is_global(pairs: &[(String, String)]) -> Result<bool> {
-    let mut global = false;
-    for (key, value) in pairs {
-        match key.as_str() {
-            "is_global" => global = parse_bool(key, value)?,
-            k if CLIENT_FLAGS.contains(&k) => {}
-            _ => {
-                return Err(Error::invalid(format!(
-                    "Invalid parameter '{key}'. Valid parameters: is_global"
-                )));
-            }
-        }
-    }
-    Ok(global)
 }
 
 fn check_name(name: &str) -> Result<()> {

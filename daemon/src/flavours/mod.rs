@@ -26,7 +26,7 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 pub(crate) use builtin::{BUILTIN_NAMES, builtin_mapping};
-pub use manage::{FlavourRequest, ListFilter, delete_is_global};
+pub use manage::{FlavourRequest, ListFilter};
 
 use crate::catalog::facet::STANDARD_FACETS;
 use crate::db::{Batch, Db, cf, meta};

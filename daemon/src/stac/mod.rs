@@ -49,7 +49,7 @@ pub(crate) use params::{Direction, Token};
 pub use params::{SearchRequest, split_list};
 
 use crate::catalog::facet::HIERARCHY;
-use crate::catalog::query::{Clause, Field, Pattern};
+use crate::catalog::query::{Field, Pattern};
 use crate::catalog::time::SelectMode;
 use crate::catalog::{Anchor, Catalog, Extent, Query, Record, item_id, parse_item_id};
 use crate::error::{Error, Result};
@@ -297,10 +297,8 @@ impl StacApi {
                 found.id
             )));
         }
-        let mut query = base_query();
-        query
-            .clauses
-            .push(axis_clause(&scope.axis, [found.id.clone()]));
+        let mut query = Query::default();
+        require_axis(&mut query, &scope.axis, [found.id.clone()]);
         filter(&mut query, request);
         let path = format!("/collections/{}/items", found.id);
         self.page(scope, &query, request, &found.id, &path, Method::Get)
@@ -315,11 +313,9 @@ impl StacApi {
         let not_found =
             || Error::NotFound(format!("Item {id} not found in collection {collection}."));
         let key = parse_item_id(id).ok_or_else(not_found)?;
-        let mut query = base_query();
-        query
-            .clauses
-            .push(axis_clause(&scope.axis, [found.id.clone()]));
-        query.item_keys = Some(vec![key]);
+        let mut query = Query::default();
+        require_axis(&mut query, &scope.axis, [found.id.clone()]);
+        query.set_item_keys(vec![key]);
         let selection = self.catalog.select(&query);
         let page = self.catalog.page(&selection, Anchor::Start, 1);
         let record = self
@@ -336,7 +332,7 @@ impl StacApi {
     /// Collections outside the view (400), a token of another listing.
     pub fn search(&self, scope: &Scope, request: &SearchRequest, method: Method) -> Result<Value> {
         let visible = self.visible(scope)?;
-        let mut query = base_query();
+        let mut query = Query::default();
         match &request.collections {
             Some(wanted) => {
                 if scope.has_view() {
@@ -352,16 +348,18 @@ impl StacApi {
                         )));
                     }
                 }
-                query.clauses.push(axis_clause(
+                require_axis(
+                    &mut query,
                     &scope.axis,
                     wanted.iter().map(|c| c.to_lowercase()),
-                ));
+                );
             }
             None if scope.has_view() => {
-                query.clauses.push(axis_clause(
+                require_axis(
+                    &mut query,
                     &scope.axis,
                     visible.iter().map(|c| c.id.clone()),
-                ));
+                );
             }
             None => {}
         }
@@ -388,11 +386,12 @@ impl StacApi {
                 "Queryables of the svc-nextgen STAC API".to_string(),
             ),
         };
-        let mut query = base_query();
-        query.clauses.push(axis_clause(
+        let mut query = Query::default();
+        require_axis(
+            &mut query,
             &scope.axis,
             collections.iter().map(|c| c.id.clone()),
-        ));
+        );
         let selection = self.catalog.select(&query);
         let facets: Vec<&str> = crate::catalog::facet::default_count_facets()
             .filter(|f| *f != "user")
@@ -494,7 +493,7 @@ impl StacApi {
         if let Some(s) = cache.get(axis).filter(|s| s.generation == generation) {
             return Arc::clone(&s.collections);
         }
-        let all = self.catalog.select(&base_query());
+        let all = self.catalog.select(&Query::default());
         let terms = self
             .catalog
             .facet_counts(&all, &[axis])
@@ -503,8 +502,8 @@ impl StacApi {
         let collections: Vec<CollectionSummary> = terms
             .into_iter()
             .map(|(id, items)| {
-                let mut query = base_query();
-                query.clauses.push(axis_clause(axis, [id.clone()]));
+                let mut query = Query::default();
+                require_axis(&mut query, axis, [id.clone()]);
                 let selection = self.catalog.select(&query);
                 let extent = self.catalog.extent(&selection);
                 let counts = self.catalog.facet_counts(&selection, SUMMARY_FACETS);
@@ -621,33 +620,29 @@ impl StacApi {
 }
 
 /// The newest version of every crawled record.
-fn base_query() -> Query {
-    Query::default()
-}
-
-fn axis_clause(axis: &str, values: impl IntoIterator<Item = String>) -> Clause {
-    Clause {
-        field: Field::Facet(axis.to_string()),
-        include: values.into_iter().map(Pattern::literal).collect(),
-        exclude: Vec::new(),
-    }
+/// Requires the record's `axis` facet to be one of `values` (collection ids, literal).
+fn require_axis(query: &mut Query, axis: &str, values: impl IntoIterator<Item = String>) {
+    query.require_one_of(
+        Field::Facet(axis.to_string()),
+        values.into_iter().map(Pattern::literal),
+    );
 }
 
 /// Adds the request's filters other than the collections.
 fn filter(query: &mut Query, request: &SearchRequest) {
     if let Some(range) = request.datetime {
-        query.time = Some((range, SelectMode::Flexible));
+        query.set_time(range, SelectMode::Flexible);
     }
     let bbox = request
         .bbox
         .or_else(|| request.intersects.as_ref().map(Shape::bounds));
     if let Some([minx, miny, maxx, maxy]) = bbox {
-        query.bbox = Some(([minx, maxx, miny, maxy], SelectMode::Flexible));
+        query.set_bbox([minx, maxx, miny, maxy], SelectMode::Flexible);
     }
-    query.text.clone_from(&request.q);
+    query.set_text(request.q.clone());
     if let Some(ids) = &request.ids {
         // An id that is not one of ours matches nothing.
-        query.item_keys = Some(ids.iter().filter_map(|id| parse_item_id(id)).collect());
+        query.set_item_keys(ids.iter().filter_map(|id| parse_item_id(id)).collect());
     }
 }
 
