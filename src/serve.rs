@@ -28,7 +28,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot open the store in {}", config.store_dir().display()))?;
     let daemon = Arc::new(daemon);
     daemon.auth().start().await;
-    let stats = daemon.catalog().stats();
+    let stats = daemon.run(|d| Ok(d.catalog().stats())).await?;
     let socket = config.control_socket();
     let control = tokio::spawn({
         let daemon = Arc::clone(&daemon);

@@ -80,16 +80,24 @@ impl Daemon {
     }
 
     /// Starts `produce` on the blocking pool holding `slot` until it returns: the producer of
-    /// a streamed answer, which sends its parts through a channel the facade reads.
+    /// a streamed answer, which sends its parts through a channel the facade reads. Call it
+    /// on the runtime (it watches the producer with a task).
     pub fn produce(
         self: &Arc<Self>,
         slot: ExpensiveSlot,
         produce: impl FnOnce(&Daemon) + Send + 'static,
     ) {
         let daemon = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
+        let producer = tokio::task::spawn_blocking(move || {
             let _slot = slot;
             produce(&daemon);
+        });
+        // Nobody awaits a producer's result; a panic in it ends the stream early, and is
+        // logged here so that the truncated answer has a cause on record.
+        tokio::spawn(async move {
+            if let Err(e) = producer.await {
+                tracing::error!(error = %e, "a stream producer failed");
+            }
         });
     }
 }
