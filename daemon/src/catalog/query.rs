@@ -55,11 +55,12 @@ impl Pattern {
                 matcher: None,
             });
         }
-        // Only `*` and `?` are wildcards: escape the rest of glob syntax.
+        // Only `*` and `?` are wildcards: bracket the rest of glob syntax. `!` and `,` are
+        // literal outside a class and an alternation, and `[!]` would open a negated class.
         let mut glob = String::with_capacity(text.len() + 8);
         for c in text.chars() {
             match c {
-                '[' | ']' | '{' | '}' | '\\' | '!' | ',' => {
+                '[' | ']' | '{' | '}' | '\\' => {
                     glob.push('[');
                     glob.push(c);
                     glob.push(']');
@@ -265,5 +266,24 @@ mod tests {
         assert!(!p.matches("/a/x/b"));
         assert_eq!(p.prefix(), "/a/[x]/");
         assert!(Pattern::parse("ta?".into()).unwrap().matches("tas"));
+        let p = Pattern::parse("ę!?,{a}".into()).unwrap();
+        assert!(p.matches("ę!x,{a}"));
+        assert!(!p.matches("ę!x,a"));
+    }
+
+    proptest::proptest! {
+        /// Any text is a valid pattern that matches itself with its wildcards filled in.
+        #[test]
+        fn every_text_is_a_pattern_matching_its_own_instances(
+            text in "[a-z!,\\[\\]{}\\\\^*?/ ę-]{0,12}",
+        ) {
+            let pattern = Pattern::parse(text.clone()).unwrap();
+            let instance = text.replace('*', "").replace('?', "x");
+            proptest::prop_assert!(pattern.matches(&instance), "{text:?} vs {instance:?}");
+            if !text.contains('*') {
+                let longer = format!("{instance}y");
+                proptest::prop_assert!(!pattern.matches(&longer), "{text:?} vs {longer:?}");
+            }
+        }
     }
 }
