@@ -221,7 +221,10 @@ impl Client {
             match serde_json::from_str::<Reply>(&line) {
                 Ok(Reply::Progress { lines }) => on_progress(lines),
                 Ok(reply) => return Ok(reply),
-                Err(e) => return Err(Error::invalid(format!("bad reply from daemon: {e}"))),
+                Err(e) => {
+                    let reply = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+                    return Err(io(reply));
+                }
             }
         }
         Err(Error::io(

@@ -6,14 +6,11 @@ use std::path::PathBuf;
 /// own codes (HTTP statuses in `svc-http`'s `error.rs`, errno values with [`ErrorKind::errno`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
-    /// The request is malformed or names something that does not exist in its vocabulary.
+    /// A parameter of the request cannot be used (see [`Fault`] for how).
     Invalid,
-    /// The request cannot be parsed at all (a syntax error in a parameter, as opposed to a
-    /// well-formed value that is not allowed).
-    Malformed,
     /// A search matched nothing where the endpoint requires at least one hit.
     NoResults,
-    /// The result is larger than the caller allowed.
+    /// The result, or what the request would add, is larger than allowed.
     TooLarge,
     /// The caller is not authenticated.
     Unauthenticated,
@@ -33,7 +30,7 @@ impl ErrorKind {
     /// The errno a file-system facade (the FUSE mount) answers with for this kind.
     pub fn errno(self) -> i32 {
         match self {
-            ErrorKind::Invalid | ErrorKind::Malformed => libc::EINVAL,
+            ErrorKind::Invalid => libc::EINVAL,
             ErrorKind::NoResults | ErrorKind::NotFound => libc::ENOENT,
             ErrorKind::TooLarge => libc::EFBIG,
             ErrorKind::Unauthenticated | ErrorKind::Forbidden => libc::EACCES,
@@ -44,23 +41,96 @@ impl ErrorKind {
     }
 }
 
+/// How a request parameter is wrong. Facades choose their codes from it: the STAC API answers
+/// most faults with 400 and the databrowser all of them with 422 (see `svc-http`'s `error.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The text does not parse as the parameter's type: a number, a date, a box, a geometry,
+    /// a paging token, a JSON document.
+    Syntax,
+    /// The request names a parameter, body field or facet that the endpoint does not take.
+    Unknown,
+    /// A field of a JSON body has the wrong JSON type, or a required field is missing.
+    WrongType,
+    /// The value parses but is not allowed: out of range, reserved, in conflict with another
+    /// parameter, or matching nothing.
+    Refused,
+}
+
+/// What a request named that does not exist for its caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// A flavour, as the request named it.
+    Flavour(String),
+    /// A STAC collection.
+    Collection(String),
+    /// A STAC item of a collection.
+    Item {
+        /// The collection's id.
+        collection: String,
+        /// The item's id.
+        id: String,
+    },
+    /// A STAC collection axis (a facet that collections group by).
+    Axis {
+        /// The axis as the request named it.
+        name: String,
+        /// The axes there are.
+        axes: &'static [&'static str],
+    },
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::Flavour(name) => write!(f, "Flavour '{name}' not found."),
+            Missing::Collection(id) => write!(f, "Collection {id} not found."),
+            Missing::Item { collection, id } => {
+                write!(f, "Item {id} not found in collection {collection}.")
+            }
+            Missing::Axis { name, axes } => write!(
+                f,
+                "Unknown STAC collection axis: {name}. Axes: {}.",
+                axes.join(", ")
+            ),
+        }
+    }
+}
+
+/// What already holds a flavour name that a create or a rename asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// A built-in flavour (only global names clash with built-ins).
+    BuiltIn,
+    /// A global flavour, on create.
+    Global,
+    /// One of the caller's personal flavours, on create.
+    Personal,
+    /// Another flavour of the same scope, on rename.
+    Other,
+}
+
 /// Everything that can go wrong in the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A request parameter has a bad value; `detail` is shown to the user.
+    /// A request parameter, body field or path segment cannot be used.
     #[error("{detail}")]
     InvalidParameter {
-        /// What was wrong, naming the parameter.
+        /// The parameter as the request named it (`bbox`, `facets.model`, `body`, ...).
+        parameter: String,
+        /// How it is wrong.
+        fault: Fault,
+        /// The explanation shown to the user; it names the parameter and, where it helps,
+        /// the value and what is expected.
         detail: String,
     },
-    /// A parameter does not parse; `detail` is shown to the user.
-    #[error("{0}")]
-    Malformed(String),
     /// The flavour is not known to the caller.
-    #[error("{detail}")]
+    #[error("{}", unknown_flavour(name, available))]
     UnknownFlavour {
-        /// Message listing the available flavours.
-        detail: String,
+        /// The name the request gave.
+        name: String,
+        /// The flavours the caller can use.
+        available: Vec<String>,
     },
     /// A search found nothing.
     #[error("No results found.")]
@@ -73,24 +143,45 @@ pub enum Error {
         /// The caller's bound.
         max: u64,
     },
-    /// No valid credentials; `detail` says what is wrong with the token.
-    #[error("{detail}")]
+    /// The catalogue holds as many records as its 32-bit record ids can number.
+    #[error("The catalogue is full ({capacity} records); remove records before adding more.")]
+    CatalogueFull {
+        /// How many records it can hold.
+        capacity: u64,
+    },
+    /// No valid credentials; `reason` says what is wrong with the token.
+    #[error("{reason}")]
     Unauthenticated {
         /// What was wrong.
-        detail: String,
+        reason: String,
     },
-    /// The caller may not do this.
-    #[error("{0}")]
-    Forbidden(String),
+    /// Only administrators may do this.
+    #[error("Only admin users can {action} {what}.")]
+    AdminOnly {
+        /// The verb (`create`, `update`, `delete`).
+        action: &'static str,
+        /// What it was asked of (`global flavours`).
+        what: &'static str,
+    },
     /// The named thing does not exist (for this caller).
     #[error("{0}")]
-    NotFound(String),
-    /// The thing exists already.
-    #[error("{0}")]
-    Conflict(String),
+    NotFound(Missing),
+    /// The flavour name is taken.
+    #[error("{}", flavour_exists(name, *holder))]
+    FlavourExists {
+        /// The name asked for.
+        name: String,
+        /// What holds it.
+        holder: Holder,
+    },
     /// A service the daemon depends on cannot be reached.
-    #[error("{0}")]
-    Unavailable(String),
+    #[error("{service}: {reason}")]
+    Unavailable {
+        /// The service (an address).
+        service: String,
+        /// What failed.
+        reason: String,
+    },
     /// Every slot of expensive work stayed taken; `retry` is worth waiting before trying again.
     #[error("The server is busy with other searches; try again in a moment.")]
     Busy {
@@ -137,19 +228,54 @@ pub enum Error {
     },
 }
 
+/// The detail of [`Error::UnknownFlavour`]: the available flavours and any that look alike.
+fn unknown_flavour(name: &str, available: &[String]) -> String {
+    let mut detail = format!(
+        "Invalid flavour '{name}'. Available flavours: {}",
+        available.join(", ")
+    );
+    let similar: Vec<&str> = available
+        .iter()
+        .map(String::as_str)
+        .filter(|n| n.contains(name) || name.contains(n))
+        .collect();
+    if !similar.is_empty() {
+        detail.push_str(&format!(". Did you mean: {}", similar.join(", ")));
+    }
+    detail.push('.');
+    detail
+}
+
+/// The detail of [`Error::FlavourExists`].
+fn flavour_exists(name: &str, holder: Holder) -> String {
+    match holder {
+        Holder::BuiltIn => format!("Flavour '{name}' conflicts with a built-in flavour."),
+        Holder::Global | Holder::Personal => {
+            let scope = if holder == Holder::Global {
+                "Global"
+            } else {
+                "Personal"
+            };
+            format!(
+                "{scope} flavour '{name}' already exists. Use the update endpoint to change it."
+            )
+        }
+        Holder::Other => format!("Flavour '{name}' already exists."),
+    }
+}
+
 impl Error {
     /// The kind of this error, for mapping to a status code or errno.
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::InvalidParameter { .. } | Error::UnknownFlavour { .. } => ErrorKind::Invalid,
-            Error::Malformed(_) => ErrorKind::Malformed,
             Error::NoResults => ErrorKind::NoResults,
-            Error::TooManyResults { .. } => ErrorKind::TooLarge,
+            Error::TooManyResults { .. } | Error::CatalogueFull { .. } => ErrorKind::TooLarge,
             Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
-            Error::Forbidden(_) => ErrorKind::Forbidden,
+            Error::AdminOnly { .. } => ErrorKind::Forbidden,
             Error::NotFound(_) => ErrorKind::NotFound,
-            Error::Conflict(_) => ErrorKind::Conflict,
-            Error::Unavailable(_) | Error::Busy { .. } => ErrorKind::Unavailable,
+            Error::FlavourExists { .. } => ErrorKind::Conflict,
+            Error::Unavailable { .. } | Error::Busy { .. } => ErrorKind::Unavailable,
             Error::SchemaVersion { .. }
             | Error::Corrupt { .. }
             | Error::Config(_)
@@ -159,17 +285,29 @@ impl Error {
         }
     }
 
-    /// Shorthand for [`Error::InvalidParameter`].
-    pub fn invalid(detail: impl Into<String>) -> Self {
+    /// How a parameter is wrong, for [`Error::InvalidParameter`] and [`Error::UnknownFlavour`]
+    /// (a flavour a request names that it cannot use is a value refused).
+    pub fn fault(&self) -> Option<Fault> {
+        match self {
+            Error::InvalidParameter { fault, .. } => Some(*fault),
+            Error::UnknownFlavour { .. } => Some(Fault::Refused),
+            _ => None,
+        }
+    }
+
+    /// An [`Error::InvalidParameter`].
+    pub fn invalid(parameter: impl Into<String>, fault: Fault, detail: impl Into<String>) -> Self {
         Error::InvalidParameter {
+            parameter: parameter.into(),
+            fault,
             detail: detail.into(),
         }
     }
 
-    /// Shorthand for [`Error::Unauthenticated`].
-    pub fn unauthenticated(detail: impl Into<String>) -> Self {
+    /// An [`Error::Unauthenticated`].
+    pub fn unauthenticated(reason: impl Into<String>) -> Self {
         Error::Unauthenticated {
-            detail: detail.into(),
+            reason: reason.into(),
         }
     }
 
@@ -210,8 +348,15 @@ mod tests {
     #[test]
     fn kinds_map_to_the_errnos_a_mount_needs() {
         let errno = |e: Error| e.kind().errno();
-        assert_eq!(errno(Error::NotFound("no such store".into())), libc::ENOENT);
-        assert_eq!(errno(Error::Forbidden("not yours".into())), libc::EACCES);
+        assert_eq!(
+            errno(Error::NotFound(Missing::Collection("c".into()))),
+            libc::ENOENT
+        );
+        let admin_only = Error::AdminOnly {
+            action: "delete",
+            what: "global flavours",
+        };
+        assert_eq!(errno(admin_only), libc::EACCES);
         assert_eq!(errno(Error::unauthenticated("no token")), libc::EACCES);
         let busy = Error::Busy {
             retry: std::time::Duration::from_secs(2),
@@ -219,7 +364,10 @@ mod tests {
         assert_eq!(errno(busy), libc::EAGAIN);
         let disk = Error::io("read blob", std::io::Error::other("disk on fire"));
         assert_eq!(errno(disk), libc::EIO);
-        assert_eq!(errno(Error::invalid("bad")), libc::EINVAL);
+        assert_eq!(
+            errno(Error::invalid("limit", Fault::Syntax, "bad")),
+            libc::EINVAL
+        );
     }
 
     #[test]

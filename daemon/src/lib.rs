@@ -38,7 +38,7 @@ pub use databrowser::{Databrowser, Search, StaticLinks};
 pub use db::Db;
 #[cfg(feature = "demo")]
 pub use demo::{DemoSummary, write_demo_tree};
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Fault, Holder, Missing, Result};
 pub use flavours::{FlavourRequest, Flavours, ListFilter};
 pub use stac::{
     GEO_JSON, Method, OPENAPI_JSON, SCHEMA_JSON, Scope, SearchRequest, StacApi, split_list,

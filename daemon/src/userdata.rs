@@ -37,7 +37,7 @@ use crate::catalog::facet::{self, OWNER, STANDARD_FACETS};
 use crate::catalog::time::TimeRange;
 use crate::catalog::{Catalog, Record};
 use crate::databrowser::params::{SearchParams, build_query};
-use crate::error::{Error, Result};
+use crate::error::{Error, Fault, Result};
 use crate::flavours::Flavour;
 
 /// Keys every entry must carry.
@@ -55,8 +55,16 @@ const FIXED_KEYS: [&str; 3] = ["user", "file", "uri"];
 fn object(body: &[u8]) -> Result<Map<String, Value>> {
     match serde_json::from_slice(body) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(Error::invalid("body: expected a JSON object")),
-        Err(e) => Err(Error::invalid(format!("body: invalid JSON: {e}"))),
+        Ok(_) => Err(Error::invalid(
+            "body",
+            Fault::WrongType,
+            "body: expected a JSON object",
+        )),
+        Err(e) => Err(Error::invalid(
+            "body",
+            Fault::Syntax,
+            format!("body: invalid JSON: {e}"),
+        )),
     }
 }
 
@@ -70,44 +78,76 @@ fn parse_add(body: &[u8], caller: &Caller) -> Result<Vec<Record>> {
         .keys()
         .find(|k| *k != "user_metadata" && *k != "facets")
     {
-        return Err(Error::invalid(format!(
-            "body: unknown field {unknown:?}; expected user_metadata and facets"
-        )));
+        return Err(Error::invalid(
+            "body",
+            Fault::Unknown,
+            format!("body: unknown field {unknown:?}; expected user_metadata and facets"),
+        ));
     }
     let entries = match body.remove("user_metadata") {
         Some(Value::Array(entries)) => entries,
         Some(_) => {
             return Err(Error::invalid(
+                "user_metadata",
+                Fault::WrongType,
                 "user_metadata: expected an array of objects",
             ));
         }
-        None => return Err(Error::invalid("user_metadata: required")),
+        None => {
+            return Err(Error::invalid(
+                "user_metadata",
+                Fault::WrongType,
+                "user_metadata: required",
+            ));
+        }
     };
     if entries.is_empty() {
-        return Err(Error::invalid("user_metadata: no entries"));
+        return Err(Error::invalid(
+            "user_metadata",
+            Fault::Refused,
+            "user_metadata: no entries",
+        ));
     }
     if entries.len() > MAX_ENTRIES {
-        return Err(Error::invalid(format!(
-            "user_metadata: {} entries, at most {MAX_ENTRIES} may be added per request; \
+        return Err(Error::invalid(
+            "user_metadata",
+            Fault::Refused,
+            format!(
+                "user_metadata: {} entries, at most {MAX_ENTRIES} may be added per request; \
              add them in several requests",
-            entries.len()
-        )));
+                entries.len()
+            ),
+        ));
     }
     let facets = match body.remove("facets") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(map)) => map,
-        Some(_) => return Err(Error::invalid("facets: expected an object")),
+        Some(_) => {
+            return Err(Error::invalid(
+                "facets",
+                Fault::WrongType,
+                "facets: expected an object",
+            ));
+        }
     };
     let mut extra = BTreeMap::new();
     for (key, value) in facets {
         if FIXED_KEYS.contains(&key.as_str()) {
-            return Err(Error::invalid(format!(
-                "facets: {key:?} cannot be set; it is the caller or the entry's location"
-            )));
+            return Err(Error::invalid(
+                format!("facets.{key}"),
+                Fault::Refused,
+                format!("facets: {key:?} cannot be set; it is the caller or the entry's location"),
+            ));
         }
         match value {
             Value::String(s) => extra.insert(key, s),
-            _ => return Err(Error::invalid(format!("facets.{key}: expected a string"))),
+            _ => {
+                return Err(Error::invalid(
+                    format!("facets.{key}"),
+                    Fault::WrongType,
+                    format!("facets.{key}: expected a string"),
+                ));
+            }
         };
     }
     let mut problems = Vec::new();
@@ -130,7 +170,7 @@ fn parse_add(body: &[u8], caller: &Caller) -> Result<Vec<Record>> {
     if total > LISTED_PROBLEMS {
         detail.push_str(&format!("; and {} more", total - LISTED_PROBLEMS));
     }
-    Err(Error::invalid(detail))
+    Err(Error::invalid("user_metadata", Fault::Refused, detail))
 }
 
 fn entry_record(
@@ -217,27 +257,43 @@ pub(crate) fn delete(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<
     let mut pairs = vec![("multi-version".to_string(), "true".to_string())];
     for (key, value) in body {
         if !STANDARD_FACETS.contains(&key.as_str()) && key != "file" && key != "uri" {
-            return Err(Error::invalid(format!(
-                "{key:?} is not a search key; use the standard facet names, file or uri"
-            )));
+            return Err(Error::invalid(
+                key.as_str(),
+                Fault::Unknown,
+                format!("{key:?} is not a search key; use the standard facet names, file or uri"),
+            ));
         }
         let value = match value {
             Value::String(s) => s,
             Value::Number(n) => n.to_string(),
-            _ => return Err(Error::invalid(format!("{key}: expected a string"))),
+            _ => {
+                return Err(Error::invalid(
+                    key.as_str(),
+                    Fault::WrongType,
+                    format!("{key}: expected a string"),
+                ));
+            }
         };
         if value.trim().is_empty() {
             // A search drops blank values; here that would widen the delete.
-            return Err(Error::invalid(format!("{key}: empty value")));
+            return Err(Error::invalid(
+                key.as_str(),
+                Fault::Refused,
+                format!("{key}: empty value"),
+            ));
         }
         if key == OWNER {
             // Only the caller's own entries can be deleted: naming them is allowed, naming
             // anyone else is an error rather than a filter that is silently dropped.
             if value != caller.user {
-                return Err(Error::invalid(format!(
-                    "user: {value:?} is not you; only your own entries ({:?}) can be deleted",
-                    caller.user
-                )));
+                return Err(Error::invalid(
+                    "user",
+                    Fault::Refused,
+                    format!(
+                        "user: {value:?} is not you; only your own entries ({:?}) can be deleted",
+                        caller.user
+                    ),
+                ));
             }
             continue;
         }

@@ -7,7 +7,7 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use svc_daemon::{Error, ErrorKind};
+use svc_daemon::{Error, ErrorKind, Fault};
 
 /// Which endpoint answers, for the statuses spec 1 sets per endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -17,6 +17,11 @@ pub(crate) enum Endpoint {
     Other,
     /// The intake catalogue: no results is 400 (spec 1, endpoint 5).
     Intake,
+    /// The STAC API: a body field of the wrong JSON type is 422 (spec 2, endpoint 15); every
+    /// other parameter fault is 400, as DECISIONS sets for malformed `bbox`, `datetime`,
+    /// paging tokens, `limit` below 1, unknown parameters and `visible_collections` that
+    /// match nothing.
+    Stac,
 }
 
 /// What is wrong with a request before it reaches the daemon.
@@ -112,12 +117,14 @@ impl From<RequestError> for ApiError {
 }
 
 /// The status of a daemon error at an endpoint.
-fn status(kind: ErrorKind, endpoint: Endpoint) -> StatusCode {
-    match (kind, endpoint) {
+fn status(error: &Error, endpoint: Endpoint) -> StatusCode {
+    match (error.kind(), endpoint) {
+        (ErrorKind::Invalid, Endpoint::Stac) if error.fault() != Some(Fault::WrongType) => {
+            StatusCode::BAD_REQUEST
+        }
         (ErrorKind::Invalid, _) => StatusCode::UNPROCESSABLE_ENTITY,
-        (ErrorKind::Malformed, _) => StatusCode::BAD_REQUEST,
         (ErrorKind::NoResults, Endpoint::Intake) => StatusCode::BAD_REQUEST,
-        (ErrorKind::NoResults, Endpoint::Other) => StatusCode::NOT_FOUND,
+        (ErrorKind::NoResults, _) => StatusCode::NOT_FOUND,
         (ErrorKind::TooLarge, _) => StatusCode::PAYLOAD_TOO_LARGE,
         (ErrorKind::Unauthenticated, _) => StatusCode::UNAUTHORIZED,
         (ErrorKind::Forbidden, _) => StatusCode::FORBIDDEN,
@@ -153,7 +160,7 @@ impl IntoResponse for ApiError {
             }
             ApiError::Daemon { error, endpoint } => (error, endpoint),
         };
-        let status = status(error.kind(), endpoint);
+        let status = status(&error, endpoint);
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = %error.chain(), "request failed");
             return detail(status, "Internal server error.");

@@ -220,3 +220,40 @@ async fn a_busy_server_is_503_with_retry_after() {
         .await;
     assert_eq!(answer.status, StatusCode::OK);
 }
+
+/// The STAC API answers parameter faults with 400 except a body field of the wrong JSON
+/// type (422), while the databrowser answers the same faults with 422.
+#[tokio::test]
+async fn the_stac_api_answers_syntax_with_400_and_wrong_types_with_422() {
+    let app = app(&[]);
+    let search = format!("{API}/stacapi/search");
+    for (uri, parameter) in [
+        (format!("{search}?bbox=1,2,3"), "bbox"),
+        (format!("{search}?datetime=yesterday"), "datetime"),
+        (format!("{search}?limit=0"), "limit"),
+        (format!("{search}?token=sideways"), "token"),
+        (format!("{search}?colections=cmip6"), "colections"),
+    ] {
+        let answer = app.get(&uri).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{uri}");
+        assert!(answer.detail().contains(parameter), "{}", answer.detail());
+    }
+    let wrong_type = app
+        .send("POST", &search, None, r#"{"collections":"cmip6"}"#)
+        .await;
+    assert_eq!(wrong_type.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(wrong_type.detail().contains("'collections'"));
+    let not_json = app.send("POST", &search, None, "{").await;
+    assert_eq!(not_json.status, StatusCode::BAD_REQUEST);
+    let databrowser = app
+        .get(&format!(
+            "{API}/databrowser/data-search/svc/file?time=yesterday"
+        ))
+        .await;
+    assert_eq!(databrowser.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        databrowser.detail().contains("'time'"),
+        "{}",
+        databrowser.detail()
+    );
+}

@@ -11,11 +11,11 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::Value;
-use svc_daemon::Error;
+use svc_daemon::{Error, Fault};
 use svc_daemon::{GEO_JSON, Method, SCHEMA_JSON, Scope, SearchRequest, StacApi};
 
 use crate::AppState;
-use crate::error::{ApiError, RequestError};
+use crate::error::{ApiError, Endpoint, RequestError};
 use crate::extract::{QueryPairs, RawBody};
 
 pub(crate) fn routes() -> Router<AppState> {
@@ -42,6 +42,22 @@ pub(crate) fn routes() -> Router<AppState> {
     router
 }
 
+/// An error of a STAC handler, answered with the STAC API's statuses ([`Endpoint::Stac`]).
+#[derive(Debug)]
+struct StacError(ApiError);
+
+impl<E: Into<ApiError>> From<E> for StacError {
+    fn from(error: E) -> Self {
+        StacError(error.into())
+    }
+}
+
+impl IntoResponse for StacError {
+    fn into_response(self) -> Response {
+        self.0.at(Endpoint::Stac).into_response()
+    }
+}
+
 /// What every STAC handler reads: the daemon, the path parameters (`axis`, `cid`,
 /// `item_id`, each optional) and the query pairs.
 struct StacCall {
@@ -51,7 +67,7 @@ struct StacCall {
 }
 
 impl FromRequestParts<AppState> for StacCall {
-    type Rejection = ApiError;
+    type Rejection = StacError;
 
     async fn from_request_parts(
         parts: &mut Parts,
@@ -87,13 +103,13 @@ impl StacCall {
     }
 
     /// The scope with an explicit view.
-    fn scope_with(&self, view: Vec<String>) -> Result<Scope, ApiError> {
+    fn scope_with(&self, view: Vec<String>) -> Result<Scope, StacError> {
         Ok(Scope::new(&self.state.api_base, self.param("axis"))?.with_view(view))
     }
 
     /// The scope with the view of `visible_collections`; other parameters of these read-only
     /// documents are ignored.
-    fn scope(&self) -> Result<Scope, ApiError> {
+    fn scope(&self) -> Result<Scope, StacError> {
         let view = self
             .pairs
             .iter()
@@ -112,7 +128,7 @@ fn json(document: &Value) -> Response {
     typed("application/json", document)
 }
 
-async fn landing(call: StacCall) -> Result<Response, ApiError> {
+async fn landing(call: StacCall) -> Result<Response, StacError> {
     let scope = call.scope()?;
     let document = call
         .state
@@ -122,12 +138,12 @@ async fn landing(call: StacCall) -> Result<Response, ApiError> {
     Ok(json(&document))
 }
 
-async fn conformance(call: StacCall) -> Result<Response, ApiError> {
+async fn conformance(call: StacCall) -> Result<Response, StacError> {
     call.scope_with(Vec::new())?;
     Ok(json(&StacApi::conformance()))
 }
 
-async fn collections(call: StacCall) -> Result<Response, ApiError> {
+async fn collections(call: StacCall) -> Result<Response, StacError> {
     let scope = call.scope()?;
     let document = call
         .state
@@ -137,7 +153,7 @@ async fn collections(call: StacCall) -> Result<Response, ApiError> {
     Ok(json(&document))
 }
 
-async fn collection(call: StacCall) -> Result<Response, ApiError> {
+async fn collection(call: StacCall) -> Result<Response, StacError> {
     let (scope, cid) = (call.scope()?, call.cid().to_string());
     let document = call
         .state
@@ -147,7 +163,7 @@ async fn collection(call: StacCall) -> Result<Response, ApiError> {
     Ok(json(&document))
 }
 
-async fn items(call: StacCall) -> Result<Response, ApiError> {
+async fn items(call: StacCall) -> Result<Response, StacError> {
     let request = SearchRequest::from_pairs(&call.pairs, false)?;
     let scope = call.scope_with(request.view.clone())?;
     let cid = call.cid().to_string();
@@ -159,7 +175,7 @@ async fn items(call: StacCall) -> Result<Response, ApiError> {
     Ok(typed(GEO_JSON, &document))
 }
 
-async fn item(call: StacCall) -> Result<Response, ApiError> {
+async fn item(call: StacCall) -> Result<Response, StacError> {
     let id = call.param("item_id").unwrap_or_default().to_string();
     let (scope, cid) = (call.scope()?, call.cid().to_string());
     let document = call
@@ -170,7 +186,7 @@ async fn item(call: StacCall) -> Result<Response, ApiError> {
     Ok(typed(GEO_JSON, &document))
 }
 
-async fn queryables(call: StacCall) -> Result<Response, ApiError> {
+async fn queryables(call: StacCall) -> Result<Response, StacError> {
     let cid = call.param("cid").map(str::to_string);
     let scope = call.scope()?;
     let document = call
@@ -181,7 +197,7 @@ async fn queryables(call: StacCall) -> Result<Response, ApiError> {
     Ok(typed(SCHEMA_JSON, &document))
 }
 
-async fn search_get(call: StacCall) -> Result<Response, ApiError> {
+async fn search_get(call: StacCall) -> Result<Response, StacError> {
     let request = SearchRequest::from_pairs(&call.pairs, true)?;
     let scope = call.scope_with(request.view.clone())?;
     let document = call
@@ -196,12 +212,16 @@ async fn search_get(call: StacCall) -> Result<Response, ApiError> {
 /// where it is parsed).
 const SEARCH_BODY_LIMIT: usize = 1024 * 1024;
 
-async fn search_post(call: StacCall, RawBody(body): RawBody) -> Result<Response, ApiError> {
+async fn search_post(call: StacCall, RawBody(body): RawBody) -> Result<Response, StacError> {
     if body.len() > SEARCH_BODY_LIMIT {
-        return Err(Error::Malformed(format!(
-            "The search body has {} bytes; at most {SEARCH_BODY_LIMIT} are accepted.",
-            body.len()
-        ))
+        return Err(Error::invalid(
+            "body",
+            Fault::Refused,
+            format!(
+                "The search body has {} bytes; at most {SEARCH_BODY_LIMIT} are accepted.",
+                body.len()
+            ),
+        )
         .into());
     }
     let scope = call.scope()?;
@@ -214,8 +234,10 @@ async fn search_post(call: StacCall, RawBody(body): RawBody) -> Result<Response,
             if !query_view.is_empty() {
                 let as_set = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
                 if !request.view.is_empty() && as_set(&request.view) != as_set(&query_view) {
-                    return Err(Error::Malformed(
-                        "Conflicting 'visible_collections' in query string and body.".into(),
+                    return Err(Error::invalid(
+                        "visible_collections",
+                        Fault::Refused,
+                        "Conflicting 'visible_collections' in query string and body.",
                     ));
                 }
                 request.view = query_view;

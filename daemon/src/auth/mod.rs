@@ -22,7 +22,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Value, json};
 
 use crate::config::{AuthConfig, Config};
-use crate::error::{Error, Result};
+use crate::error::{Error, Fault, Result};
 pub(crate) use key::SigningKey;
 use oidc::Provider;
 
@@ -150,7 +150,7 @@ impl Auth {
     /// # Errors
     /// A user name that cannot be used ([`check_user_name`]); signing failed (a bug).
     pub fn issue(&self, user: &str, admin: bool, ttl: Duration) -> Result<(String, u64)> {
-        check_user_name(user).map_err(|e| Error::invalid(e.to_string()))?;
+        check_user_name(user).map_err(|e| Error::invalid("user", Fault::Refused, e.to_string()))?;
         let now = jsonwebtoken::get_current_timestamp();
         let exp = now + ttl.as_secs();
         let roles: Vec<&str> = if admin {

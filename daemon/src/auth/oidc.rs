@@ -131,7 +131,10 @@ impl Provider {
     }
 
     async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T> {
-        let unavailable = |e: reqwest::Error| Error::Unavailable(format!("{url}: {e}"));
+        let unavailable = |e: reqwest::Error| Error::Unavailable {
+            service: url.to_string(),
+            reason: e.to_string(),
+        };
         self.client
             .get(url)
             .send()

@@ -292,7 +292,7 @@ impl Ids {
         self.next = self
             .next
             .checked_add(1)
-            .ok_or_else(|| Error::invalid("the catalogue is full (2^32 records)"))?;
+            .ok_or(Error::CatalogueFull { capacity: 1 << 32 })?;
         Ok(id)
     }
 

@@ -10,7 +10,7 @@
 
 use globset::{Glob, GlobBuilder, GlobMatcher};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Fault, Result};
 
 use super::facet;
 use super::time::{SelectMode, TimeRange};
@@ -43,12 +43,12 @@ impl Pattern {
         }
     }
 
-    /// A value as a search gives it: a wildcard pattern when it holds `*` or `?`, else a
-    /// literal.
+    /// A value of `parameter` as a search gives it: a wildcard pattern when it holds `*` or
+    /// `?`, else a literal.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] when the wildcard pattern cannot be compiled.
-    pub(crate) fn parse(text: String) -> Result<Self> {
+    pub(crate) fn parse(parameter: &str, text: String) -> Result<Self> {
         if !text.contains(['*', '?']) {
             return Ok(Pattern {
                 text,
@@ -72,7 +72,13 @@ impl Pattern {
             .literal_separator(false)
             .backslash_escape(false)
             .build()
-            .map_err(|e| Error::invalid(format!("Invalid wildcard pattern {text:?}: {e}.")))?;
+            .map_err(|e| {
+                Error::invalid(
+                    parameter,
+                    Fault::Syntax,
+                    format!("Invalid wildcard pattern {text:?}: {e}."),
+                )
+            })?;
         let matcher = glob.compile_matcher();
         Ok(Pattern {
             text,
@@ -261,12 +267,16 @@ mod tests {
 
     #[test]
     fn wildcards_only_know_star_and_question_mark() {
-        let p = Pattern::parse("/a/[x]/*".into()).unwrap();
+        let p = Pattern::parse("file", "/a/[x]/*".into()).unwrap();
         assert!(p.matches("/a/[x]/b/c"));
         assert!(!p.matches("/a/x/b"));
         assert_eq!(p.prefix(), "/a/[x]/");
-        assert!(Pattern::parse("ta?".into()).unwrap().matches("tas"));
-        let p = Pattern::parse("ę!?,{a}".into()).unwrap();
+        assert!(
+            Pattern::parse("variable", "ta?".into())
+                .unwrap()
+                .matches("tas")
+        );
+        let p = Pattern::parse("model", "ę!?,{a}".into()).unwrap();
         assert!(p.matches("ę!x,{a}"));
         assert!(!p.matches("ę!x,a"));
     }
@@ -277,7 +287,7 @@ mod tests {
         fn every_text_is_a_pattern_matching_its_own_instances(
             text in "[a-z!,\\[\\]{}\\\\^*?/ ę-]{0,12}",
         ) {
-            let pattern = Pattern::parse(text.clone()).unwrap();
+            let pattern = Pattern::parse("model", text.clone()).unwrap();
             let instance = text.replace('*', "").replace('?', "x");
             proptest::prop_assert!(pattern.matches(&instance), "{text:?} vs {instance:?}");
             if !text.contains('*') {

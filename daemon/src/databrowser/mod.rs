@@ -13,7 +13,7 @@ pub(crate) use static_stac::StaticCatalogue;
 
 use crate::catalog::facet::{self, default_count_facets};
 use crate::catalog::{Catalog, Cursor, FacetCounts, Query, Selection, Source, UniqKey};
-use crate::error::{Error, Result};
+use crate::error::{Error, Fault, Result};
 use crate::flavours::{Flavour, Flavours};
 use params::{SearchParams, build_query};
 
@@ -77,9 +77,11 @@ impl Databrowser {
         pairs: &[(String, String)],
     ) -> Result<Search> {
         let uniq_key = UniqKey::parse(uniq_key).ok_or_else(|| {
-            Error::invalid(format!(
-                "Invalid uniq_key '{uniq_key}': use 'file' or 'uri'."
-            ))
+            Error::invalid(
+                "uniq_key",
+                Fault::Refused,
+                format!("Invalid uniq_key '{uniq_key}': use 'file' or 'uri'."),
+            )
         })?;
         let flavour = self.flavours.resolve(flavour, caller)?;
         let params = SearchParams::parse(pairs)?;
@@ -149,10 +151,14 @@ impl Databrowser {
                     std.filter(|s| facet::is_term_facet(s) && (flavour.has(s) || *s == "version"))
                         .map(String::from)
                         .ok_or_else(|| {
-                            Error::invalid(format!(
-                                "Unknown facet '{name}' in 'facets' for flavour '{}'.",
-                                flavour.name
-                            ))
+                            Error::invalid(
+                                "facets",
+                                Fault::Unknown,
+                                format!(
+                                    "Unknown facet '{name}' in 'facets' for flavour '{}'.",
+                                    flavour.name
+                                ),
+                            )
                         })
                 })
                 .collect::<Result<_>>()?
@@ -236,6 +242,8 @@ impl Databrowser {
     fn removal_query(&self, filters: &[(String, String)]) -> Result<Query> {
         if filters.is_empty() {
             return Err(Error::invalid(
+                "filters",
+                Fault::Refused,
                 "refusing to remove everything: give --file or at least one key=value filter",
             ));
         }
@@ -264,6 +272,8 @@ impl Databrowser {
             [owner] => query.only_owner(owner),
             _ => {
                 return Err(Error::invalid(
+                    "user",
+                    Fault::Refused,
                     "give at most one user=NAME: an owner is an exact name, not a list",
                 ));
             }

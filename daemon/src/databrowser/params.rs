@@ -18,7 +18,7 @@
 use crate::catalog::facet;
 use crate::catalog::query::{Field, Pattern, Query, Source};
 use crate::catalog::time::{SelectMode, TimeRange};
-use crate::error::{Error, Result};
+use crate::error::{Error, Fault, Result};
 use crate::flavours::{Flavour, ListFilter};
 
 /// Parameters every search endpoint declares; they are never facets.
@@ -99,17 +99,21 @@ pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" | "t" | "y" => Ok(true),
         "false" | "0" | "no" | "off" | "f" | "n" => Ok(false),
-        _ => Err(Error::invalid(format!(
-            "Parameter '{key}' must be a boolean (true or false), got {value:?}."
-        ))),
+        _ => Err(Error::invalid(
+            key,
+            Fault::Syntax,
+            format!("Parameter '{key}' must be a boolean (true or false), got {value:?}."),
+        )),
     }
 }
 
 fn parse_start(value: &str) -> Result<u64> {
     value.trim().parse::<u64>().map_err(|_| {
-        Error::invalid(format!(
-            "Parameter 'start' must be a non-negative integer, got {value:?}."
-        ))
+        Error::invalid(
+            "start",
+            Fault::Syntax,
+            format!("Parameter 'start' must be a non-negative integer, got {value:?}."),
+        )
     })
 }
 
@@ -117,9 +121,13 @@ fn parse_max_results(value: &str) -> Result<Option<u64>> {
     match value.trim().parse::<i64>() {
         Ok(n) if n > 0 => Ok(Some(n as u64)),
         Ok(0 | -1) => Ok(None),
-        _ => Err(Error::invalid(format!(
-            "Parameter 'max-results' must be -1 (no limit) or a positive integer, got {value:?}."
-        ))),
+        _ => Err(Error::invalid(
+            "max-results",
+            Fault::Syntax,
+            format!(
+                "Parameter 'max-results' must be -1 (no limit) or a positive integer, got {value:?}."
+            ),
+        )),
     }
 }
 
@@ -146,8 +154,8 @@ pub(crate) fn build_query(flavour: &Flavour, params: &SearchParams) -> Result<Qu
         match name.as_str() {
             "time_select" => time_mode = parse_mode(key, value)?,
             "bbox_select" => bbox_mode = parse_mode(key, value)?,
-            "file" => add_value(&mut query, Field::File, value, negate_key)?,
-            "uri" => add_value(&mut query, Field::Uri, value, negate_key)?,
+            "file" => add_value(&mut query, key, Field::File, value, negate_key)?,
+            "uri" => add_value(&mut query, key, Field::Uri, value, negate_key)?,
             _ => {
                 let standard = standard_name(flavour, &name, params.translate)
                     .ok_or_else(|| unknown_facet(flavour, key, params.translate))?;
@@ -155,9 +163,11 @@ pub(crate) fn build_query(flavour: &Flavour, params: &SearchParams) -> Result<Qu
                     "time" => time_text = time_text.or(Some((key, value))),
                     "bbox" => bbox_text = bbox_text.or(Some((key, value))),
                     "version" if !params.multi_version => {
-                        return Err(Error::invalid(format!(
-                            "Facet '{key}' can only be searched with multi-version=true."
-                        )));
+                        return Err(Error::invalid(
+                            key.as_str(),
+                            Fault::Refused,
+                            format!("Facet '{key}' can only be searched with multi-version=true."),
+                        ));
                     }
                     facet::OWNER => query.add(
                         Field::Facet(facet::OWNER.to_string()),
@@ -166,7 +176,13 @@ pub(crate) fn build_query(flavour: &Flavour, params: &SearchParams) -> Result<Qu
                     ),
                     _ => {
                         let field = Field::Facet(standard.to_string());
-                        add_value(&mut query, field, &facet::term(standard, value), negate_key)?;
+                        add_value(
+                            &mut query,
+                            key,
+                            field,
+                            &facet::term(standard, value),
+                            negate_key,
+                        )?;
                     }
                 }
             }
@@ -174,14 +190,23 @@ pub(crate) fn build_query(flavour: &Flavour, params: &SearchParams) -> Result<Qu
     }
     let location_wildcards = query.location_wildcards();
     if location_wildcards > MAX_LOCATION_WILDCARDS {
-        return Err(Error::invalid(format!(
-            "Parameters 'file' and 'uri' take at most {MAX_LOCATION_WILDCARDS} wildcard \
+        return Err(Error::invalid(
+            "file",
+            Fault::Refused,
+            format!(
+                "Parameters 'file' and 'uri' take at most {MAX_LOCATION_WILDCARDS} wildcard \
              values per request, got {location_wildcards}."
-        )));
+            ),
+        ));
     }
     if let Some((key, text)) = time_text {
-        let range = TimeRange::parse_query(text)
-            .map_err(|e| Error::invalid(format!("Invalid '{key}': {e}.")))?;
+        let range = TimeRange::parse_query(text).map_err(|e| {
+            Error::invalid(
+                key.as_str(),
+                Fault::Syntax,
+                format!("Invalid '{key}': {e}."),
+            )
+        })?;
         query.set_time(range, time_mode);
     }
     if let Some((key, text)) = bbox_text {
@@ -192,9 +217,15 @@ pub(crate) fn build_query(flavour: &Flavour, params: &SearchParams) -> Result<Qu
 
 /// Adds a filter value: negated by a `not `/`!`/`-` prefix or a `_not_` key; blank after the
 /// prefix is no filter.
-fn add_value(query: &mut Query, field: Field, value: &str, negate_key: bool) -> Result<()> {
+fn add_value(
+    query: &mut Query,
+    key: &str,
+    field: Field,
+    value: &str,
+    negate_key: bool,
+) -> Result<()> {
     let (negated, text) = split_negation(value);
-    let pattern = Pattern::parse(text.to_string())?;
+    let pattern = Pattern::parse(key, text.to_string())?;
     if !pattern.text.is_empty() {
         query.add(field, pattern, negated || negate_key);
     }
@@ -235,24 +266,36 @@ fn unknown_facet(flavour: &Flavour, key: &str, translate: bool) -> Error {
         })
         .collect();
     valid.extend(["file", "uri"].iter().chain(SELECT_KEYS.iter()));
-    Error::invalid(format!(
-        "Unknown search facet '{key}' for flavour '{}'. Valid facets: {}.",
-        flavour.name,
-        valid.join(", ")
-    ))
+    Error::invalid(
+        key,
+        Fault::Unknown,
+        format!(
+            "Unknown search facet '{key}' for flavour '{}'. Valid facets: {}.",
+            flavour.name,
+            valid.join(", ")
+        ),
+    )
 }
 
 fn parse_mode(key: &str, value: &str) -> Result<SelectMode> {
     SelectMode::parse(value.trim()).ok_or_else(|| {
-        Error::invalid(format!(
-            "Parameter '{key}' must be one of flexible, strict, file; got {value:?}."
-        ))
+        Error::invalid(
+            key,
+            Fault::Refused,
+            format!("Parameter '{key}' must be one of flexible, strict, file; got {value:?}."),
+        )
     })
 }
 
 /// Parses `min_lon,max_lon,min_lat,max_lat`, the value of parameter `key`.
 fn parse_bbox(key: &str, text: &str) -> Result<[f64; 4]> {
-    let bad = |why: &str| Error::invalid(format!("Invalid '{key}' {text:?}: {why}."));
+    let bad = |why: &str| {
+        Error::invalid(
+            key,
+            Fault::Syntax,
+            format!("Invalid '{key}' {text:?}: {why}."),
+        )
+    };
     let numbers: Vec<f64> = text
         .split(',')
         .map(|part| part.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
@@ -289,9 +332,11 @@ pub fn flavour_list_filter(pairs: &[(String, String)]) -> Result<ListFilter> {
             "owner" => filter.owner = Some(value.clone()),
             k if CLIENT_FLAGS.contains(&k) => {}
             _ => {
-                return Err(Error::invalid(format!(
-                    "Invalid parameter '{key}'. Valid parameters: flavour_name, owner"
-                )));
+                return Err(Error::invalid(
+                    key.as_str(),
+                    Fault::Unknown,
+                    format!("Invalid parameter '{key}'. Valid parameters: flavour_name, owner"),
+                ));
             }
         }
     }
@@ -309,9 +354,11 @@ pub fn flavour_delete_is_global(pairs: &[(String, String)]) -> Result<bool> {
             "is_global" => global = parse_bool(key, value)?,
             k if CLIENT_FLAGS.contains(&k) => {}
             _ => {
-                return Err(Error::invalid(format!(
-                    "Invalid parameter '{key}'. Valid parameters: is_global"
-                )));
+                return Err(Error::invalid(
+                    key.as_str(),
+                    Fault::Unknown,
+                    format!("Invalid parameter '{key}'. Valid parameters: is_global"),
+                ));
             }
         }
     }

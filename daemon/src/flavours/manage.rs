@@ -19,7 +19,7 @@ use super::{BUILTIN_NAMES, Flavour, Flavours, GLOBAL_OWNER, StoredFlavour};
 use crate::auth::Caller;
 use crate::catalog::facet::STANDARD_FACETS;
 use crate::db::{Batch, cf};
-use crate::error::{Error, Result};
+use crate::error::{Error, Fault, Holder, Missing, Result};
 
 /// Result keys no facet may be renamed onto.
 const RESERVED_TARGETS: [&str; 3] = ["file", "uri", "fs_type"];
@@ -45,7 +45,8 @@ impl FlavourRequest {
     /// # Errors
     /// [`Error::InvalidParameter`] saying what is wrong with the body.
     pub fn parse(body: &[u8]) -> Result<Self> {
-        serde_json::from_slice(body).map_err(|e| Error::invalid(format!("Invalid body: {e}")))
+        serde_json::from_slice(body)
+            .map_err(|e| Error::invalid("body", Fault::Syntax, format!("Invalid body: {e}")))
     }
 
     fn global(&self) -> bool {
@@ -70,15 +71,20 @@ fn check_name(name: &str) -> Result<()> {
     if valid {
         Ok(())
     } else {
-        Err(Error::invalid(format!(
-            "flavour_name: {name:?} must be 1 to 64 letters, digits, '_' or '-'"
-        )))
+        Err(Error::invalid(
+            "flavour_name",
+            Fault::Refused,
+            format!("flavour_name: {name:?} must be 1 to 64 letters, digits, '_' or '-'"),
+        ))
     }
 }
 
 /// The 403 for a regular user acting on a global flavour.
-fn admins_only(action: &str) -> Error {
-    Error::Forbidden(format!("Only admin users can {action} global flavours."))
+fn admins_only(action: &'static str) -> Error {
+    Error::AdminOnly {
+        action,
+        what: "global flavours",
+    }
 }
 
 fn is_builtin(name: &str) -> bool {
@@ -94,25 +100,37 @@ fn check_mapping(name: &str, mapping: &BTreeMap<String, String>) -> Result<()> {
         .collect();
     if !unknown.is_empty() {
         unknown.sort_unstable();
-        return Err(Error::invalid(format!(
-            "mapping: invalid keys {unknown:?}; valid keys are the standard facets {STANDARD_FACETS:?}"
-        )));
+        return Err(Error::invalid(
+            "mapping",
+            Fault::Unknown,
+            format!(
+                "mapping: invalid keys {unknown:?}; valid keys are the standard facets {STANDARD_FACETS:?}"
+            ),
+        ));
     }
     for (key, value) in mapping {
         if value.trim().is_empty() {
-            return Err(Error::invalid(format!(
-                "mapping: the value of {key:?} is empty"
-            )));
+            return Err(Error::invalid(
+                "mapping",
+                Fault::Refused,
+                format!("mapping: the value of {key:?} is empty"),
+            ));
         }
         if key == "fs_type" && value != "fs_type" {
             return Err(Error::invalid(
+                "mapping",
+                Fault::Refused,
                 "mapping: fs_type is a reserved result key and cannot be renamed",
             ));
         }
         if RESERVED_TARGETS.contains(&value.as_str()) && key != value {
-            return Err(Error::invalid(format!(
-                "mapping: {key:?} cannot be renamed onto the reserved result key {value:?}"
-            )));
+            return Err(Error::invalid(
+                "mapping",
+                Fault::Refused,
+                format!(
+                    "mapping: {key:?} cannot be renamed onto the reserved result key {value:?}"
+                ),
+            ));
         }
     }
     let effective = Flavour::custom(&StoredFlavour {
@@ -125,10 +143,14 @@ fn check_mapping(name: &str, mapping: &BTreeMap<String, String>) -> Result<()> {
     let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
     for (standard, renamed) in effective.mapping() {
         if let Some(other) = seen.insert(renamed, standard) {
-            return Err(Error::invalid(format!(
-                "mapping: the effective mapping is not one-to-one: {other:?} and {standard:?} \
-                 would both be called {renamed:?}"
-            )));
+            return Err(Error::invalid(
+                "mapping",
+                Fault::Refused,
+                format!(
+                    "mapping: the effective mapping is not one-to-one: {other:?} and {standard:?} \
+                     would both be called {renamed:?}"
+                ),
+            ));
         }
     }
     Ok(())
@@ -141,15 +163,14 @@ impl Flavours {
     /// 422 invalid definition, 403 a non-admin asks for a global flavour, 409 the name is
     /// taken (for a global flavour: also by a built-in).
     pub fn create(&self, caller: &Caller, request: &FlavourRequest) -> Result<String> {
-        let name = request
-            .flavour_name
-            .as_deref()
-            .ok_or_else(|| Error::invalid("flavour_name: required"))?;
+        let name = request.flavour_name.as_deref().ok_or_else(|| {
+            Error::invalid("flavour_name", Fault::WrongType, "flavour_name: required")
+        })?;
         check_name(name)?;
         let mapping = request
             .mapping
             .as_ref()
-            .ok_or_else(|| Error::invalid("mapping: required"))?;
+            .ok_or_else(|| Error::invalid("mapping", Fault::WrongType, "mapping: required"))?;
         check_mapping(name, mapping)?;
         let global = request.global();
         if global && !caller.admin {
@@ -158,15 +179,20 @@ impl Flavours {
         let owner = if global { GLOBAL_OWNER } else { &caller.user };
         let _write = self.write.lock();
         if global && is_builtin(name) {
-            return Err(Error::Conflict(format!(
-                "Flavour '{name}' conflicts with a built-in flavour."
-            )));
+            return Err(Error::FlavourExists {
+                name: name.to_string(),
+                holder: Holder::BuiltIn,
+            });
         }
         if self.find(global, owner, name).is_some() {
-            let scope = if global { "Global" } else { "Personal" };
-            return Err(Error::Conflict(format!(
-                "{scope} flavour '{name}' already exists. Use the update endpoint to change it."
-            )));
+            return Err(Error::FlavourExists {
+                name: name.to_string(),
+                holder: if global {
+                    Holder::Global
+                } else {
+                    Holder::Personal
+                },
+            });
         }
         let stored = StoredFlavour {
             flavour_name: name.to_string(),
@@ -206,9 +232,10 @@ impl Flavours {
             && (self.find(old.is_global, &old.owner, &new_name).is_some()
                 || (old.is_global && is_builtin(&new_name)))
         {
-            return Err(Error::Conflict(format!(
-                "Flavour '{new_name}' already exists."
-            )));
+            return Err(Error::FlavourExists {
+                name: new_name,
+                holder: Holder::Other,
+            });
         }
         let mut mapping = old.mapping.clone();
         mapping.extend(addition);
@@ -296,7 +323,7 @@ impl Flavours {
         caller: &Caller,
         name: &str,
         global: bool,
-        action: &str,
+        action: &'static str,
     ) -> Result<StoredFlavour> {
         if global && !caller.admin {
             return Err(admins_only(action));
@@ -305,7 +332,7 @@ impl Flavours {
             Some((owner, bare)) => (Some(owner), bare),
             None => (None, name),
         };
-        let not_found = || Error::NotFound(format!("Flavour '{name}' not found."));
+        let not_found = || Error::NotFound(Missing::Flavour(name.to_string()));
         if let Some(owner) = owner_prefix {
             if owner != caller.user || global {
                 return Err(not_found());
@@ -316,9 +343,11 @@ impl Flavours {
             return Ok(personal);
         }
         if is_builtin(bare) {
-            return Err(Error::invalid(format!(
-                "Cannot {action} built-in flavour '{bare}'."
-            )));
+            return Err(Error::invalid(
+                "flavour_name",
+                Fault::Refused,
+                format!("Cannot {action} built-in flavour '{bare}'."),
+            ));
         }
         let found = self.find(true, GLOBAL_OWNER, bare).ok_or_else(not_found)?;
         if !caller.admin {

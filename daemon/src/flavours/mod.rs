@@ -323,21 +323,10 @@ impl Flavours {
             f.name = bare.to_string();
             return Ok(f);
         }
-        let names: Vec<&str> = visible.iter().map(|f| f.name.as_str()).collect();
-        let mut detail = format!(
-            "Invalid flavour '{name}'. Available flavours: {}",
-            names.join(", ")
-        );
-        let similar: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|n| n.contains(name) || name.contains(*n))
-            .collect();
-        if !similar.is_empty() {
-            detail.push_str(&format!(". Did you mean: {}", similar.join(", ")));
-        }
-        detail.push('.');
-        Err(Error::UnknownFlavour { detail })
+        Err(Error::UnknownFlavour {
+            name: name.to_string(),
+            available: visible.into_iter().map(|f| f.name).collect(),
+        })
     }
 
     /// The store the flavours live in.

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Fault, Result};
 
 type Point = [f64; 2];
 
@@ -32,7 +32,7 @@ impl Shape {
     /// Parses a GeoJSON geometry object.
     ///
     /// # Errors
-    /// [`Error::Malformed`] naming what is wrong.
+    /// [`Error::InvalidParameter`] ([`Fault::Syntax`]) naming what is wrong.
     pub fn parse(value: &Value) -> Result<Self> {
         let mut shape = Shape {
             source: value.clone(),
@@ -137,7 +137,11 @@ impl Shape {
 }
 
 fn malformed(why: &str) -> Error {
-    Error::Malformed(format!("Invalid 'intersects' geometry: {why}."))
+    Error::invalid(
+        "intersects",
+        Fault::Syntax,
+        format!("Invalid 'intersects' geometry: {why}."),
+    )
 }
 
 fn array(value: &Value) -> Result<&Vec<Value>> {

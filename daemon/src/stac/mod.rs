@@ -52,7 +52,7 @@ use crate::catalog::facet::HIERARCHY;
 use crate::catalog::query::{Field, Pattern};
 use crate::catalog::time::SelectMode;
 use crate::catalog::{Anchor, Catalog, Extent, Query, Record, item_id, parse_item_id};
-use crate::error::{Error, Result};
+use crate::error::{Error, Fault, Missing, Result};
 
 /// The facets a collection axis may be, coarse to fine.
 pub(crate) const AXES: &[&str] = &HIERARCHY;
@@ -105,10 +105,10 @@ impl Scope {
     pub fn new(api_base: &str, axis: Option<&str>) -> Result<Self> {
         let name = axis.unwrap_or("project");
         if !AXES.contains(&name) {
-            return Err(Error::NotFound(format!(
-                "Unknown STAC collection axis: {name}. Axes: {}.",
-                AXES.join(", ")
-            )));
+            return Err(Error::NotFound(Missing::Axis {
+                name: name.to_string(),
+                axes: AXES,
+            }));
         }
         Ok(Scope {
             axis: name.to_string(),
@@ -292,10 +292,14 @@ impl StacApi {
             .flatten()
             .find(|c| c.to_lowercase() != found.id)
         {
-            return Err(Error::Malformed(format!(
-                "'collections={other}' does not match the collection {} of this path.",
-                found.id
-            )));
+            return Err(Error::invalid(
+                "collections",
+                Fault::Refused,
+                format!(
+                    "'collections={other}' does not match the collection {} of this path.",
+                    found.id
+                ),
+            ));
         }
         let mut query = Query::default();
         require_axis(&mut query, &scope.axis, [found.id.clone()]);
@@ -310,8 +314,12 @@ impl StacApi {
     /// [`Error::NotFound`] when the collection or the item is unknown or hidden.
     pub fn item(&self, scope: &Scope, collection: &str, id: &str) -> Result<Value> {
         let found = self.find_collection(scope, collection)?;
-        let not_found =
-            || Error::NotFound(format!("Item {id} not found in collection {collection}."));
+        let not_found = || {
+            Error::NotFound(Missing::Item {
+                collection: collection.to_string(),
+                id: id.to_string(),
+            })
+        };
         let key = parse_item_id(id).ok_or_else(not_found)?;
         let mut query = Query::default();
         require_axis(&mut query, &scope.axis, [found.id.clone()]);
@@ -342,10 +350,14 @@ impl StacApi {
                         .map(String::as_str)
                         .collect();
                     if !hidden.is_empty() {
-                        return Err(Error::Malformed(format!(
-                            "Requested collections are not visible in this view: {}.",
-                            hidden.join(", ")
-                        )));
+                        return Err(Error::invalid(
+                            "collections",
+                            Fault::Refused,
+                            format!(
+                                "Requested collections are not visible in this view: {}.",
+                                hidden.join(", ")
+                            ),
+                        ));
                     }
                 }
                 require_axis(
@@ -457,9 +469,11 @@ impl StacApi {
                 }
             }
             if !matched {
-                return Err(Error::Malformed(format!(
-                    "visible_collections pattern '{pattern}' matched no collections."
-                )));
+                return Err(Error::invalid(
+                    "visible_collections",
+                    Fault::Refused,
+                    format!("visible_collections pattern '{pattern}' matched no collections."),
+                ));
             }
         }
         let visible: Vec<CollectionSummary> = all
@@ -469,10 +483,14 @@ impl StacApi {
             .map(|(c, _)| c.clone())
             .collect();
         if visible.len() > MAX_VIEW {
-            return Err(Error::Malformed(format!(
-                "visible_collections expands to too many collections ({} > {MAX_VIEW}); use a narrower pattern.",
-                visible.len()
-            )));
+            return Err(Error::invalid(
+                "visible_collections",
+                Fault::Refused,
+                format!(
+                    "visible_collections expands to too many collections ({} > {MAX_VIEW}); use a narrower pattern.",
+                    visible.len()
+                ),
+            ));
         }
         Ok(Arc::new(visible))
     }
@@ -483,7 +501,7 @@ impl StacApi {
             .iter()
             .find(|c| c.id == id)
             .cloned()
-            .ok_or_else(|| Error::NotFound(format!("Collection {id} not found.")))
+            .ok_or_else(|| Error::NotFound(Missing::Collection(id.to_string())))
     }
 
     /// The collections of an axis, recomputed when the catalogue has changed.
@@ -548,14 +566,16 @@ impl StacApi {
             None => Anchor::Start,
             Some(token) => {
                 if token.context != context {
-                    return Err(Error::Malformed(
-                        "Pagination token does not match this request context.".into(),
+                    return Err(Error::invalid(
+                        "token",
+                        Fault::Refused,
+                        "Pagination token does not match this request context.",
                     ));
                 }
                 // The pivot's position is the sort key: paging goes on from there even
                 // when the pivot has been removed since the token was made.
                 let pivot = token.position.or_else(|| self.catalog.record_of_item(&token.item)).ok_or_else(|| {
-                    Error::Malformed(format!(
+                    Error::invalid("token", Fault::Refused, format!(
                         "Pagination token names item {} which is no longer in the catalogue; start again without a token.",
                         token.item
                     ))
@@ -652,9 +672,11 @@ fn view_matcher(pattern: &str) -> Result<GlobMatcher> {
         .build()
         .map(|g| g.compile_matcher())
         .map_err(|e| {
-            Error::Malformed(format!(
-                "visible_collections pattern '{pattern}' is not a glob: {e}."
-            ))
+            Error::invalid(
+                "visible_collections",
+                Fault::Syntax,
+                format!("visible_collections pattern '{pattern}' is not a glob: {e}."),
+            )
         })
 }
 

@@ -1,16 +1,18 @@
 //! The parameters of the STAC API: the GET query pairs and the POST search body become one
-//! [`SearchRequest`]. Syntax errors (a bbox that is not four numbers, a datetime that is not
-//! RFC 3339, a malformed paging token) are [`Error::Malformed`] (400, as the STAC API
-//! validator expects), and so is a `limit` below 1; a `limit` above [`MAX_LIMIT`] is served
-//! as [`MAX_LIMIT`], which the STAC API requires and its validator checks. Fields of a POST
-//! body with the wrong JSON type are [`Error::InvalidParameter`] (422).
+//! [`SearchRequest`]. Every error is an [`Error::InvalidParameter`] whose [`Fault`] says how
+//! the parameter is wrong: [`Fault::Syntax`] for a bbox that is not four numbers, a datetime
+//! that is not RFC 3339 or a malformed paging token; [`Fault::Refused`] for a `limit` below 1;
+//! [`Fault::Unknown`] for a parameter the endpoint does not take; [`Fault::WrongType`] for a
+//! field of a POST body with the wrong JSON type. The HTTP facade answers the last with 422
+//! and the others with 400, as the STAC API validator expects. A `limit` above [`MAX_LIMIT`]
+//! is served as [`MAX_LIMIT`], which the STAC API requires and its validator checks.
 
 use chrono::DateTime;
 use serde_json::Value;
 
 use super::geometry::Shape;
 use crate::catalog::time::TimeRange;
-use crate::error::{Error, Result};
+use crate::error::{Error, Fault, Result};
 
 /// Page size when `limit` is not given.
 pub(crate) const DEFAULT_LIMIT: usize = 10;
@@ -46,12 +48,16 @@ impl Token {
     /// Parses a token.
     ///
     /// # Errors
-    /// [`Error::Malformed`] naming the expected shape.
+    /// [`Error::InvalidParameter`] ([`Fault::Syntax`]) naming the expected shape.
     pub fn parse(text: &str) -> Result<Self> {
         let malformed = || {
-            Error::Malformed(format!(
-                "Invalid pagination token {text:?}: expected '<next|prev>:<context>:<item id>'."
-            ))
+            Error::invalid(
+                "token",
+                Fault::Syntax,
+                format!(
+                    "Invalid pagination token {text:?}: expected '<next|prev>:<context>:<item id>'."
+                ),
+            )
         };
         let mut parts = text.splitn(3, ':');
         let (Some(direction), Some(context), Some(item)) =
@@ -146,8 +152,8 @@ impl SearchRequest {
     /// Parses the query pairs of `GET .../items` (`search = false`) or `GET /search`.
     ///
     /// # Errors
-    /// [`Error::Malformed`] for an unknown parameter or a syntax error,
-    /// [`Error::InvalidParameter`] for a `limit` out of range.
+    /// [`Error::InvalidParameter`] for an unknown parameter, a syntax error or a `limit`
+    /// below 1.
     pub fn from_pairs(pairs: &[(String, String)], search: bool) -> Result<Self> {
         let allowed = if search { SEARCH_KEYS } else { ITEMS_KEYS };
         let mut request = SearchRequest {
@@ -158,10 +164,14 @@ impl SearchRequest {
             match key.as_str() {
                 "visible_collections" => request.view.extend(split_list(value)),
                 k if !allowed.contains(&k) => {
-                    return Err(Error::Malformed(format!(
-                        "Unknown query parameter '{key}'; this endpoint takes {}.",
-                        allowed.join(", ")
-                    )));
+                    return Err(Error::invalid(
+                        key.as_str(),
+                        Fault::Unknown,
+                        format!(
+                            "Unknown query parameter '{key}'; this endpoint takes {}.",
+                            allowed.join(", ")
+                        ),
+                    ));
                 }
                 "limit" => request.limit = parse_limit_text(value)?,
                 "token" => request.token = Some(Token::parse(value)?),
@@ -174,7 +184,11 @@ impl SearchRequest {
                     .extend(split_list(value).map(|t| t.to_lowercase())),
                 _ => {
                     let geometry: Value = serde_json::from_str(value).map_err(|e| {
-                        Error::Malformed(format!("'intersects' is not GeoJSON: {e}."))
+                        Error::invalid(
+                            "intersects",
+                            Fault::Syntax,
+                            format!("'intersects' is not GeoJSON: {e}."),
+                        )
                     })?;
                     request.intersects = Some(Shape::parse(&geometry)?);
                 }
@@ -186,8 +200,10 @@ impl SearchRequest {
 
     fn check_exclusive(&self) -> Result<()> {
         if self.bbox.is_some() && self.intersects.is_some() {
-            return Err(Error::Malformed(
-                "'bbox' and 'intersects' exclude each other; give one.".into(),
+            return Err(Error::invalid(
+                "bbox",
+                Fault::Refused,
+                "'bbox' and 'intersects' exclude each other; give one.",
             ));
         }
         Ok(())
@@ -196,15 +212,21 @@ impl SearchRequest {
     /// Parses the JSON body of `POST /search`.
     ///
     /// # Errors
-    /// [`Error::Malformed`] for a body that is not a JSON object or a malformed bbox or
-    /// datetime; [`Error::InvalidParameter`] for a field of the wrong type or a `limit` out
-    /// of range.
+    /// [`Error::InvalidParameter`] for a body that is not a JSON object, an unknown field, a
+    /// malformed bbox or datetime, a field of the wrong type or a `limit` below 1.
     pub fn from_body(body: &[u8]) -> Result<Self> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| Error::Malformed(format!("The search body is not JSON: {e}.")))?;
+        let value: Value = serde_json::from_slice(body).map_err(|e| {
+            Error::invalid(
+                "body",
+                Fault::Syntax,
+                format!("The search body is not JSON: {e}."),
+            )
+        })?;
         let Value::Object(fields) = value else {
-            return Err(Error::Malformed(
-                "The search body must be a JSON object.".into(),
+            return Err(Error::invalid(
+                "body",
+                Fault::Syntax,
+                "The search body must be a JSON object.",
             ));
         };
         let mut request = SearchRequest {
@@ -218,7 +240,11 @@ impl SearchRequest {
             match key.as_str() {
                 "limit" => {
                     let limit = value.as_i64().ok_or_else(|| {
-                        Error::Malformed(format!("'limit' must be an integer, got {value}."))
+                        Error::invalid(
+                            "limit",
+                            Fault::Syntax,
+                            format!("'limit' must be an integer, got {value}."),
+                        )
                     })?;
                     request.limit = check_limit(limit)?;
                 }
@@ -240,9 +266,13 @@ impl SearchRequest {
                 // accepted and without effect, as OGC API clients expect.
                 "fields" | "sortby" | "query" | "filter" | "filter-lang" | "conf" => {}
                 _ => {
-                    return Err(Error::Malformed(format!(
-                        "Unknown search field '{key}'; the body takes collections, ids, bbox, intersects, datetime, limit, token, q and visible_collections."
-                    )));
+                    return Err(Error::invalid(
+                        key.as_str(),
+                        Fault::Unknown,
+                        format!(
+                            "Unknown search field '{key}'; the body takes collections, ids, bbox, intersects, datetime, limit, token, q and visible_collections."
+                        ),
+                    ));
                 }
             }
         }
@@ -270,13 +300,23 @@ pub fn split_list(text: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 fn string_field<'a>(key: &str, value: &'a Value) -> Result<&'a str> {
-    value
-        .as_str()
-        .ok_or_else(|| Error::invalid(format!("'{key}' must be a string, got {value}.")))
+    value.as_str().ok_or_else(|| {
+        Error::invalid(
+            key,
+            Fault::WrongType,
+            format!("'{key}' must be a string, got {value}."),
+        )
+    })
 }
 
 fn string_list(key: &str, value: &Value) -> Result<Vec<String>> {
-    let wrong = || Error::invalid(format!("'{key}' must be an array of strings, got {value}."));
+    let wrong = || {
+        Error::invalid(
+            key,
+            Fault::WrongType,
+            format!("'{key}' must be an array of strings, got {value}."),
+        )
+    };
     value
         .as_array()
         .ok_or_else(wrong)?
@@ -287,9 +327,11 @@ fn string_list(key: &str, value: &Value) -> Result<Vec<String>> {
 
 fn parse_limit_text(text: &str) -> Result<usize> {
     let limit: i64 = text.trim().parse().map_err(|_| {
-        Error::Malformed(format!(
-            "'limit' must be an integer from 1 to {MAX_LIMIT}, got {text:?}."
-        ))
+        Error::invalid(
+            "limit",
+            Fault::Syntax,
+            format!("'limit' must be an integer from 1 to {MAX_LIMIT}, got {text:?}."),
+        )
     })?;
     check_limit(limit)
 }
@@ -299,9 +341,13 @@ fn parse_limit_text(text: &str) -> Result<usize> {
 fn check_limit(limit: i64) -> Result<usize> {
     match usize::try_from(limit) {
         Ok(n) if n >= 1 => Ok(n.min(MAX_LIMIT)),
-        _ => Err(Error::Malformed(format!(
-            "'limit' must be a positive integer (pages hold at most {MAX_LIMIT} items), got {limit}."
-        ))),
+        _ => Err(Error::invalid(
+            "limit",
+            Fault::Refused,
+            format!(
+                "'limit' must be a positive integer (pages hold at most {MAX_LIMIT} items), got {limit}."
+            ),
+        )),
     }
 }
 
@@ -323,9 +369,11 @@ fn parse_bbox_json(value: &Value) -> Result<[f64; 4]> {
 
 fn check_bbox(numbers: Option<Vec<f64>>, shown: &str) -> Result<[f64; 4]> {
     let malformed = |why: &str| {
-        Error::Malformed(format!(
-            "Invalid bbox {shown:?}: {why}; expected minx,miny,maxx,maxy in degrees."
-        ))
+        Error::invalid(
+            "bbox",
+            Fault::Syntax,
+            format!("Invalid bbox {shown:?}: {why}; expected minx,miny,maxx,maxy in degrees."),
+        )
     };
     let numbers = numbers.ok_or_else(|| malformed("not a list of numbers"))?;
     let [minx, miny, maxx, maxy] = match numbers[..] {
@@ -349,9 +397,13 @@ fn check_bbox(numbers: Option<Vec<f64>>, shown: &str) -> Result<[f64; 4]> {
 /// requires full RFC 3339 date-times).
 pub(crate) fn parse_datetime(text: &str) -> Result<TimeRange> {
     let malformed = |why: &str| {
-        Error::Malformed(format!(
-            "Invalid datetime {text:?}: {why}; expected an RFC 3339 date-time such as 2000-01-01T00:00:00Z, or an interval start/end with '..' for an open end."
-        ))
+        Error::invalid(
+            "datetime",
+            Fault::Syntax,
+            format!(
+                "Invalid datetime {text:?}: {why}; expected an RFC 3339 date-time such as 2000-01-01T00:00:00Z, or an interval start/end with '..' for an open end."
+            ),
+        )
     };
     let parts: Vec<&str> = text.split('/').collect();
     let open = |p: &str| p.is_empty() || p == "..";
@@ -461,7 +513,7 @@ mod tests {
             "2001-01-01T00:00:00Z/2000-01-01T00:00:00Z",
         ] {
             let err = parse_datetime(bad).unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::Malformed, "{bad}");
+            assert_eq!(err.fault(), Some(Fault::Syntax), "{bad}");
         }
         let open = parse_datetime("2000-01-01T00:00:00Z/..").unwrap();
         assert_eq!((open.start, open.end), (946_684_800, i64::MAX));
@@ -482,11 +534,16 @@ mod tests {
             "10,0,0,1",
         ] {
             let err = SearchRequest::from_pairs(&pairs(&[("bbox", bad)]), true).unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::Malformed, "{bad}");
+            assert_eq!(err.fault(), Some(Fault::Syntax), "{bad}");
         }
-        for limit in ["0", "-1", "ten", "1.5"] {
+        for (limit, fault) in [
+            ("0", Fault::Refused),
+            ("-1", Fault::Refused),
+            ("ten", Fault::Syntax),
+            ("1.5", Fault::Syntax),
+        ] {
             let err = SearchRequest::from_pairs(&pairs(&[("limit", limit)]), true).unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::Malformed, "{limit}");
+            assert_eq!(err.fault(), Some(fault), "{limit}");
         }
         let large = SearchRequest::from_pairs(&pairs(&[("limit", "1000000")]), true).unwrap();
         assert_eq!(large.limit, MAX_LIMIT);
@@ -495,7 +552,7 @@ mod tests {
         let err = SearchRequest::from_pairs(&pairs(&[("limitx", "1")]), false).unwrap_err();
         assert!(err.to_string().contains("'limitx'"), "{err}");
         let err = SearchRequest::from_pairs(&pairs(&[("q", "tas")]), false).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Malformed);
+        assert_eq!(err.fault(), Some(Fault::Unknown));
     }
 
     #[test]
@@ -508,20 +565,21 @@ mod tests {
         assert_eq!(r.q, vec!["tas", "pr"]);
         assert_eq!(r.limit, 5);
         assert_eq!(r.token.unwrap().to_text(), "next:search:ab");
-        let kind = |body: &[u8]| SearchRequest::from_body(body).unwrap_err().kind();
-        assert_eq!(kind(br#"{"bbox":"0,0,1,1"}"#), ErrorKind::Malformed);
-        assert_eq!(kind(b"[1]"), ErrorKind::Malformed);
-        assert_eq!(kind(b"{"), ErrorKind::Malformed);
-        assert_eq!(kind(br#"{"limit":"5"}"#), ErrorKind::Malformed);
-        assert_eq!(kind(br#"{"limit":-1}"#), ErrorKind::Malformed);
-        assert_eq!(kind(br#"{"collections":"cmip6"}"#), ErrorKind::Invalid);
+        let fault = |body: &[u8]| SearchRequest::from_body(body).unwrap_err().fault();
+        assert_eq!(fault(br#"{"bbox":"0,0,1,1"}"#), Some(Fault::Syntax));
+        assert_eq!(fault(b"[1]"), Some(Fault::Syntax));
+        assert_eq!(fault(b"{"), Some(Fault::Syntax));
+        assert_eq!(fault(br#"{"limit":"5"}"#), Some(Fault::Syntax));
+        assert_eq!(fault(br#"{"limit":-1}"#), Some(Fault::Refused));
+        assert_eq!(fault(br#"{"collections":"cmip6"}"#), Some(Fault::WrongType));
+        assert_eq!(fault(br#"{"colections":["cmip6"]}"#), Some(Fault::Unknown));
         assert_eq!(
-            kind(br#"{"bbox":[0,0,1,1],"intersects":{"type":"Point","coordinates":[0,0]}}"#),
-            ErrorKind::Malformed
+            fault(br#"{"bbox":[0,0,1,1],"intersects":{"type":"Point","coordinates":[0,0]}}"#),
+            Some(Fault::Refused)
         );
         assert_eq!(
-            kind(br#"{"intersects":{"type":"Blob"}}"#),
-            ErrorKind::Malformed
+            fault(br#"{"intersects":{"type":"Blob"}}"#),
+            Some(Fault::Syntax)
         );
         let point =
             SearchRequest::from_body(br#"{"intersects":{"type":"Point","coordinates":[5,50]}}"#);
@@ -537,7 +595,7 @@ mod tests {
             "next:search:ab.-1",
             "next:search:ab.99999999999",
         ] {
-            assert_eq!(Token::parse(bad).unwrap_err().kind(), ErrorKind::Malformed);
+            assert_eq!(Token::parse(bad).unwrap_err().fault(), Some(Fault::Syntax));
         }
     }
 
@@ -587,7 +645,7 @@ mod tests {
             match Token::parse(&text) {
                 Ok(token) => proptest::prop_assert_eq!(Token::parse(&token.to_text()).ok(), Some(token)),
                 Err(e) => {
-                    proptest::prop_assert_eq!(e.kind(), ErrorKind::Malformed);
+                    proptest::prop_assert_eq!(e.fault(), Some(Fault::Syntax));
                     proptest::prop_assert!(e.to_string().contains(&format!("{text:?}")), "{}", e);
                 }
             }
@@ -601,10 +659,7 @@ mod tests {
             let pair = vec![(key.clone(), value.clone())];
             if let Err(e) = SearchRequest::from_pairs(&pair, search) {
                 let message = e.to_string();
-                proptest::prop_assert!(
-                    matches!(e.kind(), ErrorKind::Malformed | ErrorKind::Invalid),
-                    "{message}"
-                );
+                proptest::prop_assert_eq!(e.kind(), ErrorKind::Invalid, "{}", message);
                 proptest::prop_assert!(message.contains(key.as_str()), "{key:?}: {message}");
                 if QUOTING.contains(&key.as_str()) {
                     proptest::prop_assert!(message.contains(&format!("{value:?}")), "{message}");
@@ -634,10 +689,7 @@ mod tests {
                 .collect();
             let bytes = serde_json::to_vec(&body).expect("a map serialises");
             if let Err(e) = SearchRequest::from_body(&bytes) {
-                proptest::prop_assert!(
-                    matches!(e.kind(), ErrorKind::Malformed | ErrorKind::Invalid),
-                    "{e}"
-                );
+                proptest::prop_assert_eq!(e.kind(), ErrorKind::Invalid, "{}", e);
             }
         }
     }
