@@ -20,6 +20,7 @@ mod error;
 mod flavours;
 #[cfg(test)]
 mod hostile;
+mod jobs;
 mod memory;
 mod stac;
 mod userdata;
@@ -40,6 +41,7 @@ pub use db::Db;
 pub use demo::{DemoSummary, write_demo_tree};
 pub use error::{Error, ErrorKind, Fault, Holder, Missing, Result};
 pub use flavours::{FlavourRequest, Flavours, ListFilter};
+pub use jobs::{Handler, Job, Outcome, Queue, Stop};
 pub use stac::{
     GEO_JSON, Method, OPENAPI_JSON, SCHEMA_JSON, Scope, SearchRequest, StacApi, split_list,
 };

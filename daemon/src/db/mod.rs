@@ -33,8 +33,12 @@ pub(crate) mod cf {
     pub(crate) const FLAVOURS: &str = "flavours";
     /// Named singletons: schema version, id counter.
     pub(crate) const META: &str = "meta";
+    /// Job sequence number (u64 BE) -> format byte + job JSON: the durable queue.
+    pub(crate) const JOBS: &str = "jobs";
     /// Every family the database has.
-    pub(crate) const ALL: [&str; 7] = [RECORDS, FILES, POSTINGS, COLUMNS, DATASETS, FLAVOURS, META];
+    pub(crate) const ALL: [&str; 8] = [
+        RECORDS, FILES, POSTINGS, COLUMNS, DATASETS, FLAVOURS, META, JOBS,
+    ];
 }
 
 /// Keys of the `meta` family.

@@ -1,0 +1,332 @@
+//! The durable job queue and its bounded pool of worker threads. It knows nothing of what a
+//! job does: a job is a `kind` and a `subject` (for a conversion, the store's token), and a
+//! [`Handler`] given to [`Queue::start`] does the work.
+//!
+//! Durability: a job is a row of the `jobs` column family, written in the same [`Batch`] as
+//! whatever asked for it (a store record), and deleted in the same batch as the writes that
+//! record its outcome. So a crash at any point leaves no request without its job and no
+//! outcome without the job's removal: on the next start every row is pending again, and a
+//! job that was running when the daemon died runs again from the start. Handlers must
+//! therefore be idempotent (a conversion rewrites its store).
+//!
+//! Order and bounds: jobs run in the order they were queued, at most `workers` at a time, each
+//! on a thread of its own (never on the async runtime). One subject has at most one job queued
+//! or running per kind: [`Queue::enqueue`] of a subject that has one returns it instead.
+//!
+//! Shutdown: [`Queue::stop`] lets running handlers see [`Stop::requested`]; a handler that
+//! stops early answers [`Outcome::Interrupted`] and its job stays queued for the next start.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
+use serde::{Deserialize, Serialize};
+
+use crate::db::{Batch, Db, cf};
+use crate::error::{Error, Result};
+
+/// Format byte of a stored job.
+const FORMAT: u8 = 1;
+
+/// One job as it is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    /// Its place in the queue (the row key), unique for the life of the database.
+    #[serde(skip)]
+    pub seq: u64,
+    /// What to do (`convert`, ...): chooses nothing here, the handler reads it.
+    pub kind: String,
+    /// What to do it to (a store token, ...).
+    pub subject: String,
+    /// How often the job was started before, counting starts cut short by a crash or a stop.
+    pub starts: u32,
+}
+
+impl Job {
+    fn encode(&self) -> Vec<u8> {
+        let mut bytes = vec![FORMAT];
+        serde_json::to_writer(&mut bytes, self).expect("a job serialises");
+        bytes
+    }
+
+    fn decode(key: &[u8], value: &[u8]) -> Result<Self> {
+        let corrupt = |reason: String| Error::Corrupt {
+            family: cf::JOBS,
+            reason,
+        };
+        let seq = key
+            .try_into()
+            .map(u64::from_be_bytes)
+            .map_err(|_| corrupt(format!("a job key of {} bytes", key.len())))?;
+        let Some((&FORMAT, json)) = value.split_first() else {
+            return Err(corrupt(format!("job {seq} has an unknown format")));
+        };
+        let mut job: Job =
+            serde_json::from_slice(json).map_err(|e| corrupt(format!("job {seq}: {e}")))?;
+        job.seq = seq;
+        Ok(job)
+    }
+}
+
+/// What a handler made of a job.
+pub enum Outcome {
+    /// The job is finished: these writes record its outcome and are committed together with
+    /// the job's removal from the queue.
+    Done(Batch),
+    /// The handler saw [`Stop::requested`] and stopped; the job stays queued.
+    Interrupted,
+}
+
+/// Whether the daemon is stopping, for handlers to check between steps of long work.
+#[derive(Debug, Clone, Default)]
+pub struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    /// Whether the handler should stop as soon as it can.
+    pub fn requested(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Does the jobs of a queue.
+pub trait Handler: Send + Sync + 'static {
+    /// Does `job`.
+    ///
+    /// # Errors
+    /// A failure the handler could not record itself; the queue then calls
+    /// [`Handler::give_up`] and removes the job.
+    fn run(&self, job: &Job, stop: &Stop) -> Result<Outcome>;
+
+    /// The writes that record that `job` failed for `reason` (an error [`Handler::run`]
+    /// returned, or its panic), committed together with the job's removal.
+    fn give_up(&self, job: &Job, reason: &str) -> Batch;
+}
+
+/// The queue's state in memory: what is pending and what is running.
+#[derive(Default)]
+struct State {
+    /// Sequence numbers waiting for a worker, oldest first.
+    pending: VecDeque<u64>,
+    /// Every queued or running job by sequence number.
+    jobs: BTreeMap<u64, Job>,
+    /// `(kind, subject)` -> sequence number of its queued or running job.
+    subjects: HashMap<(String, String), u64>,
+    /// The next sequence number to hand out.
+    next_seq: u64,
+    /// Set by [`Queue::stop`]: workers take no further job.
+    stopping: bool,
+}
+
+/// The durable queue.
+pub struct Queue {
+    db: Arc<Db>,
+    state: Mutex<State>,
+    /// Signalled when a job is queued or the queue stops.
+    wake: Condvar,
+    /// Signalled when a worker finishes a job.
+    idle: Condvar,
+    stop: Stop,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Queue {
+    /// Opens the queue of `db`: every stored job is pending again, in its old order.
+    ///
+    /// # Errors
+    /// A read error or a corrupt job row.
+    pub fn open(db: Arc<Db>) -> Result<Self> {
+        let mut state = State::default();
+        db.for_each(cf::JOBS, |key, value| {
+            let job = Job::decode(key, value)?;
+            state.next_seq = job.seq + 1;
+            state.pending.push_back(job.seq);
+            state
+                .subjects
+                .insert((job.kind.clone(), job.subject.clone()), job.seq);
+            state.jobs.insert(job.seq, job);
+            Ok(true)
+        })?;
+        Ok(Queue {
+            db,
+            state: Mutex::new(state),
+            wake: Condvar::new(),
+            idle: Condvar::new(),
+            stop: Stop::default(),
+            workers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Queues a job of `kind` on `subject`, committing it together with `batch` (the request
+    /// it belongs to). When the subject already has a job of this kind queued or running,
+    /// only `batch` is written and that job is returned.
+    ///
+    /// # Errors
+    /// A write error; then neither the job nor `batch` was written.
+    pub fn enqueue(&self, mut batch: Batch, kind: &str, subject: &str) -> Result<Job> {
+        let mut state = self.state.lock();
+        let identity = (kind.to_string(), subject.to_string());
+        if let Some(seq) = state.subjects.get(&identity) {
+            let existing = state.jobs[seq].clone();
+            self.db.write(batch)?;
+            return Ok(existing);
+        }
+        let job = Job {
+            seq: state.next_seq,
+            kind: identity.0.clone(),
+            subject: identity.1.clone(),
+            starts: 0,
+        };
+        batch.put(cf::JOBS, job.seq.to_be_bytes(), job.encode());
+        // Holding the lock while writing keeps rows in sequence order with the memory state.
+        self.db.write(batch)?;
+        state.next_seq += 1;
+        state.pending.push_back(job.seq);
+        state.subjects.insert(identity, job.seq);
+        state.jobs.insert(job.seq, job.clone());
+        drop(state);
+        self.wake.notify_one();
+        Ok(job)
+    }
+
+    /// The queued or running job of `kind` on `subject`.
+    pub fn find(&self, kind: &str, subject: &str) -> Option<Job> {
+        let state = self.state.lock();
+        let seq = state
+            .subjects
+            .get(&(kind.to_string(), subject.to_string()))?;
+        Some(state.jobs[seq].clone())
+    }
+
+    /// How many jobs are queued or running.
+    pub fn len(&self) -> usize {
+        self.state.lock().jobs.len()
+    }
+
+    /// Whether no job is queued or running.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Starts `workers` threads (at least one) that run the queue's jobs with `handler`.
+    ///
+    /// # Errors
+    /// When a thread cannot be spawned.
+    pub fn start(self: &Arc<Self>, workers: usize, handler: &Arc<dyn Handler>) -> Result<()> {
+        let mut handles = self.workers.lock();
+        for n in 0..workers.max(1) {
+            let queue = Arc::clone(self);
+            let handler = Arc::clone(handler);
+            let handle = std::thread::Builder::new()
+                .name(format!("job-worker-{n}"))
+                .spawn(move || queue.work(handler.as_ref()))
+                .map_err(|e| Error::io("start a job worker", e))?;
+            handles.push(handle);
+        }
+        Ok(())
+    }
+
+    /// Asks handlers to stop, lets every worker finish its current job (or be interrupted)
+    /// and joins them. Jobs not finished stay queued for the next start.
+    pub fn stop(&self) {
+        self.state.lock().stopping = true;
+        self.stop.0.store(true, Ordering::SeqCst);
+        self.wake.notify_all();
+        for handle in self.workers.lock().drain(..) {
+            if handle.join().is_err() {
+                tracing::error!("a job worker panicked outside its job");
+            }
+        }
+    }
+
+    /// Waits until no job is queued or running (for tests and `svcd store convert`).
+    pub fn wait_idle(&self) {
+        let mut state = self.state.lock();
+        while !state.jobs.is_empty() && !state.stopping {
+            self.idle.wait(&mut state);
+        }
+    }
+
+    /// One worker: takes the oldest pending job, runs it, records its outcome.
+    fn work(&self, handler: &dyn Handler) {
+        while let Some(job) = self.next() {
+            let outcome =
+                std::panic::catch_unwind(AssertUnwindSafe(|| handler.run(&job, &self.stop)));
+            let finished = match outcome {
+                Ok(Ok(Outcome::Done(batch))) => Some(batch),
+                Ok(Ok(Outcome::Interrupted)) => None,
+                Ok(Err(e)) => {
+                    tracing::error!(job = job.seq, kind = %job.kind, subject = %job.subject,
+                        error = %e.chain(), "job failed");
+                    Some(handler.give_up(&job, &e.to_string()))
+                }
+                Err(panic) => {
+                    let reason = panic_message(panic.as_ref());
+                    tracing::error!(job = job.seq, kind = %job.kind, subject = %job.subject,
+                        %reason, "job panicked");
+                    Some(handler.give_up(&job, &format!("internal error: {reason}")))
+                }
+            };
+            self.finish(&job, finished);
+        }
+    }
+
+    /// The next pending job, marked as started; `None` once the queue stops.
+    fn next(&self) -> Option<Job> {
+        let mut state = self.state.lock();
+        loop {
+            if state.stopping {
+                return None;
+            }
+            if let Some(seq) = state.pending.pop_front() {
+                let job = state.jobs.get_mut(&seq).expect("pending jobs are known");
+                job.starts += 1;
+                let job = job.clone();
+                drop(state);
+                // Counting the start durably tells an operator which job keeps crashing the
+                // daemon; losing the count in a crash loses nothing else.
+                let mut batch = Batch::default();
+                batch.put(cf::JOBS, job.seq.to_be_bytes(), job.encode());
+                if let Err(e) = self.db.write(batch) {
+                    tracing::warn!(job = job.seq, error = %e.chain(), "cannot count a job start");
+                }
+                return Some(job);
+            }
+            self.wake.wait(&mut state);
+        }
+    }
+
+    /// Removes a finished job with the writes of its outcome, or leaves an interrupted one
+    /// queued (for the next start: this run stops taking jobs).
+    fn finish(&self, job: &Job, outcome: Option<Batch>) {
+        let mut state = self.state.lock();
+        if let Some(mut batch) = outcome {
+            batch.delete(cf::JOBS, job.seq.to_be_bytes());
+            if let Err(e) = self.db.write(batch) {
+                // The row stays, so the next start runs the job again.
+                tracing::error!(job = job.seq, error = %e.chain(),
+                    "cannot record a job's outcome; it runs again at the next start");
+            }
+            state.jobs.remove(&job.seq);
+            state
+                .subjects
+                .remove(&(job.kind.clone(), job.subject.clone()));
+        }
+        drop(state);
+        self.idle.notify_all();
+    }
+}
+
+/// The message a panic carried.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
+#[cfg(test)]
+mod tests;

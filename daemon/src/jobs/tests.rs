@@ -1,0 +1,210 @@
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use super::*;
+
+/// Records what it was asked to do; its outcome is a `meta` row `outcome:<subject>`.
+#[derive(Default)]
+struct Recorder {
+    seen: Mutex<Vec<String>>,
+    running: AtomicUsize,
+    most_at_once: AtomicUsize,
+}
+
+fn outcome_key(subject: &str) -> Vec<u8> {
+    format!("outcome:{subject}").into_bytes()
+}
+
+impl Handler for Recorder {
+    fn run(&self, job: &Job, stop: &Stop) -> Result<Outcome> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_at_once.fetch_max(now, Ordering::SeqCst);
+        self.seen.lock().push(job.subject.clone());
+        let result = match job.subject.as_str() {
+            "fails" => Err(Error::io("read source", std::io::Error::other("disk gone"))),
+            "panics" => panic!("the handler broke"),
+            // Runs until the daemon stops, the first time only.
+            "waits" if job.starts == 1 => {
+                while !stop.requested() {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Ok(Outcome::Interrupted)
+            }
+            subject => {
+                // The first two jobs of the pool test wait for each other, so a second worker
+                // must take one while the first runs.
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                while ["s0", "s1"].contains(&subject)
+                    && self.most_at_once.load(Ordering::SeqCst) < 2
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let mut batch = Batch::default();
+                batch.put(cf::META, outcome_key(subject), b"done".to_vec());
+                Ok(Outcome::Done(batch))
+            }
+        };
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    fn give_up(&self, job: &Job, reason: &str) -> Batch {
+        let mut batch = Batch::default();
+        batch.put(
+            cf::META,
+            outcome_key(&job.subject),
+            reason.as_bytes().to_vec(),
+        );
+        batch
+    }
+}
+
+fn open(dir: &std::path::Path) -> (Arc<Db>, Arc<Queue>) {
+    let db = Arc::new(Db::open(dir).unwrap());
+    let queue = Arc::new(Queue::open(Arc::clone(&db)).unwrap());
+    (db, queue)
+}
+
+fn outcome(db: &Db, subject: &str) -> Option<String> {
+    db.get(cf::META, &outcome_key(subject))
+        .unwrap()
+        .map(|v| String::from_utf8(v).unwrap())
+}
+
+fn stored_jobs(db: &Db) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    db.for_each(cf::JOBS, |k, v| {
+        jobs.push(Job::decode(k, v)?);
+        Ok(true)
+    })
+    .unwrap();
+    jobs
+}
+
+#[test]
+fn jobs_run_in_order_and_their_outcomes_commit_with_their_removal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, queue) = open(dir.path());
+    for subject in ["a", "b", "c"] {
+        let mut request = Batch::default();
+        request.put(cf::META, format!("request:{subject}"), b"1".to_vec());
+        queue.enqueue(request, "convert", subject).unwrap();
+    }
+    assert_eq!(db.get(cf::META, b"request:b").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(stored_jobs(&db).len(), 3);
+    let recorder = Arc::new(Recorder::default());
+    queue
+        .start(1, &(Arc::clone(&recorder) as Arc<dyn Handler>))
+        .unwrap();
+    queue.wait_idle();
+    queue.stop();
+    assert_eq!(*recorder.seen.lock(), ["a", "b", "c"]);
+    for subject in ["a", "b", "c"] {
+        assert_eq!(outcome(&db, subject).as_deref(), Some("done"));
+    }
+    assert!(stored_jobs(&db).is_empty(), "finished jobs leave the queue");
+    assert!(queue.is_empty());
+}
+
+#[test]
+fn a_subject_has_one_job_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, queue) = open(dir.path());
+    let first = queue.enqueue(Batch::default(), "convert", "a").unwrap();
+    let mut again = Batch::default();
+    again.put(cf::META, "request:again", b"1".to_vec());
+    let second = queue.enqueue(again, "convert", "a").unwrap();
+    assert_eq!(first, second);
+    assert_eq!(
+        db.get(cf::META, b"request:again").unwrap(),
+        Some(b"1".to_vec())
+    );
+    let other_kind = queue.enqueue(Batch::default(), "archive", "a").unwrap();
+    assert_ne!(other_kind.seq, first.seq);
+    assert_eq!(stored_jobs(&db).len(), 2);
+    assert_eq!(queue.find("convert", "a"), Some(first));
+    assert_eq!(queue.find("convert", "b"), None);
+}
+
+#[test]
+fn a_restart_resumes_queued_and_interrupted_jobs_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_db, queue) = open(dir.path());
+        for subject in ["waits", "x", "y"] {
+            queue.enqueue(Batch::default(), "convert", subject).unwrap();
+        }
+        let recorder = Arc::new(Recorder::default());
+        queue
+            .start(1, &(Arc::clone(&recorder) as Arc<dyn Handler>))
+            .unwrap();
+        while recorder.seen.lock().is_empty() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        queue.stop();
+        assert_eq!(*recorder.seen.lock(), ["waits"], "no job starts after stop");
+    }
+    let (db, queue) = open(dir.path());
+    let stored = stored_jobs(&db);
+    let subjects: Vec<&str> = stored.iter().map(|j| j.subject.as_str()).collect();
+    assert_eq!(subjects, ["waits", "x", "y"]);
+    assert_eq!(stored[0].starts, 1, "the interrupted start is counted");
+    assert_eq!(queue.len(), 3);
+    let recorder = Arc::new(Recorder::default());
+    queue
+        .start(1, &(Arc::clone(&recorder) as Arc<dyn Handler>))
+        .unwrap();
+    queue.wait_idle();
+    queue.stop();
+    assert_eq!(*recorder.seen.lock(), ["waits", "x", "y"]);
+    for subject in ["waits", "x", "y"] {
+        assert_eq!(outcome(&db, subject).as_deref(), Some("done"), "{subject}");
+    }
+    assert!(stored_jobs(&db).is_empty());
+}
+
+#[test]
+fn errors_and_panics_give_up_with_a_reason_and_the_worker_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, queue) = open(dir.path());
+    for subject in ["fails", "panics", "fine"] {
+        queue.enqueue(Batch::default(), "convert", subject).unwrap();
+    }
+    let recorder = Arc::new(Recorder::default());
+    queue
+        .start(1, &(Arc::clone(&recorder) as Arc<dyn Handler>))
+        .unwrap();
+    queue.wait_idle();
+    queue.stop();
+    assert_eq!(
+        outcome(&db, "fails").as_deref(),
+        Some("read source: disk gone")
+    );
+    assert_eq!(
+        outcome(&db, "panics").as_deref(),
+        Some("internal error: the handler broke")
+    );
+    assert_eq!(outcome(&db, "fine").as_deref(), Some("done"));
+    assert!(stored_jobs(&db).is_empty());
+}
+
+#[test]
+fn at_most_the_configured_number_of_jobs_run_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, queue) = open(dir.path());
+    let subjects: Vec<String> = (0..8).map(|n| format!("s{n}")).collect();
+    for subject in &subjects {
+        queue.enqueue(Batch::default(), "convert", subject).unwrap();
+    }
+    let recorder = Arc::new(Recorder::default());
+    queue
+        .start(2, &(Arc::clone(&recorder) as Arc<dyn Handler>))
+        .unwrap();
+    queue.wait_idle();
+    queue.stop();
+    assert_eq!(recorder.most_at_once.load(Ordering::SeqCst), 2);
+    for subject in &subjects {
+        assert_eq!(outcome(&db, subject).as_deref(), Some("done"), "{subject}");
+    }
+}
