@@ -66,6 +66,20 @@ fn open(dir: &std::path::Path) -> (Arc<Db>, Arc<Queue>) {
     (db, queue)
 }
 
+/// Queues `subjects` and runs them on `workers` threads until the queue is empty.
+fn run_all(queue: &Arc<Queue>, subjects: &[&str], workers: usize) -> Arc<Recorder> {
+    for subject in subjects {
+        queue.enqueue(Batch::default(), "convert", subject).unwrap();
+    }
+    let recorder = Arc::new(Recorder::default());
+    queue
+        .start(workers, &(Arc::clone(&recorder) as Arc<dyn Handler>))
+        .unwrap();
+    queue.wait_idle();
+    queue.stop();
+    recorder
+}
+
 fn outcome(db: &Db, subject: &str) -> Option<String> {
     db.get(cf::META, &outcome_key(subject))
         .unwrap()
@@ -93,12 +107,7 @@ fn jobs_run_in_order_and_their_outcomes_commit_with_their_removal() {
     }
     assert_eq!(db.get(cf::META, b"request:b").unwrap(), Some(b"1".to_vec()));
     assert_eq!(stored_jobs(&db).len(), 3);
-    let recorder = Arc::new(Recorder::default());
-    queue
-        .start(1, &(Arc::clone(&recorder) as Arc<dyn Handler>))
-        .unwrap();
-    queue.wait_idle();
-    queue.stop();
+    let recorder = run_all(&queue, &[], 1);
     assert_eq!(*recorder.seen.lock(), ["a", "b", "c"]);
     for subject in ["a", "b", "c"] {
         assert_eq!(outcome(&db, subject).as_deref(), Some("done"));
@@ -151,12 +160,7 @@ fn a_restart_resumes_queued_and_interrupted_jobs_in_order() {
     assert_eq!(subjects, ["waits", "x", "y"]);
     assert_eq!(stored[0].starts, 1, "the interrupted start is counted");
     assert_eq!(queue.len(), 3);
-    let recorder = Arc::new(Recorder::default());
-    queue
-        .start(1, &(Arc::clone(&recorder) as Arc<dyn Handler>))
-        .unwrap();
-    queue.wait_idle();
-    queue.stop();
+    let recorder = run_all(&queue, &[], 1);
     assert_eq!(*recorder.seen.lock(), ["waits", "x", "y"]);
     for subject in ["waits", "x", "y"] {
         assert_eq!(outcome(&db, subject).as_deref(), Some("done"), "{subject}");
@@ -168,15 +172,7 @@ fn a_restart_resumes_queued_and_interrupted_jobs_in_order() {
 fn errors_and_panics_give_up_with_a_reason_and_the_worker_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let (db, queue) = open(dir.path());
-    for subject in ["fails", "panics", "fine"] {
-        queue.enqueue(Batch::default(), "convert", subject).unwrap();
-    }
-    let recorder = Arc::new(Recorder::default());
-    queue
-        .start(1, &(Arc::clone(&recorder) as Arc<dyn Handler>))
-        .unwrap();
-    queue.wait_idle();
-    queue.stop();
+    run_all(&queue, &["fails", "panics", "fine"], 1);
     assert_eq!(
         outcome(&db, "fails").as_deref(),
         Some("read source: disk gone")
@@ -193,18 +189,10 @@ fn errors_and_panics_give_up_with_a_reason_and_the_worker_goes_on() {
 fn at_most_the_configured_number_of_jobs_run_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let (db, queue) = open(dir.path());
-    let subjects: Vec<String> = (0..8).map(|n| format!("s{n}")).collect();
-    for subject in &subjects {
-        queue.enqueue(Batch::default(), "convert", subject).unwrap();
-    }
-    let recorder = Arc::new(Recorder::default());
-    queue
-        .start(2, &(Arc::clone(&recorder) as Arc<dyn Handler>))
-        .unwrap();
-    queue.wait_idle();
-    queue.stop();
+    let subjects = ["s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"];
+    let recorder = run_all(&queue, &subjects, 2);
     assert_eq!(recorder.most_at_once.load(Ordering::SeqCst), 2);
-    for subject in &subjects {
+    for subject in subjects {
         assert_eq!(outcome(&db, subject).as_deref(), Some("done"), "{subject}");
     }
 }
