@@ -64,6 +64,8 @@ pub enum Missing {
     Flavour(String),
     /// A STAC collection.
     Collection(String),
+    /// A Zarr store, by its token (or what the request gave as one).
+    Store(String),
     /// A STAC item of a collection.
     Item {
         /// The collection's id.
@@ -85,6 +87,7 @@ impl std::fmt::Display for Missing {
         match self {
             Missing::Flavour(name) => write!(f, "Flavour '{name}' not found."),
             Missing::Collection(id) => write!(f, "Collection {id} not found."),
+            Missing::Store(token) => write!(f, "Zarr store {token} not found."),
             Missing::Item { collection, id } => {
                 write!(f, "Item {id} not found in collection {collection}.")
             }

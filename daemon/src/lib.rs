@@ -23,6 +23,7 @@ mod hostile;
 mod jobs;
 mod memory;
 mod stac;
+mod stores;
 mod userdata;
 mod work;
 
@@ -45,6 +46,8 @@ pub use jobs::{Handler, Job, Outcome, Queue, Stop};
 pub use stac::{
     GEO_JSON, Method, OPENAPI_JSON, SCHEMA_JSON, Scope, SearchRequest, StacApi, split_list,
 };
+pub use stores::request::{AccessPattern, Chunking, ConvertRequest};
+pub use stores::{CONVERT, Status, StoreRecord, Stores};
 pub use work::{ExpensiveSlot, SLOT_WAIT};
 
 /// The version of this build.

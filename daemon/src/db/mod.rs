@@ -35,9 +35,11 @@ pub(crate) mod cf {
     pub(crate) const META: &str = "meta";
     /// Job sequence number (u64 BE) -> format byte + job JSON: the durable queue.
     pub(crate) const JOBS: &str = "jobs";
+    /// Store token (16 bytes) -> format byte + store record JSON.
+    pub(crate) const STORES: &str = "stores";
     /// Every family the database has.
-    pub(crate) const ALL: [&str; 8] = [
-        RECORDS, FILES, POSTINGS, COLUMNS, DATASETS, FLAVOURS, META, JOBS,
+    pub(crate) const ALL: [&str; 9] = [
+        RECORDS, FILES, POSTINGS, COLUMNS, DATASETS, FLAVOURS, META, JOBS, STORES,
     ];
 }
 

@@ -1,0 +1,256 @@
+//! Zarr stores: the record of each store (sources, chunking, owner, public flag and expiry,
+//! status and reason, timestamps), the token that names it, and who may read it.
+//!
+//! A store's token is a UUID v5 over its canonical request: the owner and the sorted sources
+//! (aggregation and reduction options join them when they are implemented). So the same request
+//! by the same user names the same store and is converted once; two users converting one file
+//! get two stores, and neither learns of the other's. Chunking options are recorded with the
+//! store, not part of its token: whoever converts first chooses them, until a `reload`.
+//!
+//! Records live in the `stores` column family (token bytes -> format byte + JSON). Creating or
+//! reconverting a store writes its record and queues its conversion job in one batch (see
+//! [`crate::jobs`]), so a request is never recorded without its job nor the other way round.
+
+pub(crate) mod request;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::db::{Batch, Db, cf};
+use crate::error::{Error, Missing, Result};
+use crate::jobs::Queue;
+use request::{Chunking, ConvertRequest};
+
+/// The job kind of a conversion; its subject is the store's token.
+pub const CONVERT: &str = "convert";
+
+/// Format byte of a stored record.
+const FORMAT: u8 = 1;
+
+/// The namespace of store tokens (a UUID v5 of the project's name in the URL namespace).
+fn namespace() -> Uuid {
+    Uuid::new_v5(&Uuid::NAMESPACE_URL, b"svc-nextgen/zarr-store")
+}
+
+/// The state of a store, with the integer codes `zarr-utils/status` reports (DECISIONS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "u8", try_from = "u8")]
+pub enum Status {
+    /// Converted: every key can be read.
+    Ready = 0,
+    /// The conversion failed; the reason says why.
+    Failed = 1,
+    /// Queued or being converted: metadata may already be readable.
+    Preparing = 2,
+    /// Archived on the cold tier: readable, the first read restores.
+    Archived = 3,
+    /// Expired or removed.
+    Gone = 4,
+}
+
+impl From<Status> for u8 {
+    fn from(status: Status) -> u8 {
+        status as u8
+    }
+}
+
+impl TryFrom<u8> for Status {
+    type Error = String;
+
+    fn try_from(code: u8) -> std::result::Result<Self, String> {
+        Ok(match code {
+            0 => Status::Ready,
+            1 => Status::Failed,
+            2 => Status::Preparing,
+            3 => Status::Archived,
+            4 => Status::Gone,
+            other => return Err(format!("unknown store status {other}")),
+        })
+    }
+}
+
+/// One store as it is recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreRecord {
+    /// The store's name.
+    #[serde(skip, default = "Uuid::nil")]
+    pub token: Uuid,
+    /// The user who asked for it.
+    pub owner: String,
+    /// Absolute paths of its sources, in request order.
+    pub sources: Vec<String>,
+    /// How its arrays are chunked.
+    pub chunking: Chunking,
+    /// Until when (Unix seconds) anyone may read it; `None`: only its owner and admins.
+    pub public_until: Option<i64>,
+    /// Its state.
+    pub status: Status,
+    /// Why it is in that state (empty when ready or preparing).
+    pub reason: String,
+    /// When it was first requested (Unix seconds).
+    pub created: i64,
+    /// When its status last changed (Unix seconds).
+    pub updated: i64,
+}
+
+impl StoreRecord {
+    fn encode(&self) -> Vec<u8> {
+        let mut bytes = vec![FORMAT];
+        serde_json::to_writer(&mut bytes, self).expect("a store record serialises");
+        bytes
+    }
+
+    fn decode(token: Uuid, value: &[u8]) -> Result<Self> {
+        let corrupt = |reason: String| Error::Corrupt {
+            family: cf::STORES,
+            reason,
+        };
+        let Some((&FORMAT, json)) = value.split_first() else {
+            return Err(corrupt(format!("store {token} has an unknown format")));
+        };
+        let mut record: StoreRecord =
+            serde_json::from_slice(json).map_err(|e| corrupt(format!("store {token}: {e}")))?;
+        record.token = token;
+        Ok(record)
+    }
+
+    /// Whether `caller` (none: an anonymous request) may read the store at `now`: its owner
+    /// and admins always, anyone while it is public.
+    pub fn readable_by(&self, caller: Option<&Caller>, now: i64) -> bool {
+        let public = self.public_until.is_some_and(|until| now < until);
+        public || caller.is_some_and(|c| c.admin || c.user == self.owner)
+    }
+}
+
+/// The token of the store `owner` gets for `sources`.
+pub(crate) fn token(owner: &str, sources: &[String]) -> Uuid {
+    let mut sorted: Vec<&str> = sources.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    let canonical = serde_json::json!({
+        "owner": owner,
+        "sources": sorted,
+        "aggregate": null,
+        "reduce": null,
+    });
+    Uuid::new_v5(&namespace(), canonical.to_string().as_bytes())
+}
+
+/// The stores of the daemon.
+pub struct Stores {
+    db: Arc<Db>,
+    queue: Arc<Queue>,
+}
+
+impl Stores {
+    /// The stores recorded in `db`, converted through `queue`.
+    pub fn new(db: Arc<Db>, queue: Arc<Queue>) -> Self {
+        Stores { db, queue }
+    }
+
+    /// The record of a store, whoever asks.
+    ///
+    /// # Errors
+    /// A read error or a corrupt record.
+    pub fn record(&self, token: Uuid) -> Result<Option<StoreRecord>> {
+        self.db
+            .get(cf::STORES, token.as_bytes())?
+            .map(|value| StoreRecord::decode(token, &value))
+            .transpose()
+    }
+
+    /// The record of a store that `caller` may read at `now`. A store the caller may not
+    /// read is not found, exactly as one that does not exist, so a stranger learns nothing.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown or unreadable store; a read error.
+    pub fn readable(&self, caller: Option<&Caller>, token: Uuid, now: i64) -> Result<StoreRecord> {
+        match self.record(token)? {
+            Some(record) if record.readable_by(caller, now) => Ok(record),
+            _ => Err(Error::NotFound(Missing::Store(token.to_string()))),
+        }
+    }
+
+    /// Creates or reuses the stores of a request by `caller` at `now`: one per source. A
+    /// store that exists and is not failed or gone is reused as it is (a public request
+    /// extends its public time) unless the request says `reload`; any other is recorded as
+    /// preparing and its conversion queued.
+    ///
+    /// # Errors
+    /// A read or write error; then the stores already handled are kept.
+    pub fn request(
+        &self,
+        caller: &Caller,
+        request: &ConvertRequest,
+        now: i64,
+    ) -> Result<Vec<StoreRecord>> {
+        let public_until = request
+            .public
+            .then(|| now.saturating_add_unsigned(request.ttl_seconds));
+        let mut records = Vec::with_capacity(request.sources.len());
+        for source in &request.sources {
+            let sources = vec![source.clone()];
+            let token = token(&caller.user, &sources);
+            let existing = self.record(token)?;
+            let reuse = !request.reload
+                && existing.as_ref().is_some_and(|r| {
+                    matches!(
+                        r.status,
+                        Status::Ready | Status::Preparing | Status::Archived
+                    )
+                });
+            let mut batch = Batch::default();
+            let record = match existing {
+                Some(mut record) if reuse => {
+                    if public_until > record.public_until {
+                        record.public_until = public_until;
+                        batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
+                        self.db.write(batch)?;
+                    }
+                    record
+                }
+                existing => {
+                    let record = StoreRecord {
+                        token,
+                        owner: caller.user.clone(),
+                        sources,
+                        chunking: request.chunking,
+                        public_until: public_until
+                            .max(existing.as_ref().and_then(|r| r.public_until)),
+                        status: Status::Preparing,
+                        reason: String::new(),
+                        created: existing.as_ref().map_or(now, |r| r.created),
+                        updated: now,
+                    };
+                    batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
+                    self.queue.enqueue(batch, CONVERT, &token.to_string())?;
+                    record
+                }
+            };
+            records.push(record);
+        }
+        Ok(records)
+    }
+
+    /// Records the outcome of a store's conversion: the writes the conversion job commits
+    /// together with its removal from the queue.
+    ///
+    /// # Errors
+    /// A read error or a corrupt record; [`Error::NotFound`] when the store is gone.
+    pub fn outcome(&self, token: Uuid, status: Status, reason: &str, now: i64) -> Result<Batch> {
+        let mut record = self
+            .record(token)?
+            .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?;
+        record.status = status;
+        record.reason = reason.to_string();
+        record.updated = now;
+        let mut batch = Batch::default();
+        batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
+        Ok(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests;

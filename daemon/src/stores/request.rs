@@ -1,0 +1,543 @@
+//! A conversion request as `zarr/convert` and `load` receive it: repeated query parameters or a
+//! JSON body with the same names, validated into a [`ConvertRequest`].
+//!
+//! Both forms become one JSON object first (query values are strings; `path` may repeat), so
+//! one validator reads them. It accepts what the unmodified freva-client sends: `data-vars`
+//! for `data_vars`, explicit `null` for an absent option, `ttl_seconds` as a number with an
+//! integral value (`86400.0`), booleans as `True`/`False`. Every other value that is not valid
+//! is a 422 naming the option, at request time; so is an option this server does not know (a
+//! misspelt option would otherwise be dropped without a word).
+//!
+//! Aggregation (`aggregate`, `join`, `compat`, `data_vars`, `coords`, `dim`, `group_by`) and
+//! temporal reduction (`time_freq`, `time_method`, `climatology`, `min_coverage`, `dtype`) are
+//! not implemented yet: a request that sets one of them to anything but its default is a 422
+//! naming it, never a conversion that silently ignores it.
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Fault, Result};
+
+/// The most sources one request may name.
+pub(crate) const MAX_SOURCES: usize = 10_000;
+
+/// The shortest validity of a public URL, in seconds.
+pub(crate) const MIN_TTL_SECONDS: u64 = 60;
+
+/// Validity of a public URL when the request gives none, in seconds (one day).
+pub(crate) const DEFAULT_TTL_SECONDS: u64 = 86_400;
+
+/// How the chunks of a store are laid out (spec 2, `access_pattern`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessPattern {
+    /// Whole maps per chunk, a few time steps each.
+    Map,
+    /// Long time series of a small region per chunk.
+    TimeSeries,
+}
+
+/// The chunking options of a store: recorded with it, not part of its token (whoever converts
+/// first chooses them, until a `reload`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Chunking {
+    /// The access pattern to optimise for.
+    pub access_pattern: AccessPattern,
+    /// Chunk length of the primary axis (time) for [`AccessPattern::Map`], 1 to 1024.
+    pub map_primary_chunksize: u32,
+    /// Target chunk size in MiB, 0.5 to 512.
+    pub chunk_size_mib: f64,
+}
+
+impl Default for Chunking {
+    fn default() -> Self {
+        Chunking {
+            access_pattern: AccessPattern::Map,
+            map_primary_chunksize: 1,
+            chunk_size_mib: 16.0,
+        }
+    }
+}
+
+/// A validated conversion request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvertRequest {
+    /// Absolute paths of the sources, as given (`file://` prefixes removed), in order.
+    pub sources: Vec<String>,
+    /// Whether the stores are readable by anyone until `ttl_seconds` from now, and the URLs
+    /// returned are share URLs.
+    pub public: bool,
+    /// Validity of public URLs in seconds.
+    pub ttl_seconds: u64,
+    /// Convert again even when the store exists.
+    pub reload: bool,
+    /// How to chunk the stores.
+    pub chunking: Chunking,
+}
+
+/// The options of a request that a later release implements, with the value that means
+/// "not set" besides `null`.
+const NOT_YET: [(&str, Option<&str>); 12] = [
+    ("aggregate", None),
+    ("join", None),
+    ("compat", None),
+    ("data_vars", None),
+    ("coords", None),
+    ("dim", None),
+    ("group_by", None),
+    ("time_freq", None),
+    ("time_method", None),
+    ("climatology", Some("false")),
+    ("min_coverage", Some("0")),
+    ("dtype", Some("float32")),
+];
+
+/// Options of a conversion besides its sources.
+const OPTIONS: [&str; 6] = [
+    "public",
+    "ttl_seconds",
+    "reload",
+    "access_pattern",
+    "map_primary_chunksize",
+    "chunk_size",
+];
+
+impl ConvertRequest {
+    /// Reads the query pairs of `zarr/convert` (`path` repeated once per source).
+    ///
+    /// # Errors
+    /// As [`ConvertRequest::from_object`].
+    pub fn from_pairs(pairs: &[(String, String)], max_ttl_seconds: u64) -> Result<Self> {
+        let mut object = Map::new();
+        for (key, value) in pairs {
+            if key == "path" {
+                let paths = object
+                    .entry("path")
+                    .or_insert_with(|| Value::Array(Vec::new()));
+                if let Value::Array(paths) = paths {
+                    paths.push(Value::String(value.clone()));
+                }
+            } else {
+                object.insert(key.clone(), Value::String(value.clone()));
+            }
+        }
+        Self::from_object(object, true, max_ttl_seconds)
+    }
+
+    /// Reads the JSON body of `zarr/convert`; query pairs may add options (not sources).
+    ///
+    /// # Errors
+    /// A body that is not a JSON object; as [`ConvertRequest::from_object`].
+    pub fn from_body(body: &[u8], max_ttl_seconds: u64) -> Result<Self> {
+        let object = match serde_json::from_slice(body) {
+            Ok(Value::Object(object)) => object,
+            Ok(_) => {
+                return Err(Error::invalid(
+                    "body",
+                    Fault::WrongType,
+                    "body: expected a JSON object",
+                ));
+            }
+            Err(e) => {
+                return Err(Error::invalid(
+                    "body",
+                    Fault::Syntax,
+                    format!("body: invalid JSON: {e}"),
+                ));
+            }
+        };
+        Self::from_object(object, true, max_ttl_seconds)
+    }
+
+    /// Reads the options of `load/{flavour}` from its query pairs (its sources are the hits
+    /// of its search, so `path` is not an option there and other keys are search facets).
+    ///
+    /// # Errors
+    /// As [`ConvertRequest::from_object`].
+    pub fn options_of_load(pairs: &[(String, String)], max_ttl_seconds: u64) -> Result<Self> {
+        let object = pairs
+            .iter()
+            .filter(|(key, _)| is_option(key))
+            .map(|(key, value)| (key.clone(), Value::String(value.clone())))
+            .collect();
+        Self::from_object(object, false, max_ttl_seconds)
+    }
+
+    /// Validates one request object; `with_sources` for `zarr/convert`, which needs `path`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming the first option that is unknown, missing, of the
+    /// wrong type or out of range.
+    fn from_object(
+        mut object: Map<String, Value>,
+        with_sources: bool,
+        max_ttl_seconds: u64,
+    ) -> Result<Self> {
+        if let Some(value) = object.remove("data-vars") {
+            object.entry("data_vars").or_insert(value);
+        }
+        object.retain(|_, value| !value.is_null());
+        let sources = if with_sources {
+            sources(object.remove("path"))?
+        } else {
+            Vec::new()
+        };
+        for (name, unset) in NOT_YET {
+            if let Some(value) = object.remove(name)
+                && !is_unset(&value, unset)
+            {
+                return Err(Error::invalid(
+                    name,
+                    Fault::Refused,
+                    format!(
+                        "Option '{name}' ({value}) is not supported by this server yet; \
+                         leave it out to convert each file on its own."
+                    ),
+                ));
+            }
+        }
+        let mut request = ConvertRequest {
+            sources,
+            public: false,
+            ttl_seconds: DEFAULT_TTL_SECONDS,
+            reload: false,
+            chunking: Chunking::default(),
+        };
+        for (name, value) in object {
+            match name.as_str() {
+                "public" => request.public = boolean(&name, &value)?,
+                "reload" => request.reload = boolean(&name, &value)?,
+                "ttl_seconds" => {
+                    let seconds = whole_number(&name, &value)?;
+                    request.ttl_seconds = within(&name, seconds, MIN_TTL_SECONDS, max_ttl_seconds)?;
+                }
+                "access_pattern" => {
+                    request.chunking.access_pattern = match value.as_str() {
+                        Some("map") => AccessPattern::Map,
+                        Some("time_series") => AccessPattern::TimeSeries,
+                        _ => {
+                            return Err(Error::invalid(
+                                &name,
+                                Fault::Refused,
+                                format!(
+                                    "Option 'access_pattern' must be 'map' or 'time_series', \
+                                     got {value}."
+                                ),
+                            ));
+                        }
+                    };
+                }
+                "map_primary_chunksize" => {
+                    let size = whole_number(&name, &value)?;
+                    let size = within(&name, size, 1, 1024)?;
+                    request.chunking.map_primary_chunksize =
+                        u32::try_from(size).expect("at most 1024");
+                }
+                "chunk_size" => {
+                    let mib = number(&name, &value)?;
+                    if !(0.5..=512.0).contains(&mib) {
+                        return Err(Error::invalid(
+                            &name,
+                            Fault::Refused,
+                            format!(
+                                "Option 'chunk_size' must be from 0.5 to 512 (MiB), got {value}."
+                            ),
+                        ));
+                    }
+                    request.chunking.chunk_size_mib = mib;
+                }
+                other => {
+                    let known = if with_sources { "path, " } else { "" };
+                    return Err(Error::invalid(
+                        other,
+                        Fault::Unknown,
+                        format!(
+                            "Unknown option '{other}'; the options are {known}{}.",
+                            OPTIONS.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(request)
+    }
+}
+
+/// Whether `key` is a conversion option of `load/{flavour}` rather than a search facet.
+pub(crate) fn is_option(key: &str) -> bool {
+    key == "data-vars" || OPTIONS.contains(&key) || NOT_YET.iter().any(|(name, _)| *name == key)
+}
+
+/// Whether `value` means "not set" for an option whose default is `unset`.
+fn is_unset(value: &Value, unset: Option<&str>) -> bool {
+    let Some(unset) = unset else {
+        return false;
+    };
+    match value {
+        Value::Bool(b) => b.to_string() == unset,
+        Value::Number(n) => n.as_f64() == unset.parse::<f64>().ok(),
+        Value::String(s) => {
+            let s = s.trim().to_ascii_lowercase();
+            s == unset
+                || s.parse::<f64>()
+                    .ok()
+                    .is_some_and(|n| Some(n) == unset.parse().ok())
+        }
+        _ => false,
+    }
+}
+
+/// The sources of a request: `path` as a string or a list of strings, each absolute.
+fn sources(value: Option<Value>) -> Result<Vec<String>> {
+    let missing = || {
+        Error::invalid(
+            "path",
+            Fault::WrongType,
+            "Option 'path' is required: one or more absolute paths of files to convert.",
+        )
+    };
+    let paths = match value.ok_or_else(missing)? {
+        Value::String(path) => vec![path],
+        Value::Array(items) => items
+            .into_iter()
+            .map(|item| match item {
+                Value::String(path) => Ok(path),
+                other => Err(Error::invalid(
+                    "path",
+                    Fault::WrongType,
+                    format!("Option 'path' must hold strings, got {other}."),
+                )),
+            })
+            .collect::<Result<_>>()?,
+        other => {
+            return Err(Error::invalid(
+                "path",
+                Fault::WrongType,
+                format!("Option 'path' must be a string or a list of strings, got {other}."),
+            ));
+        }
+    };
+    if paths.is_empty() {
+        return Err(missing());
+    }
+    if paths.len() > MAX_SOURCES {
+        return Err(Error::invalid(
+            "path",
+            Fault::Refused,
+            format!(
+                "Option 'path' names {} files; at most {MAX_SOURCES} may be converted per request.",
+                paths.len()
+            ),
+        ));
+    }
+    paths.iter().map(|path| source(path)).collect()
+}
+
+/// One source path: absolute, normalised (no `.` or `..` components, no `file://`).
+fn source(path: &str) -> Result<String> {
+    let bare = path.strip_prefix("file://").unwrap_or(path);
+    let refuse = |why: &str| {
+        Error::invalid(
+            "path",
+            Fault::Refused,
+            format!("Option 'path': {path:?} {why}."),
+        )
+    };
+    if !bare.starts_with('/') {
+        return Err(refuse("is not an absolute path"));
+    }
+    if bare.contains('\0') {
+        return Err(refuse("contains a NUL byte"));
+    }
+    if bare
+        .split('/')
+        .any(|component| component == "." || component == "..")
+    {
+        return Err(refuse("has '.' or '..' components"));
+    }
+    let mut normal = String::with_capacity(bare.len());
+    for component in bare.split('/').filter(|c| !c.is_empty()) {
+        normal.push('/');
+        normal.push_str(component);
+    }
+    if normal.is_empty() {
+        return Err(refuse("names no file"));
+    }
+    Ok(normal)
+}
+
+fn boolean(name: &str, value: &Value) -> Result<bool> {
+    match value {
+        Value::Bool(b) => Ok(*b),
+        Value::String(s) => crate::databrowser::params::parse_bool(name, s),
+        other => Err(Error::invalid(
+            name,
+            Fault::WrongType,
+            format!("Option '{name}' must be a boolean (true or false), got {other}."),
+        )),
+    }
+}
+
+fn number(name: &str, value: &Value) -> Result<f64> {
+    let parsed = match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    parsed.filter(|n| n.is_finite()).ok_or_else(|| {
+        Error::invalid(
+            name,
+            Fault::Syntax,
+            format!("Option '{name}' must be a number, got {value}."),
+        )
+    })
+}
+
+/// A non-negative whole number, also when written with a zero fraction (`86400.0`).
+fn whole_number(name: &str, value: &Value) -> Result<u64> {
+    let n = number(name, value)?;
+    if n.fract() != 0.0 || !(0.0..=1e15).contains(&n) {
+        return Err(Error::invalid(
+            name,
+            Fault::Syntax,
+            format!("Option '{name}' must be a whole number, got {value}."),
+        ));
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "checked to be whole and below 1e15"
+    )]
+    Ok(n as u64)
+}
+
+fn within(name: &str, n: u64, min: u64, max: u64) -> Result<u64> {
+    if (min..=max).contains(&n) {
+        Ok(n)
+    } else {
+        Err(Error::invalid(
+            name,
+            Fault::Refused,
+            format!("Option '{name}' must be from {min} to {max}, got {n}."),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX_TTL: u64 = 7 * 86_400;
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect()
+    }
+
+    fn body(json: &str) -> Result<ConvertRequest> {
+        ConvertRequest::from_body(json.as_bytes(), MAX_TTL)
+    }
+
+    #[test]
+    fn what_freva_client_sends_is_accepted() {
+        let request = body(
+            r#"{"aggregate": null, "join": null, "compat": null, "data-vars": null,
+                "coords": null, "dim": null, "group_by": null,
+                "path": ["/data/a.nc", "file:///data//b.nc"],
+                "public": false, "ttl_seconds": 86400.0, "access_pattern": "map",
+                "chunk_size": 16.0, "map_primary_chunksize": 1, "reload": false}"#,
+        )
+        .unwrap();
+        assert_eq!(request.sources, ["/data/a.nc", "/data/b.nc"]);
+        assert!(!request.public);
+        assert_eq!(request.ttl_seconds, 86_400);
+        assert_eq!(request.chunking, Chunking::default());
+    }
+
+    #[test]
+    fn query_pairs_repeat_path_and_spell_booleans_as_python_does() {
+        let request = ConvertRequest::from_pairs(
+            &pairs(&[
+                ("path", "/a.nc"),
+                ("path", "/b.nc"),
+                ("public", "True"),
+                ("access_pattern", "time_series"),
+                ("chunk_size", "2"),
+                ("ttl_seconds", "600"),
+            ]),
+            MAX_TTL,
+        )
+        .unwrap();
+        assert_eq!(request.sources, ["/a.nc", "/b.nc"]);
+        assert!(request.public);
+        assert_eq!(request.ttl_seconds, 600);
+        assert_eq!(request.chunking.access_pattern, AccessPattern::TimeSeries);
+        assert!((request.chunking.chunk_size_mib - 2.0).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_option() {
+        for (json, option) in [
+            (r#"{}"#, "path"),
+            (r#"{"path": []}"#, "path"),
+            (r#"{"path": 5}"#, "path"),
+            (r#"{"path": "relative/a.nc"}"#, "path"),
+            (r#"{"path": "/data/../etc/shadow"}"#, "path"),
+            (r#"{"path": "/a.nc", "ttl_seconds": 59}"#, "ttl_seconds"),
+            (r#"{"path": "/a.nc", "ttl_seconds": 604801}"#, "ttl_seconds"),
+            (
+                r#"{"path": "/a.nc", "ttl_seconds": 86400.5}"#,
+                "ttl_seconds",
+            ),
+            (r#"{"path": "/a.nc", "chunk_size": 0.1}"#, "chunk_size"),
+            (r#"{"path": "/a.nc", "chunk_size": 1000}"#, "chunk_size"),
+            (
+                r#"{"path": "/a.nc", "map_primary_chunksize": 5000}"#,
+                "map_primary_chunksize",
+            ),
+            (
+                r#"{"path": "/a.nc", "map_primary_chunksize": 0}"#,
+                "map_primary_chunksize",
+            ),
+            (
+                r#"{"path": "/a.nc", "access_pattern": "diagonal"}"#,
+                "access_pattern",
+            ),
+            (r#"{"path": "/a.nc", "public": "perhaps"}"#, "public"),
+            (r#"{"path": "/a.nc", "chunksize": 4}"#, "chunksize"),
+            (r#"{"path": "/a.nc", "aggregate": "concat"}"#, "aggregate"),
+            (r#"{"path": "/a.nc", "data-vars": "all"}"#, "data_vars"),
+            (r#"{"path": "/a.nc", "time_freq": "monthly"}"#, "time_freq"),
+            (r#"{"path": "/a.nc", "climatology": true}"#, "climatology"),
+        ] {
+            let err = body(json).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::Invalid, "{json}");
+            let Error::InvalidParameter { parameter, .. } = &err else {
+                panic!("{json}: {err}");
+            };
+            assert_eq!(parameter, option, "{json}: {err}");
+            assert!(err.to_string().contains(option), "{json}: {err}");
+        }
+    }
+
+    #[test]
+    fn spelled_out_defaults_of_later_options_are_no_options() {
+        let request = body(
+            r#"{"path": "/a.nc", "climatology": false, "min_coverage": 0.0, "dtype": "float32"}"#,
+        )
+        .unwrap();
+        assert_eq!(request.sources, ["/a.nc"]);
+    }
+
+    #[test]
+    fn load_takes_only_options_and_leaves_facets_to_the_search() {
+        let request = ConvertRequest::options_of_load(
+            &pairs(&[("variable", "tas"), ("public", "true"), ("path", "/x")]),
+            MAX_TTL,
+        )
+        .unwrap();
+        assert!(request.public);
+        assert!(request.sources.is_empty());
+        assert!(!is_option("variable"));
+        assert!(is_option("chunk_size"));
+    }
+}

@@ -1,0 +1,164 @@
+use super::*;
+use crate::jobs::Job;
+
+const MAX_TTL: u64 = 7 * 86_400;
+const NOW: i64 = 1_800_000_000;
+
+fn caller(user: &str) -> Caller {
+    Caller {
+        user: user.to_string(),
+        admin: false,
+    }
+}
+
+fn open(dir: &std::path::Path) -> (Arc<Queue>, Stores) {
+    let db = Arc::new(Db::open(dir).unwrap());
+    let queue = Arc::new(Queue::open(Arc::clone(&db)).unwrap());
+    (Arc::clone(&queue), Stores::new(db, queue))
+}
+
+fn convert(json: &str) -> ConvertRequest {
+    ConvertRequest::from_body(json.as_bytes(), MAX_TTL).unwrap()
+}
+
+#[test]
+fn tokens_name_owner_and_sources_not_their_order_or_chunking() {
+    let ab = ["/a.nc".to_string(), "/b.nc".to_string()];
+    let ba = ["/b.nc".to_string(), "/a.nc".to_string()];
+    assert_eq!(token("jane", &ab), token("jane", &ba));
+    assert_ne!(token("jane", &ab), token("john", &ab));
+    assert_ne!(token("jane", &ab[..1]), token("jane", &ab));
+    assert_eq!(token("jane", &ab).get_version_num(), 5);
+    // A name that looks like a pattern or a JSON fragment is just a name.
+    assert_ne!(token("*", &ab), token("jane", &ab));
+    assert_ne!(token("jane\",\"x", &ab), token("jane", &ab));
+}
+
+#[test]
+fn one_store_per_source_each_queued_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (queue, stores) = open(dir.path());
+    let jane = caller("jane");
+    let request = convert(r#"{"path": ["/data/a.nc", "/data/b.nc"], "chunk_size": 4}"#);
+    let first = stores.request(&jane, &request, NOW).unwrap();
+    assert_eq!(first.len(), 2);
+    for record in &first {
+        assert_eq!(record.status, Status::Preparing);
+        assert_eq!(record.owner, "jane");
+        assert!((record.chunking.chunk_size_mib - 4.0).abs() < f64::EPSILON);
+        let job: Job = queue.find(CONVERT, &record.token.to_string()).unwrap();
+        assert_eq!(job.subject, record.token.to_string());
+        assert_eq!(stores.record(record.token).unwrap().as_ref(), Some(record));
+    }
+    // The same request again names the same stores and queues nothing new.
+    let again = stores
+        .request(
+            &jane,
+            &convert(r#"{"path": ["/data/a.nc", "/data/b.nc"]}"#),
+            NOW + 5,
+        )
+        .unwrap();
+    assert_eq!(again, first, "reused as they are, chunking included");
+    assert_eq!(queue.len(), 2);
+}
+
+#[test]
+fn failed_stores_and_reloads_are_converted_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (queue, stores) = open(dir.path());
+    let jane = caller("jane");
+    let [record] = stores
+        .request(&jane, &convert(r#"{"path": "/data/a.nc"}"#), NOW)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    // The job's outcome, as the queue commits it.
+    let batch = stores
+        .outcome(
+            record.token,
+            Status::Failed,
+            "/data/a.nc: no such file",
+            NOW + 1,
+        )
+        .unwrap();
+    stores.db.write(batch).unwrap();
+    let failed = stores.record(record.token).unwrap().unwrap();
+    assert_eq!(failed.status, Status::Failed);
+    assert_eq!(failed.reason, "/data/a.nc: no such file");
+    let retried = stores
+        .request(&jane, &convert(r#"{"path": "/data/a.nc"}"#), NOW + 2)
+        .unwrap();
+    assert_eq!(retried[0].status, Status::Preparing);
+    assert_eq!(retried[0].created, NOW, "a store keeps its birth time");
+    let ready = stores
+        .outcome(record.token, Status::Ready, "", NOW + 3)
+        .unwrap();
+    stores.db.write(ready).unwrap();
+    let reloaded = stores
+        .request(
+            &jane,
+            &convert(r#"{"path": "/data/a.nc", "reload": true, "access_pattern": "time_series"}"#),
+            NOW + 4,
+        )
+        .unwrap();
+    assert_eq!(reloaded[0].status, Status::Preparing);
+    assert_eq!(
+        reloaded[0].chunking.access_pattern,
+        request::AccessPattern::TimeSeries
+    );
+    assert_eq!(queue.len(), 1, "one job per store");
+}
+
+#[test]
+fn only_owner_and_admins_read_a_private_store_and_anyone_a_public_one_until_it_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_queue, stores) = open(dir.path());
+    let jane = caller("jane");
+    let private = stores
+        .request(&jane, &convert(r#"{"path": "/data/a.nc"}"#), NOW)
+        .unwrap()
+        .remove(0);
+    let admin = Caller {
+        user: "root".into(),
+        admin: true,
+    };
+    assert!(stores.readable(Some(&jane), private.token, NOW).is_ok());
+    assert!(stores.readable(Some(&admin), private.token, NOW).is_ok());
+    for stranger in [
+        Some(caller("john")),
+        Some(caller("*")),
+        Some(caller("")),
+        None,
+    ] {
+        let err = stores
+            .readable(stranger.as_ref(), private.token, NOW)
+            .unwrap_err();
+        let nobody = Uuid::new_v4();
+        let unknown = stores.readable(stranger.as_ref(), nobody, NOW).unwrap_err();
+        // A stranger cannot tell another's store from none.
+        assert_eq!(err.kind(), crate::ErrorKind::NotFound);
+        assert_eq!(unknown.kind(), crate::ErrorKind::NotFound);
+        assert_eq!(
+            err.to_string(),
+            unknown
+                .to_string()
+                .replace(&nobody.to_string(), &private.token.to_string())
+        );
+    }
+    let public = stores
+        .request(
+            &jane,
+            &convert(r#"{"path": "/data/b.nc", "public": true, "ttl_seconds": 600}"#),
+            NOW,
+        )
+        .unwrap()
+        .remove(0);
+    assert_eq!(public.public_until, Some(NOW + 600));
+    assert!(stores.readable(None, public.token, NOW + 599).is_ok());
+    assert!(stores.readable(None, public.token, NOW + 600).is_err());
+    assert!(
+        stores
+            .readable(Some(&jane), public.token, NOW + 600)
+            .is_ok()
+    );
+}
