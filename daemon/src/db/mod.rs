@@ -326,6 +326,35 @@ fn dir_size(path: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// Encodes a value as a format byte followed by its JSON.
+pub(crate) fn encode_json<T: serde::Serialize>(format: u8, value: &T) -> Vec<u8> {
+    let mut bytes = vec![format];
+    serde_json::to_writer(&mut bytes, value).expect("stored values serialise");
+    bytes
+}
+
+/// Decodes a value [`encode_json`] wrote with `format`; `what` names it in errors.
+///
+/// # Errors
+/// [`Error::Corrupt`] for another format byte or JSON that does not decode.
+pub(crate) fn decode_json<T: serde::de::DeserializeOwned>(
+    family: &'static str,
+    format: u8,
+    what: &dyn std::fmt::Display,
+    bytes: &[u8],
+) -> Result<T> {
+    let corrupt = |reason: String| Error::Corrupt { family, reason };
+    let Some((&found, json)) = bytes.split_first() else {
+        return Err(corrupt(format!("{what} is empty")));
+    };
+    if found != format {
+        return Err(corrupt(format!(
+            "{what} has format {found}, expected {format}"
+        )));
+    }
+    serde_json::from_slice(json).map_err(|e| corrupt(format!("{what}: {e}")))
+}
+
 /// Decodes a big-endian u32 value.
 ///
 /// # Errors

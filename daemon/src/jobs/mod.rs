@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
-use crate::db::{Batch, Db, cf};
+use crate::db::{self, Batch, Db, cf};
 use crate::error::{Error, Result};
 
 /// Format byte of a stored job.
@@ -47,9 +47,7 @@ pub struct Job {
 
 impl Job {
     fn encode(&self) -> Vec<u8> {
-        let mut bytes = vec![FORMAT];
-        serde_json::to_writer(&mut bytes, self).expect("a job serialises");
-        bytes
+        db::encode_json(FORMAT, self)
     }
 
     fn decode(key: &[u8], value: &[u8]) -> Result<Self> {
@@ -61,11 +59,7 @@ impl Job {
             .try_into()
             .map(u64::from_be_bytes)
             .map_err(|_| corrupt(format!("a job key of {} bytes", key.len())))?;
-        let Some((&FORMAT, json)) = value.split_first() else {
-            return Err(corrupt(format!("job {seq} has an unknown format")));
-        };
-        let mut job: Job =
-            serde_json::from_slice(json).map_err(|e| corrupt(format!("job {seq}: {e}")))?;
+        let mut job: Job = db::decode_json(cf::JOBS, FORMAT, &format!("job {seq}"), value)?;
         job.seq = seq;
         Ok(job)
     }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::db::{Batch, Db, cf};
+use crate::db::{self, Batch, Db, cf};
 use crate::error::{Error, Missing, Result};
 use crate::jobs::Queue;
 use request::{Chunking, ConvertRequest};
@@ -98,21 +98,12 @@ pub struct StoreRecord {
 
 impl StoreRecord {
     fn encode(&self) -> Vec<u8> {
-        let mut bytes = vec![FORMAT];
-        serde_json::to_writer(&mut bytes, self).expect("a store record serialises");
-        bytes
+        db::encode_json(FORMAT, self)
     }
 
     fn decode(token: Uuid, value: &[u8]) -> Result<Self> {
-        let corrupt = |reason: String| Error::Corrupt {
-            family: cf::STORES,
-            reason,
-        };
-        let Some((&FORMAT, json)) = value.split_first() else {
-            return Err(corrupt(format!("store {token} has an unknown format")));
-        };
-        let mut record: StoreRecord =
-            serde_json::from_slice(json).map_err(|e| corrupt(format!("store {token}: {e}")))?;
+        let what = format!("store {token}");
+        let mut record: StoreRecord = db::decode_json(cf::STORES, FORMAT, &what, value)?;
         record.token = token;
         Ok(record)
     }
