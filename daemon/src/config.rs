@@ -39,6 +39,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// Token verification settings.
     pub auth: AuthConfig,
+    /// Zarr store settings.
+    pub stores: StoresConfig,
     /// `SVCD_` environment variables that name no configuration key (ignored).
     #[serde(skip)]
     pub ignored_env: Vec<String>,
@@ -58,6 +60,19 @@ pub struct AuthConfig {
     pub oidc_discovery_urls: Vec<String>,
     /// Callback ports announced to freva-client.
     pub auth_ports: Vec<u16>,
+}
+
+/// The `[stores]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoresConfig {
+    /// Conversions run at once (default 2; at least 1).
+    pub workers: usize,
+    /// Longest validity of a public store or share URL, in seconds (default 7 days).
+    pub max_ttl_seconds: u64,
+    /// Directories whose files any authenticated user may convert when the user has no
+    /// local account to check permissions against (default none).
+    pub allowed_roots: Vec<PathBuf>,
 }
 
 /// The `[http]` section.
@@ -200,6 +215,21 @@ impl Config {
             return Err(Error::Config(
                 "auth.issuer and auth.audience must not be empty".into(),
             ));
+        }
+        if self.stores.workers == 0 {
+            return Err(Error::Config("stores.workers must be at least 1".into()));
+        }
+        if self.stores.max_ttl_seconds < crate::stores::request::MIN_TTL_SECONDS {
+            return Err(Error::Config(format!(
+                "stores.max_ttl_seconds must be at least {}",
+                crate::stores::request::MIN_TTL_SECONDS
+            )));
+        }
+        if let Some(root) = self.stores.allowed_roots.iter().find(|r| !r.is_absolute()) {
+            return Err(Error::Config(format!(
+                "stores.allowed_roots: {} is not an absolute path",
+                root.display()
+            )));
         }
         if !self.public_url.is_empty() && !self.public_url.starts_with("http") {
             return Err(Error::Config(format!(

@@ -166,6 +166,12 @@ pub enum Error {
         /// What it was asked of (`global flavours`).
         what: &'static str,
     },
+    /// The caller may not read a file it asked to convert.
+    #[error("You may not read {path:?}; only files you may read can be converted.")]
+    SourceForbidden {
+        /// The file.
+        path: String,
+    },
     /// The named thing does not exist (for this caller).
     #[error("{0}")]
     NotFound(Missing),
@@ -275,7 +281,7 @@ impl Error {
             Error::NoResults => ErrorKind::NoResults,
             Error::TooManyResults { .. } | Error::CatalogueFull { .. } => ErrorKind::TooLarge,
             Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
-            Error::AdminOnly { .. } => ErrorKind::Forbidden,
+            Error::AdminOnly { .. } | Error::SourceForbidden { .. } => ErrorKind::Forbidden,
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::FlavourExists { .. } => ErrorKind::Conflict,
             Error::Unavailable { .. } | Error::Busy { .. } => ErrorKind::Unavailable,

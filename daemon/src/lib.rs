@@ -33,7 +33,7 @@ pub use auth::{Auth, Caller};
 pub use catalog::{
     Catalog, LOAD_BATCH, LoadSummary, Loader, Record, Rejection, Stats, WriteCounts, write_to_store,
 };
-pub use config::{API_PREFIX, Config, Overrides, home_dir, login_name};
+pub use config::{API_PREFIX, Config, Overrides, StoresConfig, home_dir, login_name};
 pub use crawl::{Drs, find_netcdf_files, read_record};
 pub use databrowser::params::{flavour_delete_is_global, flavour_list_filter};
 pub use databrowser::{Databrowser, Search, StaticLinks};

@@ -11,6 +11,7 @@
 //! reconverting a store writes its record and queues its conversion job in one batch (see
 //! [`crate::jobs`]), so a request is never recorded without its job nor the other way round.
 
+mod access;
 pub(crate) mod request;
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::auth::Caller;
+use crate::config::StoresConfig;
 use crate::db::{self, Batch, Db, cf};
 use crate::error::{Error, Missing, Result};
 use crate::jobs::Queue;
@@ -133,12 +135,13 @@ pub(crate) fn token(owner: &str, sources: &[String]) -> Uuid {
 pub struct Stores {
     db: Arc<Db>,
     queue: Arc<Queue>,
+    config: StoresConfig,
 }
 
 impl Stores {
     /// The stores recorded in `db`, converted through `queue`.
-    pub fn new(db: Arc<Db>, queue: Arc<Queue>) -> Self {
-        Stores { db, queue }
+    pub fn new(db: Arc<Db>, queue: Arc<Queue>, config: StoresConfig) -> Self {
+        Stores { db, queue, config }
     }
 
     /// The record of a store, whoever asks.
@@ -167,16 +170,18 @@ impl Stores {
     /// Creates or reuses the stores of a request by `caller` at `now`: one per source. A
     /// store that exists and is not failed or gone is reused as it is (a public request
     /// extends its public time) unless the request says `reload`; any other is recorded as
-    /// preparing and its conversion queued.
+    /// preparing and its conversion queued. Blocking: it checks the sources' permissions.
     ///
     /// # Errors
-    /// A read or write error; then the stores already handled are kept.
+    /// [`Error::SourceForbidden`] naming a source the caller may not read (then no store is
+    /// created); a read or write error (then the stores already handled are kept).
     pub fn request(
         &self,
         caller: &Caller,
         request: &ConvertRequest,
         now: i64,
     ) -> Result<Vec<StoreRecord>> {
+        access::check(&caller.user, &request.sources, &self.config.allowed_roots)?;
         let public_until = request
             .public
             .then(|| now.saturating_add_unsigned(request.ttl_seconds));

@@ -14,7 +14,12 @@ fn caller(user: &str) -> Caller {
 fn open(dir: &std::path::Path) -> (Arc<Queue>, Stores) {
     let db = Arc::new(Db::open(dir).unwrap());
     let queue = Arc::new(Queue::open(Arc::clone(&db)).unwrap());
-    (Arc::clone(&queue), Stores::new(db, queue))
+    let config = StoresConfig {
+        workers: 1,
+        max_ttl_seconds: MAX_TTL,
+        allowed_roots: vec!["/data".into()],
+    };
+    (Arc::clone(&queue), Stores::new(db, queue, config))
 }
 
 fn convert(json: &str) -> ConvertRequest {
@@ -107,6 +112,31 @@ fn failed_stores_and_reloads_are_converted_again() {
         request::AccessPattern::TimeSeries
     );
     assert_eq!(queue.len(), 1, "one job per store");
+}
+
+#[test]
+fn a_source_the_caller_may_not_read_creates_no_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (queue, stores) = open(dir.path());
+    let err = stores
+        .request(
+            &caller("jane"),
+            &convert(r#"{"path": ["/data/a.nc", "/etc/shadow"]}"#),
+            NOW,
+        )
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::Forbidden);
+    assert!(err.to_string().contains("/etc/shadow"), "{err}");
+    assert!(queue.is_empty());
+    let mut recorded = 0;
+    stores
+        .db
+        .for_each(cf::STORES, |_, _| {
+            recorded += 1;
+            Ok(true)
+        })
+        .unwrap();
+    assert_eq!(recorded, 0);
 }
 
 #[test]

@@ -1,0 +1,208 @@
+//! Who may convert a file: only a user who may read it (DECISIONS). The daemon usually runs
+//! as its own system user and can read more than its callers, so it checks for them.
+//!
+//! - A caller whose name is a local account (the password database, looked up with `nix`) may
+//!   convert what that account may read: every directory on the way must grant it search (`x`)
+//!   and the file read (`r`) permission, by owner, group (the account's primary and
+//!   supplementary groups) or other bits, as the kernel would decide without ACLs. Root may
+//!   read anything.
+//! - A caller without a local account (a user of an identity provider) may convert what lies
+//!   under one of `stores.allowed_roots`.
+//!
+//! Paths are resolved first (symbolic links followed), so a link inside an allowed root that
+//! points outside it is judged by its target. A path that does not exist is allowed when its
+//! existing directories are searchable: its conversion then fails with a reason naming it,
+//! which tells the caller no more than `ls` would.
+
+use std::ffi::CString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::unistd::{Gid, Uid, User};
+
+use crate::error::{Error, Result};
+
+/// The identity permissions are checked for.
+enum Reader {
+    /// A local account.
+    Account {
+        uid: Uid,
+        /// Primary and supplementary groups.
+        groups: Vec<Gid>,
+    },
+    /// No local account: only the allowed roots.
+    Remote,
+}
+
+/// Permission bits a check asks for.
+#[derive(Clone, Copy)]
+enum Want {
+    Search,
+    Read,
+}
+
+impl Reader {
+    fn of(user: &str) -> Result<Self> {
+        let account = User::from_name(user)
+            .map_err(|e| Error::io(format!("look up the account {user:?}"), e.into()))?;
+        let Some(account) = account else {
+            return Ok(Reader::Remote);
+        };
+        let name = CString::new(user).expect("account names have no NUL");
+        let groups = nix::unistd::getgrouplist(&name, account.gid)
+            .map_err(|e| Error::io(format!("look up the groups of {user:?}"), e.into()))?;
+        Ok(Reader::Account {
+            uid: account.uid,
+            groups,
+        })
+    }
+
+    /// Whether the metadata grants this reader `want`.
+    fn granted(&self, meta: &std::fs::Metadata, want: Want) -> bool {
+        let Reader::Account { uid, groups } = self else {
+            return false;
+        };
+        if uid.is_root() {
+            return true;
+        }
+        let bits = match want {
+            Want::Search => 0o1,
+            Want::Read => 0o4,
+        };
+        let class = if meta.uid() == uid.as_raw() {
+            6
+        } else if groups.iter().any(|g| g.as_raw() == meta.gid()) {
+            3
+        } else {
+            0
+        };
+        meta.mode() & (bits << class) != 0
+    }
+}
+
+/// Checks that `user` may read every one of `sources` (absolute, normalised paths).
+///
+/// # Errors
+/// [`Error::SourceForbidden`] naming the first source the user may not read; an I/O error
+/// looking up the account.
+pub(crate) fn check(user: &str, sources: &[String], allowed_roots: &[PathBuf]) -> Result<()> {
+    if user.is_empty() || user.contains('\0') {
+        return Err(forbidden(sources.first().map_or("", String::as_str)));
+    }
+    let reader = Reader::of(user)?;
+    for source in sources {
+        let path = Path::new(source);
+        // A path that cannot be resolved (it does not exist, or a directory on the way is
+        // closed to the daemon) is judged as written.
+        let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let allowed = match &reader {
+            Reader::Remote => allowed_roots.iter().any(|root| {
+                let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+                resolved.starts_with(root)
+            }),
+            account => readable(account, &resolved),
+        };
+        if !allowed {
+            return Err(forbidden(source));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a local account may read `path`: search on every existing directory above it, and
+/// read on the file itself if it exists.
+fn readable(reader: &Reader, path: &Path) -> bool {
+    let mut ancestors: Vec<&Path> = path.ancestors().skip(1).collect();
+    ancestors.reverse();
+    for dir in ancestors {
+        match std::fs::metadata(dir) {
+            Ok(meta) if reader.granted(&meta, Want::Search) => {}
+            Ok(_) => return false,
+            Err(_) => return true,
+        }
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) => reader.granted(&meta, Want::Read),
+        Err(_) => true,
+    }
+}
+
+fn forbidden(path: &str) -> Error {
+    Error::SourceForbidden {
+        path: path.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// A tree the tests' accounts see differently: `open/` for all, `closed/` for root only.
+    fn tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for (sub, mode) in [("open", 0o755), ("closed", 0o700)] {
+            let sub_dir = dir.path().join(sub);
+            std::fs::create_dir(&sub_dir).unwrap();
+            let file = sub_dir.join("a.nc");
+            std::fs::write(&file, b"CDF").unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+            std::fs::set_permissions(&sub_dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let private = dir.path().join("open").join("private.nc");
+        std::fs::write(&private, b"CDF").unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(
+            dir.path().join("closed").join("a.nc"),
+            dir.path().join("open").join("link.nc"),
+        )
+        .unwrap();
+        dir
+    }
+
+    fn path(dir: &tempfile::TempDir, rel: &str) -> String {
+        dir.path().join(rel).to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn a_local_account_converts_what_it_may_read() {
+        // `nobody` exists on every Debian system and owns nothing in the tree (root does).
+        let dir = tree();
+        let ok = |rel: &str| check("nobody", &[path(&dir, rel)], &[]).is_ok();
+        assert!(ok("open/a.nc"));
+        assert!(!ok("closed/a.nc"), "a closed directory on the way");
+        assert!(!ok("open/private.nc"), "a file only its owner reads");
+        assert!(!ok("open/link.nc"), "a link is judged by its target");
+        assert!(ok("open/missing.nc"), "fails later, naming the file");
+        assert!(!ok("closed/missing.nc"), "nobody may look into closed/");
+        assert!(check("root", &[path(&dir, "closed/a.nc")], &[]).is_ok());
+        let err = check(
+            "nobody",
+            &[path(&dir, "open/a.nc"), path(&dir, "open/private.nc")],
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Forbidden);
+        assert!(err.to_string().contains("private.nc"), "{err}");
+    }
+
+    #[test]
+    fn a_user_without_an_account_converts_under_the_allowed_roots() {
+        let dir = tree();
+        let roots = [dir.path().join("open")];
+        let ok = |user: &str, rel: &str| check(user, &[path(&dir, rel)], &roots).is_ok();
+        for user in ["jane.doe@idp", "*", "-jane", "global"] {
+            assert!(ok(user, "open/a.nc"), "{user}");
+            assert!(!ok(user, "closed/a.nc"), "{user}");
+            assert!(
+                !ok(user, "open/link.nc"),
+                "{user}: the link leaves the root"
+            );
+            assert!(!ok(user, "open/../closed/a.nc"), "{user}");
+        }
+        assert!(check("", &[path(&dir, "open/a.nc")], &roots).is_err());
+        assert!(check("jane.doe@idp", &[path(&dir, "open/a.nc")], &[]).is_err());
+    }
+}
