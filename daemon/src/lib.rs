@@ -11,6 +11,7 @@
 mod auth;
 mod catalog;
 mod config;
+mod convert;
 mod crawl;
 mod databrowser;
 mod db;
