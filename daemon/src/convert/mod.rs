@@ -1,10 +1,9 @@
-//! Sources to Zarr v2: the chunk plan ([`plan`]); reading NetCDF and writing the store follow.
+//! Sources to Zarr v2: the chunk plan ([`plan`]) and the store's metadata ([`metadata`]);
+//! writing the chunks follows.
 
 #[cfg_attr(
     not(test),
-    expect(
-        dead_code,
-        reason = "the conversion worker, not yet written, plans with it"
-    )
+    expect(dead_code, reason = "the conversion worker, not yet written, uses it")
 )]
+pub(crate) mod metadata;
 pub(crate) mod plan;

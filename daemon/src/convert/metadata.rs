@@ -1,0 +1,351 @@
+//! The Zarr v2 metadata of a store converted from one NetCDF file, built in memory before any
+//! chunk is written (so a store opens while its data is still being written, and its metadata
+//! is served from memory).
+//!
+//! What it holds (DECISIONS, "Data portal"):
+//! - a root `.zgroup` and `.zattrs` always, also when the file has groups; each NetCDF group
+//!   becomes a Zarr group of the same name with its own `.zgroup` and `.zattrs`;
+//! - for every variable, coordinates included, `<path>/.zarray` and `<path>/.zattrs`; the
+//!   attributes are the variable's, undecoded (`scale_factor`, `units`, `calendar` stay
+//!   attributes, packed integers stay integers), without `_FillValue`, which becomes the
+//!   array's `fill_value`, and with `_ARRAY_DIMENSIONS`;
+//! - chunks from the [`plan`](super::plan) for data variables, one chunk for a coordinate (a
+//!   variable named like its only dimension) and for a 0-d variable;
+//! - the consolidated `.zmetadata` of all of the above.
+//!
+//! Non-finite numbers are not JSON: a NaN or infinite attribute value or fill value is written
+//! as the string `"NaN"`, `"Infinity"` or `"-Infinity"`, as zarr writes fill values, so every
+//! document is valid JSON that Python's `json` and both zarr-python versions read.
+
+use netcdf::types::{FloatType, IntType, NcVariableType};
+use netcdf::{AttributeValue, Variable};
+use serde_json::{Map, Value, json};
+
+use super::plan::{self, DataVar, Dim};
+use crate::stores::request::Chunking;
+
+/// The element type of an array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dtype {
+    /// An integer of NetCDF's widths.
+    Int(IntType),
+    /// A float.
+    Float(FloatType),
+    /// A NetCDF `char`: one byte, `|S1`.
+    Char,
+}
+
+impl Dtype {
+    fn of(variable: &Variable) -> Result<Self, String> {
+        match variable.vartype() {
+            NcVariableType::Int(int) => Ok(Dtype::Int(int)),
+            NcVariableType::Float(float) => Ok(Dtype::Float(float)),
+            NcVariableType::Char => Ok(Dtype::Char),
+            other => Err(format!(
+                "variable {:?} has the NetCDF type {other:?}, which cannot be converted yet",
+                variable.name()
+            )),
+        }
+    }
+
+    /// The numpy type string of the array (little-endian: the bytes NetCDF hands out are in
+    /// the machine's order, and every supported machine is little-endian).
+    pub(crate) fn zarr(self) -> &'static str {
+        match self {
+            Dtype::Int(IntType::I8) => "|i1",
+            Dtype::Int(IntType::U8) => "|u1",
+            Dtype::Int(IntType::I16) => "<i2",
+            Dtype::Int(IntType::U16) => "<u2",
+            Dtype::Int(IntType::I32) => "<i4",
+            Dtype::Int(IntType::U32) => "<u4",
+            Dtype::Int(IntType::I64) => "<i8",
+            Dtype::Int(IntType::U64) => "<u8",
+            Dtype::Float(FloatType::F32) => "<f4",
+            Dtype::Float(FloatType::F64) => "<f8",
+            Dtype::Char => "|S1",
+        }
+    }
+
+    /// Bytes per element.
+    pub(crate) fn size(self) -> u64 {
+        match self {
+            Dtype::Int(IntType::I8 | IntType::U8) | Dtype::Char => 1,
+            Dtype::Int(IntType::I16 | IntType::U16) => 2,
+            Dtype::Int(IntType::I32 | IntType::U32) | Dtype::Float(FloatType::F32) => 4,
+            Dtype::Int(IntType::I64 | IntType::U64) | Dtype::Float(FloatType::F64) => 8,
+        }
+    }
+}
+
+/// One array of a store and where its values come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ArrayLayout {
+    /// Its path in the store (`tas`, `ocean/thetao`).
+    pub(crate) path: String,
+    /// The NetCDF groups that hold the variable, outermost first (empty: the root).
+    pub(crate) groups: Vec<String>,
+    /// The variable's name in its group.
+    pub(crate) variable: String,
+    /// Element type.
+    pub(crate) dtype: Dtype,
+    /// Shape (empty for a 0-d variable).
+    pub(crate) shape: Vec<u64>,
+    /// Chunk shape (empty for a 0-d variable).
+    pub(crate) chunks: Vec<u64>,
+}
+
+/// The metadata of a store and the layout of its arrays.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoreLayout {
+    /// Metadata documents by key, in the order `.zmetadata` lists them.
+    pub(crate) documents: Map<String, Value>,
+    /// The arrays, in file order (root first, then each group depth-first).
+    pub(crate) arrays: Vec<ArrayLayout>,
+}
+
+impl StoreLayout {
+    /// The consolidated metadata document (`.zmetadata`).
+    pub(crate) fn consolidated(&self) -> Value {
+        json!({
+            "zarr_consolidated_format": 1,
+            "metadata": self.documents,
+        })
+    }
+}
+
+/// Builds the layout of the store converted from `file` with `chunking`, compressing chunks
+/// with `compressor` (a numcodecs configuration).
+///
+/// # Errors
+/// A sentence naming the variable or attribute that cannot be converted.
+pub(crate) fn layout(
+    file: &netcdf::File,
+    chunking: &Chunking,
+    compressor: &Value,
+) -> Result<StoreLayout, String> {
+    let mut layout = StoreLayout {
+        documents: Map::new(),
+        arrays: Vec::new(),
+    };
+    let scope = Scope {
+        chunking,
+        compressor,
+    };
+    layout
+        .documents
+        .insert(".zgroup".into(), json!({"zarr_format": 2}));
+    layout.documents.insert(
+        ".zattrs".into(),
+        Value::Object(attributes(file.attributes(), "the file")?),
+    );
+    let variables: Vec<Variable> = file.variables().collect();
+    scope.arrays(&variables, &[], &mut layout)?;
+    if let Some(root) = file.root() {
+        for group in root.groups() {
+            scope.group(&group, &[], &mut layout)?;
+        }
+    }
+    Ok(layout)
+}
+
+/// What every array of one store shares.
+struct Scope<'a> {
+    chunking: &'a Chunking,
+    compressor: &'a Value,
+}
+
+impl Scope<'_> {
+    fn group(
+        &self,
+        group: &netcdf::Group,
+        parents: &[String],
+        layout: &mut StoreLayout,
+    ) -> Result<(), String> {
+        let mut path = parents.to_vec();
+        path.push(group.name());
+        let prefix = path.join("/");
+        layout
+            .documents
+            .insert(format!("{prefix}/.zgroup"), json!({"zarr_format": 2}));
+        let attrs = attributes(group.attributes(), &format!("group {prefix:?}"))?;
+        layout
+            .documents
+            .insert(format!("{prefix}/.zattrs"), Value::Object(attrs));
+        let variables: Vec<Variable> = group.variables().collect();
+        self.arrays(&variables, &path, layout)?;
+        for child in group.groups() {
+            self.group(&child, &path, layout)?;
+        }
+        Ok(())
+    }
+
+    /// The arrays of the variables of one group, chunked by one plan.
+    fn arrays(
+        &self,
+        variables: &[Variable],
+        groups: &[String],
+        layout: &mut StoreLayout,
+    ) -> Result<(), String> {
+        let mut dims: Vec<Dim> = Vec::new();
+        let mut data_vars = Vec::new();
+        let mut kinds = Vec::with_capacity(variables.len());
+        for variable in variables {
+            let dtype = Dtype::of(variable)?;
+            let mut indexes = Vec::new();
+            for dimension in variable.dimensions() {
+                let name = dimension.name();
+                let index = dims.iter().position(|d| d.name == name).unwrap_or_else(|| {
+                    dims.push(Dim {
+                        name,
+                        len: dimension.len() as u64,
+                    });
+                    dims.len() - 1
+                });
+                indexes.push(index);
+            }
+            let coordinate = indexes.len() == 1 && dims[indexes[0]].name == variable.name();
+            if !coordinate && !indexes.is_empty() {
+                data_vars.push(DataVar {
+                    dims: indexes.clone(),
+                    item_size: dtype.size(),
+                });
+            }
+            kinds.push((dtype, indexes, coordinate));
+        }
+        let planned = plan::plan(&dims, &data_vars, self.chunking);
+        for (variable, (dtype, indexes, coordinate)) in variables.iter().zip(kinds) {
+            let shape: Vec<u64> = indexes.iter().map(|&d| dims[d].len).collect();
+            let chunks: Vec<u64> = if coordinate {
+                shape.iter().map(|&len| len.max(1)).collect()
+            } else {
+                indexes.iter().map(|&d| planned[d]).collect()
+            };
+            let name = variable.name();
+            let path = if groups.is_empty() {
+                name.clone()
+            } else {
+                format!("{}/{name}", groups.join("/"))
+            };
+            let fill_value = match variable.attribute_value("_FillValue") {
+                Some(value) => {
+                    let value = value.map_err(|e| format!("{path}: _FillValue: {e}"))?;
+                    fill_value(&value, dtype)
+                }
+                None => Value::Null,
+            };
+            let mut attrs = attributes(
+                variable.attributes().filter(|a| a.name() != "_FillValue"),
+                &format!("variable {path:?}"),
+            )?;
+            let dimension_names: Vec<&str> =
+                indexes.iter().map(|&d| dims[d].name.as_str()).collect();
+            attrs.insert("_ARRAY_DIMENSIONS".into(), json!(dimension_names));
+            layout.documents.insert(
+                format!("{path}/.zarray"),
+                json!({
+                    "compressor": self.compressor,
+                    "filters": null,
+                    "chunks": chunks,
+                    "dtype": dtype.zarr(),
+                    "fill_value": fill_value,
+                    "order": "C",
+                    "shape": shape,
+                    "zarr_format": 2,
+                }),
+            );
+            layout
+                .documents
+                .insert(format!("{path}/.zattrs"), Value::Object(attrs));
+            layout.arrays.push(ArrayLayout {
+                path,
+                groups: groups.to_vec(),
+                variable: name,
+                dtype,
+                shape,
+                chunks,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Attributes as a JSON object, in file order.
+fn attributes<'a>(
+    attributes: impl Iterator<Item = netcdf::Attribute<'a>>,
+    owner: &str,
+) -> Result<Map<String, Value>, String> {
+    attributes
+        .map(|attribute| {
+            let value = attribute
+                .value()
+                .map_err(|e| format!("{owner}: attribute {:?}: {e}", attribute.name()))?;
+            Ok((attribute.name().to_string(), attribute_json(value)))
+        })
+        .collect()
+}
+
+/// A float as JSON: a number, or the string zarr uses for a non-finite value.
+fn float_json(x: f64) -> Value {
+    if x.is_nan() {
+        json!("NaN")
+    } else if x == f64::INFINITY {
+        json!("Infinity")
+    } else if x == f64::NEG_INFINITY {
+        json!("-Infinity")
+    } else {
+        json!(x)
+    }
+}
+
+/// An attribute value as JSON, as netCDF4-python hands it to xarray: one value as a scalar,
+/// several as a list.
+fn attribute_json(value: AttributeValue) -> Value {
+    fn list<T>(values: Vec<T>, each: impl Fn(T) -> Value) -> Value {
+        Value::Array(values.into_iter().map(each).collect())
+    }
+    match value {
+        AttributeValue::Uchar(x) => json!(x),
+        AttributeValue::Uchars(v) => list(v, |x| json!(x)),
+        AttributeValue::Schar(x) => json!(x),
+        AttributeValue::Schars(v) => list(v, |x| json!(x)),
+        AttributeValue::Ushort(x) => json!(x),
+        AttributeValue::Ushorts(v) => list(v, |x| json!(x)),
+        AttributeValue::Short(x) => json!(x),
+        AttributeValue::Shorts(v) => list(v, |x| json!(x)),
+        AttributeValue::Uint(x) => json!(x),
+        AttributeValue::Uints(v) => list(v, |x| json!(x)),
+        AttributeValue::Int(x) => json!(x),
+        AttributeValue::Ints(v) => list(v, |x| json!(x)),
+        AttributeValue::Ulonglong(x) => json!(x),
+        AttributeValue::Ulonglongs(v) => list(v, |x| json!(x)),
+        AttributeValue::Longlong(x) => json!(x),
+        AttributeValue::Longlongs(v) => list(v, |x| json!(x)),
+        AttributeValue::Float(x) => float_json(f64::from(x)),
+        AttributeValue::Floats(v) => list(v, |x| float_json(f64::from(x))),
+        AttributeValue::Double(x) => float_json(x),
+        AttributeValue::Doubles(v) => list(v, float_json),
+        AttributeValue::Str(s) => json!(s),
+        AttributeValue::Strs(v) => json!(v),
+    }
+}
+
+/// The `fill_value` of an array from its `_FillValue` attribute (its first value).
+fn fill_value(value: &AttributeValue, dtype: Dtype) -> Value {
+    let first = match attribute_json(value.clone()) {
+        Value::Array(mut values) if !values.is_empty() => values.swap_remove(0),
+        Value::Array(_) => return Value::Null,
+        scalar => scalar,
+    };
+    match (dtype, first) {
+        // A `|S1` fill value is the base64 of its byte, as zarr writes bytes.
+        (Dtype::Char, Value::String(s)) => {
+            use base64::Engine as _;
+            let byte = s.as_bytes().first().copied().unwrap_or(0);
+            json!(base64::engine::general_purpose::STANDARD.encode([byte]))
+        }
+        (_, value) => value,
+    }
+}
+
+#[cfg(test)]
+mod tests;

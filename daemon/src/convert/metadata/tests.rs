@@ -1,0 +1,182 @@
+use std::path::Path;
+
+use netcdf::Options;
+use serde_json::json;
+
+use super::*;
+use crate::stores::request::AccessPattern;
+
+fn blosc() -> Value {
+    json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0})
+}
+
+/// A NetCDF-4 file with a packed integer variable, fill values, a 0-d variable, a char
+/// variable, an unlimited time axis, a NaN attribute and a group.
+fn netcdf4(path: &Path) {
+    let mut file = netcdf::create_with(path, Options::NETCDF4).unwrap();
+    file.add_attribute("title", "test <data>").unwrap();
+    file.add_attribute("missing", f64::NAN).unwrap();
+    file.add_unlimited_dimension("time").unwrap();
+    file.add_dimension("lat", 3).unwrap();
+    file.add_dimension("lon", 4).unwrap();
+    file.add_dimension("strlen", 5).unwrap();
+    let mut time = file.add_variable::<f64>("time", &["time"]).unwrap();
+    time.put_attribute("units", "days since 2000-01-01")
+        .unwrap();
+    time.put_attribute("calendar", "noleap").unwrap();
+    time.put_values(&[0.0, 1.0], ..).unwrap();
+    let mut tas = file
+        .add_variable::<i16>("tas", &["time", "lat", "lon"])
+        .unwrap();
+    tas.set_fill_value(-32767_i16).unwrap();
+    tas.put_attribute("scale_factor", 0.01_f32).unwrap();
+    tas.put_attribute("add_offset", 273.15_f64).unwrap();
+    tas.put_attribute("valid_range", vec![-1000_i16, 1000])
+        .unwrap();
+    tas.put_values(&[1_i16; 24], ..).unwrap();
+    let mut height = file.add_variable::<f64>("height", &[]).unwrap();
+    height.put_attribute("units", "m").unwrap();
+    height.put_value(2.0, ..).unwrap();
+    let mut label = file
+        .add_variable_with_type("label", &["strlen"], &NcVariableType::Char)
+        .unwrap();
+    label.put_attribute("long_name", "a label").unwrap();
+    let mut ocean = file.add_group("ocean").unwrap();
+    ocean.add_attribute("realm", "ocean").unwrap();
+    ocean.add_dimension("depth", 2).unwrap();
+    let mut thetao = ocean.add_variable::<f32>("thetao", &["depth"]).unwrap();
+    thetao.set_fill_value(f32::NAN).unwrap();
+    thetao.put_values(&[1.5_f32, 2.5], ..).unwrap();
+    file.close().unwrap();
+}
+
+fn map(primary: u32) -> Chunking {
+    Chunking {
+        access_pattern: AccessPattern::Map,
+        map_primary_chunksize: primary,
+        chunk_size_mib: 16.0,
+    }
+}
+
+#[test]
+fn a_netcdf4_file_becomes_zarr_v2_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.nc");
+    netcdf4(&path);
+    let file = netcdf::open(&path).unwrap();
+    let layout = layout(&file, &map(1), &blosc()).unwrap();
+    let doc = |key: &str| layout.documents.get(key).unwrap_or_else(|| panic!("{key}"));
+    let keys: Vec<&str> = layout.documents.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            ".zgroup",
+            ".zattrs",
+            "time/.zarray",
+            "time/.zattrs",
+            "tas/.zarray",
+            "tas/.zattrs",
+            "height/.zarray",
+            "height/.zattrs",
+            "label/.zarray",
+            "label/.zattrs",
+            "ocean/.zgroup",
+            "ocean/.zattrs",
+            "ocean/thetao/.zarray",
+            "ocean/thetao/.zattrs",
+        ]
+    );
+    assert_eq!(doc(".zgroup"), &json!({"zarr_format": 2}));
+    assert_eq!(
+        doc(".zattrs"),
+        &json!({"title": "test <data>", "missing": "NaN"})
+    );
+    assert_eq!(
+        doc("tas/.zarray"),
+        &json!({
+            "compressor": blosc(),
+            "filters": null,
+            "chunks": [1, 3, 4],
+            "dtype": "<i2",
+            "fill_value": -32767,
+            "order": "C",
+            "shape": [2, 3, 4],
+            "zarr_format": 2,
+        })
+    );
+    let tas_attrs = doc("tas/.zattrs");
+    assert_eq!(tas_attrs["valid_range"], json!([-1000, 1000]));
+    assert_eq!(tas_attrs["add_offset"], json!(273.15));
+    assert!((tas_attrs["scale_factor"].as_f64().unwrap() - 0.01).abs() < 1e-6);
+    assert_eq!(
+        tas_attrs["_ARRAY_DIMENSIONS"],
+        json!(["time", "lat", "lon"])
+    );
+    assert!(
+        tas_attrs.get("_FillValue").is_none(),
+        "it is the fill_value"
+    );
+    // Coordinates are one chunk; undecoded time keeps its units and calendar.
+    assert_eq!(doc("time/.zarray")["chunks"], json!([2]));
+    assert_eq!(doc("time/.zarray")["fill_value"], Value::Null);
+    assert_eq!(doc("time/.zattrs")["calendar"], json!("noleap"));
+    assert_eq!(doc("height/.zarray")["shape"], json!([]));
+    assert_eq!(doc("height/.zarray")["chunks"], json!([]));
+    assert_eq!(doc("height/.zattrs")["_ARRAY_DIMENSIONS"], json!([]));
+    assert_eq!(doc("label/.zarray")["dtype"], json!("|S1"));
+    assert_eq!(doc("ocean/.zattrs"), &json!({"realm": "ocean"}));
+    assert_eq!(doc("ocean/thetao/.zarray")["fill_value"], json!("NaN"));
+    assert_eq!(doc("ocean/thetao/.zarray")["dtype"], json!("<f4"));
+    let thetao = layout
+        .arrays
+        .iter()
+        .find(|a| a.variable == "thetao")
+        .unwrap();
+    assert_eq!(thetao.path, "ocean/thetao");
+    assert_eq!(thetao.groups, ["ocean"]);
+    // Every document is valid JSON (no NaN literal) and .zmetadata holds them all.
+    let consolidated = layout.consolidated();
+    let text = consolidated.to_string();
+    assert!(!text.contains("NaN,") && !text.contains(":NaN"), "{text}");
+    assert_eq!(consolidated["zarr_consolidated_format"], json!(1));
+    assert_eq!(
+        consolidated["metadata"].as_object().unwrap().len(),
+        keys.len()
+    );
+}
+
+#[test]
+fn a_netcdf3_file_and_the_plan_of_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("classic.nc");
+    let mut file = netcdf::create_with(&path, Options::_64BIT_OFFSET).unwrap();
+    file.add_dimension("time", 3650).unwrap();
+    file.add_dimension("lat", 192).unwrap();
+    file.add_dimension("lon", 384).unwrap();
+    file.add_variable::<f32>("tas", &["time", "lat", "lon"])
+        .unwrap();
+    file.add_variable::<i8>("flag", &["lat", "lon"]).unwrap();
+    file.add_variable::<f64>("lat", &["lat"]).unwrap();
+    file.close().unwrap();
+    let file = netcdf::open(&path).unwrap();
+    let map24 = layout(&file, &map(24), &blosc()).unwrap();
+    assert_eq!(
+        map24.documents["tas/.zarray"]["chunks"],
+        json!([24, 192, 384])
+    );
+    assert_eq!(map24.documents["flag/.zarray"]["dtype"], json!("|i1"));
+    assert_eq!(map24.documents["lat/.zarray"]["chunks"], json!([192]));
+    let series = Chunking {
+        access_pattern: AccessPattern::TimeSeries,
+        ..map(1)
+    };
+    let series = layout(&file, &series, &blosc()).unwrap();
+    assert_eq!(
+        series.documents["tas/.zarray"]["chunks"],
+        json!([3650, 192, 4])
+    );
+    assert!(
+        !series.documents.contains_key("ocean/.zgroup"),
+        "classic files have no groups"
+    );
+}
