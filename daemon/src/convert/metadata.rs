@@ -346,6 +346,3 @@ fn fill_value(value: &AttributeValue, dtype: Dtype) -> Value {
         (_, value) => value,
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -18,6 +18,7 @@ use std::path::Path;
 use crate::catalog::Record;
 
 pub use drs::Drs;
+pub(crate) use netcdf_read::open as open_netcdf;
 pub use walk::find_netcdf_files;
 
 /// Reads one file into a record.

@@ -1,13 +1,17 @@
 use std::path::Path;
 
 use netcdf::Options;
-use serde_json::json;
+use netcdf::types::NcVariableType;
+use serde_json::{Value, json};
+use zarrs::array::Array;
+use zarrs::filesystem::FilesystemStore;
 
+use super::metadata::layout;
 use super::*;
 use crate::stores::request::AccessPattern;
 
 fn blosc() -> Value {
-    json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0})
+    blosc_lz4()
 }
 
 /// A NetCDF-4 file with a packed integer variable, fill values, a 0-d variable, a char
@@ -33,7 +37,10 @@ fn netcdf4(path: &Path) {
     tas.put_attribute("add_offset", 273.15_f64).unwrap();
     tas.put_attribute("valid_range", vec![-1000_i16, 1000])
         .unwrap();
-    tas.put_values(&[1_i16; 24], ..).unwrap();
+    let values: Vec<i16> = (0..24)
+        .map(|v| if v == 5 { -32767 } else { v * 100 })
+        .collect();
+    tas.put_values(&values, ..).unwrap();
     let mut height = file.add_variable::<f64>("height", &[]).unwrap();
     height.put_attribute("units", "m").unwrap();
     height.put_value(2.0, ..).unwrap();
@@ -179,4 +186,79 @@ fn a_netcdf3_file_and_the_plan_of_its_data() {
         !series.documents.contains_key("ocean/.zgroup"),
         "classic files have no groups"
     );
+}
+
+/// Reads chunk `index` of the array at `path` of a store directory, decoded.
+fn decoded_chunk<T: zarrs::array::ElementOwned>(dir: &Path, path: &str, index: &[u64]) -> Vec<T> {
+    let store = std::sync::Arc::new(FilesystemStore::new(dir).unwrap());
+    let array = Array::open(store, &format!("/{path}")).unwrap();
+    array.retrieve_chunk::<Vec<T>>(index).unwrap()
+}
+
+#[test]
+fn a_converted_store_holds_the_source_values_in_every_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("a.nc");
+    netcdf4(&source);
+    let store = dir.path().join("store");
+    let chunking = Chunking {
+        access_pattern: AccessPattern::TimeSeries,
+        map_primary_chunksize: 1,
+        chunk_size_mib: 0.5,
+    };
+    let (layout, written) =
+        convert_file(&source, &store, &chunking, &crate::jobs::Stop::default()).unwrap();
+    assert_eq!(written, write::Written::Complete);
+    let consolidated: Value =
+        serde_json::from_slice(&std::fs::read(store.join(".zmetadata")).unwrap()).unwrap();
+    assert_eq!(consolidated, layout.consolidated());
+    let file = netcdf::open(&source).unwrap();
+    let tas = layout.arrays.iter().find(|a| a.path == "tas").unwrap();
+    let expected: Vec<i16> = file.variable("tas").unwrap().get_values(..).unwrap();
+    let mut seen = 0;
+    for index in write::chunk_indices(tas) {
+        let chunk: Vec<i16> = decoded_chunk(&store, "tas", &index);
+        assert_eq!(chunk.len() as u64, tas.chunks.iter().product::<u64>());
+        // Compare the chunk's in-range elements with the source, index by index.
+        for (n, value) in chunk.iter().enumerate() {
+            let mut rest = n as u64;
+            let mut position = vec![0u64; tas.shape.len()];
+            for d in (0..tas.shape.len()).rev() {
+                position[d] = index[d] * tas.chunks[d] + rest % tas.chunks[d];
+                rest /= tas.chunks[d];
+            }
+            if position.iter().zip(&tas.shape).all(|(p, len)| p < len) {
+                let flat = position
+                    .iter()
+                    .zip(&tas.shape)
+                    .fold(0u64, |acc, (p, len)| acc * len + p);
+                assert_eq!(*value, expected[flat as usize], "tas {position:?}");
+                seen += 1;
+            }
+        }
+    }
+    assert_eq!(seen, expected.len(), "every value is in exactly one chunk");
+    let height: Vec<f64> = decoded_chunk(&store, "height", &[]);
+    assert_eq!(height, [2.0]);
+    let time: Vec<f64> = decoded_chunk(&store, "time", &[0]);
+    assert_eq!(time, [0.0, 1.0]);
+    let thetao: Vec<f32> = decoded_chunk(&store, "ocean/thetao", &[0]);
+    assert_eq!(thetao, [1.5, 2.5]);
+    assert!(store.join("label/0").exists());
+}
+
+#[test]
+fn a_source_that_is_not_netcdf_fails_with_a_reason_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("notes.nc");
+    std::fs::write(&source, "not a netcdf file").unwrap();
+    let stop = crate::jobs::Stop::default();
+    let err = convert_file(&source, &dir.path().join("s"), &map(1), &stop).unwrap_err();
+    assert!(
+        err.contains("notes.nc") && err.contains("not a NetCDF file"),
+        "{err}"
+    );
+    let missing = dir.path().join("missing.nc");
+    let err = convert_file(&missing, &dir.path().join("s"), &map(1), &stop).unwrap_err();
+    assert!(err.contains("missing.nc"), "{err}");
 }

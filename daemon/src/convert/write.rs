@@ -1,0 +1,207 @@
+//! Writes a store: its metadata documents first (so it opens while its data is being written),
+//! then every chunk of every array, read from the source hyperslab by hyperslab and encoded by
+//! `zarrs` with the array's compressor.
+//!
+//! Every chunk is written, also one that holds only the fill value: a reader then never meets
+//! a missing chunk in a finished store, and while the store is being written a missing chunk
+//! means "not yet", never "all fill".
+
+use std::path::Path;
+use std::sync::Arc;
+
+use netcdf::{Extent, Variable};
+use serde_json::{Value, json};
+use zarrs::array::{Array, ArrayBytes, ArrayMetadata, CodecOptions};
+use zarrs::filesystem::FilesystemStore;
+use zarrs::metadata::v2::ArrayMetadataV2;
+
+use super::metadata::{ArrayLayout, Dtype, StoreLayout};
+use crate::jobs::Stop;
+
+/// How writing a store ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// Every chunk is written.
+    Complete,
+    /// The daemon is stopping; the store is partly written.
+    Interrupted,
+}
+
+/// Writes `layout`'s metadata into `dir` (created if needed): every document as a file and
+/// the consolidated `.zmetadata`.
+///
+/// # Errors
+/// A sentence naming what could not be written.
+pub(crate) fn write_metadata(layout: &StoreLayout, dir: &Path) -> Result<(), String> {
+    let put = |key: &str, document: &Value| {
+        let path = dir.join(key);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        std::fs::write(&path, document.to_string())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    };
+    for (key, document) in &layout.documents {
+        put(key, document)?;
+    }
+    put(".zmetadata", &layout.consolidated())
+}
+
+/// Writes every chunk of every array of `layout` from `file` into `dir`, checking `stop`
+/// between chunks.
+///
+/// # Errors
+/// A sentence naming the variable and chunk that could not be read or written.
+pub(crate) fn write_chunks(
+    file: &netcdf::File,
+    layout: &StoreLayout,
+    dir: &Path,
+    stop: &Stop,
+) -> Result<Written, String> {
+    let store = Arc::new(
+        FilesystemStore::new(dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?,
+    );
+    let mut options = CodecOptions::default();
+    options.set_store_empty_chunks(true);
+    for array in &layout.arrays {
+        let variable = file
+            .variable(&array.path)
+            .ok_or_else(|| format!("variable {:?} vanished from the source", array.path))?;
+        let mut zarray = layout.documents[&format!("{}/.zarray", array.path)].clone();
+        if array.dtype == Dtype::Char {
+            // zarrs has no `|S1`; its chunks are the same bytes as `|u1` chunks (Blosc with an
+            // item size of one), so they are encoded as such under the `|S1` metadata.
+            zarray["dtype"] = json!("|u1");
+            zarray["fill_value"] = json!(0);
+        }
+        let metadata: ArrayMetadataV2 =
+            serde_json::from_value(zarray).map_err(|e| format!("{}: {e}", array.path))?;
+        let zarr = Array::new_with_metadata(
+            Arc::clone(&store),
+            &format!("/{}", array.path),
+            ArrayMetadata::V2(metadata),
+        )
+        .map_err(|e| format!("{}: {e}", array.path))?;
+        for index in chunk_indices(array) {
+            if stop.requested() {
+                return Ok(Written::Interrupted);
+            }
+            let bytes = chunk_bytes(&variable, array, &index)?;
+            zarr.store_chunk_opt(&index, ArrayBytes::new_flen(bytes), &options)
+                .map_err(|e| format!("{} chunk {index:?}: {e}", array.path))?;
+        }
+    }
+    Ok(Written::Complete)
+}
+
+/// The indices of every chunk of an array, in C order (`[]` once for a 0-d array; none when
+/// a dimension is empty).
+pub(crate) fn chunk_indices(array: &ArrayLayout) -> impl Iterator<Item = Vec<u64>> + use<> {
+    let counts: Vec<u64> = array
+        .shape
+        .iter()
+        .zip(&array.chunks)
+        .map(|(len, chunk)| len.div_ceil(*chunk))
+        .collect();
+    let total: u64 = counts.iter().product();
+    (0..total).map(move |mut n| {
+        let mut index = vec![0; counts.len()];
+        for (slot, count) in index.iter_mut().zip(&counts).rev() {
+            *slot = n % count;
+            n /= count;
+        }
+        index
+    })
+}
+
+/// The uncompressed bytes of chunk `index` of `array`: the source hyperslab in C order, padded
+/// with zeros to the full chunk shape at the array's edges (readers ignore the padding).
+///
+/// # Errors
+/// A sentence naming the variable and chunk when the source cannot be read.
+pub(crate) fn chunk_bytes(
+    variable: &Variable,
+    array: &ArrayLayout,
+    index: &[u64],
+) -> Result<Vec<u8>, String> {
+    let failed = |e: netcdf::Error| format!("{} chunk {index:?}: {e}", array.path);
+    if array.shape.is_empty() {
+        return variable.get_raw_values(..).map_err(failed);
+    }
+    let starts: Vec<u64> = index
+        .iter()
+        .zip(&array.chunks)
+        .map(|(i, c)| i * c)
+        .collect();
+    let counts: Vec<u64> = starts
+        .iter()
+        .zip(&array.shape)
+        .zip(&array.chunks)
+        .map(|((start, len), chunk)| (*chunk).min(len - start))
+        .collect();
+    let extents: Vec<Extent> = starts
+        .iter()
+        .zip(&counts)
+        .map(|(&start, &count)| Extent::from(to_usize(start)..to_usize(start + count)))
+        .collect();
+    let raw = variable.get_raw_values(extents).map_err(failed)?;
+    if counts == array.chunks {
+        return Ok(raw);
+    }
+    Ok(pad(
+        &raw,
+        &counts,
+        &array.chunks,
+        to_usize(array.dtype.size()),
+    ))
+}
+
+/// Places a C-order block of shape `counts` at the start of a zeroed block of shape `full`.
+fn pad(raw: &[u8], counts: &[u64], full: &[u64], item: usize) -> Vec<u8> {
+    let total: u64 = full.iter().product();
+    let mut out = vec![0u8; to_usize(total) * item];
+    let rank = counts.len();
+    let row = to_usize(counts[rank - 1]) * item;
+    if row == 0 {
+        return out;
+    }
+    // Strides of the full block, in elements.
+    let mut strides = vec![1u64; rank];
+    for d in (0..rank - 1).rev() {
+        strides[d] = strides[d + 1] * full[d + 1];
+    }
+    let rows: u64 = counts[..rank - 1].iter().product();
+    for r in 0..rows {
+        let mut rest = r;
+        let mut offset = 0;
+        for d in (0..rank - 1).rev() {
+            offset += (rest % counts[d]) * strides[d];
+            rest /= counts[d];
+        }
+        let source = to_usize(r) * row;
+        let target = to_usize(offset) * item;
+        out[target..target + row].copy_from_slice(&raw[source..source + row]);
+    }
+    out
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).expect("chunk sizes fit in memory")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edge_chunks_are_padded_in_c_order() {
+        // A 2x3 block of u8 placed in a 3x4 chunk.
+        let raw: Vec<u8> = (1..=6).collect();
+        let padded = pad(&raw, &[2, 3], &[3, 4], 1);
+        assert_eq!(padded, [1, 2, 3, 0, 4, 5, 6, 0, 0, 0, 0, 0]);
+        let wide = pad(&[1, 0, 2, 0], &[1, 2], &[2, 2], 2);
+        assert_eq!(wide, [1, 0, 2, 0, 0, 0, 0, 0]);
+        assert_eq!(pad(&[], &[0, 3], &[1, 3], 4), [0; 12]);
+    }
+}
