@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use netcdf::{Extent, Variable};
 use serde_json::{Value, json};
-use zarrs::array::{Array, ArrayBytes, ArrayMetadata, CodecOptions};
-use zarrs::filesystem::FilesystemStore;
+use zarrs::array::{Array, ArrayBytes, ArrayMetadata, ArrayToBytesCodecTraits, CodecOptions};
 use zarrs::metadata::v2::ArrayMetadataV2;
+use zarrs::storage::store::MemoryStore;
 
 use super::metadata::{ArrayLayout, Dtype, StoreLayout};
 use crate::jobs::Stop;
@@ -33,15 +33,8 @@ pub(crate) enum Written {
 /// # Errors
 /// A sentence naming what could not be written.
 pub(crate) fn write_metadata(layout: &StoreLayout, dir: &Path) -> Result<(), String> {
-    let put = |key: &str, document: &Value| {
-        let path = dir.join(key);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-        }
-        std::fs::write(&path, document.to_string())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
-    };
+    let put =
+        |key: &str, document: &Value| put_atomically(dir, key, document.to_string().as_bytes());
     for (key, document) in &layout.documents {
         put(key, document)?;
     }
@@ -59,15 +52,36 @@ pub(crate) fn write_chunks(
     dir: &Path,
     stop: &Stop,
 ) -> Result<Written, String> {
-    let store = Arc::new(
-        FilesystemStore::new(dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?,
-    );
-    let mut options = CodecOptions::default();
-    options.set_store_empty_chunks(true);
     for array in &layout.arrays {
         let variable = file
             .variable(&array.path)
             .ok_or_else(|| format!("variable {:?} vanished from the source", array.path))?;
+        let encoder = Encoder::new(layout, array)?;
+        for index in chunk_indices(array) {
+            if stop.requested() {
+                return Ok(Written::Interrupted);
+            }
+            let encoded = encoder.encode(&index, chunk_bytes(&variable, array, &index)?)?;
+            let key = format!("{}/{}", array.path, chunk_key(&index));
+            put_atomically(dir, &key, &encoded)?;
+        }
+    }
+    Ok(Written::Complete)
+}
+
+/// Encodes the chunks of one array with its codecs, as `zarrs` reads them.
+pub(crate) struct Encoder {
+    array: Array<MemoryStore>,
+    options: CodecOptions,
+    path: String,
+}
+
+impl Encoder {
+    /// The encoder of `array` of `layout`.
+    ///
+    /// # Errors
+    /// A sentence naming the array whose metadata `zarrs` refuses.
+    pub(crate) fn new(layout: &StoreLayout, array: &ArrayLayout) -> Result<Self, String> {
         let mut zarray = layout.documents[&format!("{}/.zarray", array.path)].clone();
         if array.dtype == Dtype::Char {
             // zarrs has no `|S1`; its chunks are the same bytes as `|u1` chunks (Blosc with an
@@ -75,24 +89,74 @@ pub(crate) fn write_chunks(
             zarray["dtype"] = json!("|u1");
             zarray["fill_value"] = json!(0);
         }
-        let metadata: ArrayMetadataV2 =
-            serde_json::from_value(zarray).map_err(|e| format!("{}: {e}", array.path))?;
+        let failed = |e: &dyn std::fmt::Display| format!("{}: {e}", array.path);
+        let metadata: ArrayMetadataV2 = serde_json::from_value(zarray).map_err(|e| failed(&e))?;
+        // The array is only an encoder: nothing is ever stored in its memory store.
         let zarr = Array::new_with_metadata(
-            Arc::clone(&store),
+            Arc::new(MemoryStore::new()),
             &format!("/{}", array.path),
             ArrayMetadata::V2(metadata),
         )
-        .map_err(|e| format!("{}: {e}", array.path))?;
-        for index in chunk_indices(array) {
-            if stop.requested() {
-                return Ok(Written::Interrupted);
-            }
-            let bytes = chunk_bytes(&variable, array, &index)?;
-            zarr.store_chunk_opt(&index, ArrayBytes::new_flen(bytes), &options)
-                .map_err(|e| format!("{} chunk {index:?}: {e}", array.path))?;
-        }
+        .map_err(|e| failed(&e))?;
+        let mut options = CodecOptions::default();
+        options.set_store_empty_chunks(true);
+        Ok(Encoder {
+            array: zarr,
+            options,
+            path: array.path.clone(),
+        })
     }
-    Ok(Written::Complete)
+
+    /// The stored bytes of chunk `index` from its uncompressed bytes.
+    ///
+    /// # Errors
+    /// A sentence naming the array and chunk.
+    pub(crate) fn encode(&self, index: &[u64], bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+        let failed = |e: &dyn std::fmt::Display| format!("{} chunk {index:?}: {e}", self.path);
+        let shape = self.array.chunk_shape(index).map_err(|e| failed(&e))?;
+        let encoded = self
+            .array
+            .codecs()
+            .encode(
+                ArrayBytes::new_flen(bytes),
+                &shape,
+                self.array.data_type(),
+                self.array.fill_value(),
+                &self.options,
+            )
+            .map_err(|e| failed(&e))?;
+        Ok(encoded.into_owned())
+    }
+}
+
+/// The key of a chunk below its array: its indices joined by dots (`0` for a 0-d array).
+pub(crate) fn chunk_key(index: &[u64]) -> String {
+    if index.is_empty() {
+        return "0".to_string();
+    }
+    index
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Writes `bytes` to `key` below `dir` through a temporary file and a rename, so a reader
+/// sees the whole chunk or none.
+fn put_atomically(dir: &Path, key: &str, bytes: &[u8]) -> Result<(), String> {
+    let path = dir.join(key);
+    let parent = path.parent().expect("a key has a parent");
+    std::fs::create_dir_all(parent)
+        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    let temporary = parent.join(format!(
+        ".{}.partial",
+        path.file_name()
+            .expect("a key has a name")
+            .to_string_lossy()
+    ));
+    std::fs::write(&temporary, bytes)
+        .and_then(|()| std::fs::rename(&temporary, &path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// The indices of every chunk of an array, in C order (`[]` once for a 0-d array; none when

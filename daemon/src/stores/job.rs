@@ -1,0 +1,83 @@
+//! The conversion job: what a worker of the [queue](crate::jobs) does with a store that is
+//! being prepared. It writes the store's directory under `<data_dir>/stores/<token>` from
+//! scratch (a job that runs again after a crash or a `reload` starts over, so it is
+//! idempotent) and records the outcome: ready, or failed with the reason, its partial data
+//! removed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::{Status, Stores};
+use crate::convert;
+use crate::convert::write::Written;
+use crate::db::Batch;
+use crate::error::Result;
+use crate::jobs::{Handler, Job, Outcome, Stop};
+
+/// Converts stores.
+pub(crate) struct ConvertJob {
+    pub(crate) stores: Arc<Stores>,
+}
+
+impl ConvertJob {
+    fn token(job: &Job) -> Option<Uuid> {
+        Uuid::parse_str(&job.subject).ok()
+    }
+}
+
+/// The current time in Unix seconds.
+pub(crate) fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+impl Handler for ConvertJob {
+    fn run(&self, job: &Job, stop: &Stop) -> Result<Outcome> {
+        let Some(token) = Self::token(job) else {
+            tracing::warn!(subject = %job.subject, "a conversion job names no store token");
+            return Ok(Outcome::Done(Batch::default()));
+        };
+        let Some(record) = self.stores.record(token)? else {
+            return Ok(Outcome::Done(Batch::default()));
+        };
+        if record.status != Status::Preparing {
+            return Ok(Outcome::Done(Batch::default()));
+        }
+        let dir = self.stores.dir(token);
+        remove_dir(&dir);
+        // One source per store until aggregation is implemented.
+        let source = PathBuf::from(&record.sources[0]);
+        tracing::info!(%token, source = %source.display(), "converting");
+        let converted = convert::convert_file(&source, &dir, &record.chunking, stop);
+        let (status, reason) = match converted {
+            Ok((_, Written::Interrupted)) => return Ok(Outcome::Interrupted),
+            Ok((_, Written::Complete)) => (Status::Ready, String::new()),
+            Err(reason) => {
+                remove_dir(&dir);
+                (Status::Failed, reason)
+            }
+        };
+        tracing::info!(%token, status = u8::from(status), %reason, "conversion finished");
+        Ok(Outcome::Done(self.stores.outcome(token, status, &reason, now())?))
+    }
+
+    fn give_up(&self, job: &Job, reason: &str) -> Batch {
+        let Some(token) = Self::token(job) else {
+            return Batch::default();
+        };
+        remove_dir(&self.stores.dir(token));
+        self.stores
+            .outcome(token, Status::Failed, reason, now())
+            .unwrap_or_default()
+    }
+}
+
+/// Removes a store directory that may not exist.
+fn remove_dir(dir: &std::path::Path) {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a store directory"),
+    }
+}
