@@ -29,6 +29,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let daemon = Arc::new(daemon);
     daemon.auth().start().await;
     let stats = daemon.run(|d| Ok(d.catalog().stats())).await?;
+    daemon.start_jobs()?;
     let socket = config.control_socket();
     let control = tokio::spawn({
         let daemon = Arc::clone(&daemon);
@@ -44,6 +45,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     svc_http::serve(listener, app, shutdown_signal()).await?;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     control.abort();
+    daemon
+        .run(|d| {
+            d.stop_jobs();
+            Ok(())
+        })
+        .await?;
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(config.address_file());
     tracing::info!("stopped");

@@ -245,6 +245,11 @@ impl Config {
         self.data_dir.join("db")
     }
 
+    /// The hot tier of the Zarr stores: one directory per store.
+    pub fn stores_dir(&self) -> PathBuf {
+        self.data_dir.join("stores")
+    }
+
     /// The control socket of a running daemon.
     pub fn control_socket(&self) -> PathBuf {
         self.data_dir.join("svcd.sock")

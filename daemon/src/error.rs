@@ -20,8 +20,10 @@ pub enum ErrorKind {
     NotFound,
     /// The thing exists already.
     Conflict,
-    /// The service cannot answer right now.
+    /// The service cannot answer right now; the same request may succeed later.
     Unavailable,
+    /// Work the request depends on failed before (a store's conversion); the detail says why.
+    Failed,
     /// A bug or an environment failure.
     Internal,
 }
@@ -36,7 +38,7 @@ impl ErrorKind {
             ErrorKind::Unauthenticated | ErrorKind::Forbidden => libc::EACCES,
             ErrorKind::Conflict => libc::EEXIST,
             ErrorKind::Unavailable => libc::EAGAIN,
-            ErrorKind::Internal => libc::EIO,
+            ErrorKind::Internal | ErrorKind::Failed => libc::EIO,
         }
     }
 }
@@ -66,6 +68,10 @@ pub enum Missing {
     Collection(String),
     /// A Zarr store, by its token (or what the request gave as one).
     Store(String),
+    /// A key of a Zarr store.
+    StoreKey(String),
+    /// Zarr v3 metadata (`zarr.json`): stores are Zarr v2.
+    ZarrV3,
     /// A STAC item of a collection.
     Item {
         /// The collection's id.
@@ -88,6 +94,8 @@ impl std::fmt::Display for Missing {
             Missing::Flavour(name) => write!(f, "Flavour '{name}' not found."),
             Missing::Collection(id) => write!(f, "Collection {id} not found."),
             Missing::Store(token) => write!(f, "Zarr store {token} not found."),
+            Missing::StoreKey(key) => write!(f, "Key not found: {key}."),
+            Missing::ZarrV3 => write!(f, "Zarr v3 not supported: the store is Zarr v2."),
             Missing::Item { collection, id } => {
                 write!(f, "Item {id} not found in collection {collection}.")
             }
@@ -191,6 +199,20 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+    /// The conversion of a store failed; it has no keys to read.
+    #[error("The conversion of Zarr store {token} failed: {reason}")]
+    StoreFailed {
+        /// The store.
+        token: String,
+        /// Why.
+        reason: String,
+    },
+    /// A key of a store being converted is not written yet.
+    #[error("The store is still being prepared; try again in a moment.")]
+    NotReady {
+        /// How long a client should wait before retrying.
+        retry: std::time::Duration,
+    },
     /// Every slot of expensive work stayed taken; `retry` is worth waiting before trying again.
     #[error("The server is busy with other searches; try again in a moment.")]
     Busy {
@@ -284,7 +306,10 @@ impl Error {
             Error::AdminOnly { .. } | Error::SourceForbidden { .. } => ErrorKind::Forbidden,
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::FlavourExists { .. } => ErrorKind::Conflict,
-            Error::Unavailable { .. } | Error::Busy { .. } => ErrorKind::Unavailable,
+            Error::Unavailable { .. } | Error::Busy { .. } | Error::NotReady { .. } => {
+                ErrorKind::Unavailable
+            }
+            Error::StoreFailed { .. } => ErrorKind::Failed,
             Error::SchemaVersion { .. }
             | Error::Corrupt { .. }
             | Error::Config(_)

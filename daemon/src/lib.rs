@@ -47,6 +47,7 @@ pub use jobs::{Handler, Job, Outcome, Queue, Stop};
 pub use stac::{
     GEO_JSON, Method, OPENAPI_JSON, SCHEMA_JSON, Scope, SearchRequest, StacApi, split_list,
 };
+pub use stores::read::{KeyBytes, KeyKind};
 pub use stores::request::{AccessPattern, Chunking, ConvertRequest};
 pub use stores::{CONVERT, Status, StoreRecord, Stores};
 pub use work::{ExpensiveSlot, SLOT_WAIT};
@@ -63,6 +64,8 @@ pub struct Daemon {
     databrowser: Databrowser,
     stac: StacApi,
     slots: work::Slots,
+    queue: Arc<Queue>,
+    stores: Arc<Stores>,
 }
 
 impl Daemon {
@@ -75,7 +78,14 @@ impl Daemon {
         let auth = Auth::open(&config)?;
         let db = Arc::new(Db::open(&config.store_dir())?);
         let catalog = Arc::new(Catalog::open(Arc::clone(&db))?);
-        let flavours = Arc::new(Flavours::open(db)?);
+        let flavours = Arc::new(Flavours::open(Arc::clone(&db))?);
+        let queue = Arc::new(Queue::open(Arc::clone(&db))?);
+        let stores = Arc::new(Stores::new(
+            db,
+            Arc::clone(&queue),
+            config.stores.clone(),
+            config.stores_dir(),
+        ));
         let databrowser = Databrowser::new(Arc::clone(&catalog), Arc::clone(&flavours));
         let stac = StacApi::new(Arc::clone(&catalog));
         let slots = work::Slots::new(config.http.expensive_slots());
@@ -87,7 +97,32 @@ impl Daemon {
             flavours,
             databrowser,
             stac,
+            queue,
+            stores,
         })
+    }
+
+    /// Starts the conversion workers (`stores.workers` threads): queued conversions, and
+    /// those a crash or a stop interrupted, resume. Only a serving daemon runs them.
+    ///
+    /// # Errors
+    /// When a worker thread cannot be started.
+    pub fn start_jobs(&self) -> Result<()> {
+        let handler: Arc<dyn Handler> = Arc::new(stores::job::ConvertJob {
+            stores: Arc::clone(&self.stores),
+        });
+        self.queue.start(self.config.stores.workers, &handler)
+    }
+
+    /// Stops the conversion workers: running conversions stop at their next chunk and stay
+    /// queued for the next start. Blocking.
+    pub fn stop_jobs(&self) {
+        self.queue.stop();
+    }
+
+    /// The Zarr stores.
+    pub fn stores(&self) -> &Stores {
+        &self.stores
     }
 
     /// The configuration the daemon runs with.

@@ -22,6 +22,8 @@ pub(crate) enum Endpoint {
     /// paging tokens, `limit` below 1, unknown parameters and `visible_collections` that
     /// match nothing.
     Stac,
+    /// A key of a Zarr store: a malformed key is 400 (spec 2, endpoint 3).
+    StoreKey,
 }
 
 /// What is wrong with a request before it reaches the daemon.
@@ -122,6 +124,7 @@ fn status(error: &Error, endpoint: Endpoint) -> StatusCode {
         (ErrorKind::Invalid, Endpoint::Stac) if error.fault() != Some(Fault::WrongType) => {
             StatusCode::BAD_REQUEST
         }
+        (ErrorKind::Invalid, Endpoint::StoreKey) => StatusCode::BAD_REQUEST,
         (ErrorKind::Invalid, _) => StatusCode::UNPROCESSABLE_ENTITY,
         (ErrorKind::NoResults, Endpoint::Intake) => StatusCode::BAD_REQUEST,
         (ErrorKind::NoResults, _) => StatusCode::NOT_FOUND,
@@ -131,7 +134,7 @@ fn status(error: &Error, endpoint: Endpoint) -> StatusCode {
         (ErrorKind::NotFound, _) => StatusCode::NOT_FOUND,
         (ErrorKind::Conflict, _) => StatusCode::CONFLICT,
         (ErrorKind::Unavailable, _) => StatusCode::SERVICE_UNAVAILABLE,
-        (ErrorKind::Internal, _) => StatusCode::INTERNAL_SERVER_ERROR,
+        (ErrorKind::Internal | ErrorKind::Failed, _) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -161,13 +164,13 @@ impl IntoResponse for ApiError {
             ApiError::Daemon { error, endpoint } => (error, endpoint),
         };
         let status = status(&error, endpoint);
-        if status == StatusCode::INTERNAL_SERVER_ERROR {
+        if error.kind() == ErrorKind::Internal {
             tracing::error!(error = %error.chain(), "request failed");
             return detail(status, "Internal server error.");
         }
         let mut response = detail(status, &error.to_string());
         let headers = response.headers_mut();
-        if let Error::Busy { retry } = error {
+        if let Error::Busy { retry } | Error::NotReady { retry } = error {
             let seconds = retry.as_secs().max(1).to_string();
             headers.insert(
                 header::RETRY_AFTER,

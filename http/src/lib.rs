@@ -10,6 +10,7 @@ mod databrowser;
 mod error;
 mod extract;
 mod help;
+mod portal;
 #[cfg(test)]
 mod router_tests;
 mod stac;
@@ -46,6 +47,7 @@ pub fn router(daemon: &Arc<Daemon>, public_base: &str) -> Router {
         .merge(userdata::routes())
         .merge(auth::routes())
         .merge(stac::routes())
+        .merge(portal::routes())
         .with_state(state);
     let mut app = Router::new().nest(API_PREFIX, api.clone());
     for prefix in &daemon.config().http.compat_prefixes {

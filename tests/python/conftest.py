@@ -98,7 +98,8 @@ def daemon(tmp_path_factory):
     assert result.returncode == 0, result.stderr
     result = run("index", "crawl", str(tree))
     assert result.returncode == 0, result.stdout + result.stderr
-    env = dict(os.environ, SVCD_HTTP_COMPAT_PREFIXES="/api/freva-nextgen")
+    # Token users have no local account here: they may convert what lies under `data`.
+    env = dict(os.environ, SVCD_HTTP_COMPAT_PREFIXES="/api/freva-nextgen", SVCD_STORES_ALLOWED_ROOTS=str(data))
     proc, host = serve(binary, data, env)
     base = f"{host}/api/svc-nextgen"
     assert requests.get(f"{base}/ping", timeout=10).json() == {"ping": "pong"}

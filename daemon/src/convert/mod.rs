@@ -23,10 +23,6 @@ pub(crate) fn blosc_lz4() -> Value {
 ///
 /// # Errors
 /// A reason for the store's failed status, naming the file and the cause.
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "the conversion job, not yet written, calls it")
-)]
 pub(crate) fn convert_file(
     source: &Path,
     dir: &Path,

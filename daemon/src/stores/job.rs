@@ -59,7 +59,12 @@ impl Handler for ConvertJob {
             }
         };
         tracing::info!(%token, status = u8::from(status), %reason, "conversion finished");
-        Ok(Outcome::Done(self.stores.outcome(token, status, &reason, now())?))
+        Ok(Outcome::Done(self.stores.outcome(
+            token,
+            status,
+            &reason,
+            now(),
+        )?))
     }
 
     fn give_up(&self, job: &Job, reason: &str) -> Batch {
@@ -78,6 +83,8 @@ fn remove_dir(dir: &std::path::Path) {
     match std::fs::remove_dir_all(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a store directory"),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a store directory")
+        }
     }
 }

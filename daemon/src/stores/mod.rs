@@ -12,8 +12,11 @@
 //! [`crate::jobs`]), so a request is never recorded without its job nor the other way round.
 
 mod access;
+pub(crate) mod job;
+pub(crate) mod read;
 pub(crate) mod request;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -136,12 +139,27 @@ pub struct Stores {
     db: Arc<Db>,
     queue: Arc<Queue>,
     config: StoresConfig,
+    /// The hot tier: one directory per store below it.
+    root: PathBuf,
+    /// The metadata of stores being read.
+    metadata: read::MetadataCache,
 }
 
 impl Stores {
-    /// The stores recorded in `db`, converted through `queue`.
-    pub fn new(db: Arc<Db>, queue: Arc<Queue>, config: StoresConfig) -> Self {
-        Stores { db, queue, config }
+    /// The stores recorded in `db`, converted through `queue` into directories below `root`.
+    pub fn new(db: Arc<Db>, queue: Arc<Queue>, config: StoresConfig, root: PathBuf) -> Self {
+        Stores {
+            db,
+            queue,
+            config,
+            root,
+            metadata: read::MetadataCache::default(),
+        }
+    }
+
+    /// The directory of a store on the hot tier.
+    pub fn dir(&self, token: Uuid) -> PathBuf {
+        self.root.join(token.to_string())
     }
 
     /// The record of a store, whoever asks.
@@ -156,13 +174,18 @@ impl Stores {
     }
 
     /// The record of a store that `caller` may read at `now`. A store the caller may not
-    /// read is not found, exactly as one that does not exist, so a stranger learns nothing.
+    /// read is not found, exactly as one that does not exist, so a stranger learns nothing;
+    /// without credentials, a store that is not public (or does not exist) needs them.
     ///
     /// # Errors
-    /// [`Error::NotFound`] for an unknown or unreadable store; a read error.
+    /// [`Error::Unauthenticated`] without a caller, [`Error::NotFound`] with one, for an
+    /// unknown or unreadable store; a read error.
     pub fn readable(&self, caller: Option<&Caller>, token: Uuid, now: i64) -> Result<StoreRecord> {
         match self.record(token)? {
             Some(record) if record.readable_by(caller, now) => Ok(record),
+            _ if caller.is_none() => Err(Error::unauthenticated(
+                "Not authenticated: the store is not public; send a bearer token",
+            )),
             _ => Err(Error::NotFound(Missing::Store(token.to_string()))),
         }
     }

@@ -19,7 +19,8 @@ fn open(dir: &std::path::Path) -> (Arc<Queue>, Stores) {
         max_ttl_seconds: MAX_TTL,
         allowed_roots: vec!["/data".into()],
     };
-    (Arc::clone(&queue), Stores::new(db, queue, config))
+    let root = dir.join("stores");
+    (Arc::clone(&queue), Stores::new(db, queue, config, root))
 }
 
 fn convert(json: &str) -> ConvertRequest {
@@ -154,12 +155,11 @@ fn only_owner_and_admins_read_a_private_store_and_anyone_a_public_one_until_it_e
     };
     assert!(stores.readable(Some(&jane), private.token, NOW).is_ok());
     assert!(stores.readable(Some(&admin), private.token, NOW).is_ok());
-    for stranger in [
-        Some(caller("john")),
-        Some(caller("*")),
-        Some(caller("")),
-        None,
-    ] {
+    for anonymous in [private.token, Uuid::new_v4()] {
+        let err = stores.readable(None, anonymous, NOW).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Unauthenticated);
+    }
+    for stranger in [Some(caller("john")), Some(caller("*")), Some(caller(""))] {
         let err = stores
             .readable(stranger.as_ref(), private.token, NOW)
             .unwrap_err();

@@ -1,0 +1,359 @@
+//! The one door to a key of a store: [`Stores::read`]. The HTTP routes use it now; the FUSE
+//! mount and the tier restore will too.
+//!
+//! It checks access first (a store the caller may not read is not found, as one that does not
+//! exist), then validates the key before any work: malformed keys are 400, keys the store does
+//! not have are 404, `zarr.json` is 404 so zarr-python 3 falls back to Zarr v2. Metadata comes
+//! from memory (the consolidated metadata, loaded once per conversion); chunks come from the
+//! hot tier. A chunk of a store still being converted that is not written yet is waited for,
+//! up to the caller's bound, then answered with [`Error::NotReady`] (503 with `Retry-After`):
+//! never with a 404, which clients would silently turn into fill values.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::{Status, StoreRecord, Stores};
+use crate::auth::Caller;
+use crate::error::{Error, Fault, Missing, Result};
+
+/// How often a reader looks for a chunk that is being written.
+const POLL: Duration = Duration::from_millis(20);
+
+/// How long a client is told to wait before asking again for a chunk not yet written.
+const RETRY: Duration = Duration::from_secs(2);
+
+/// What a key of a store holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// A metadata document (JSON).
+    Metadata,
+    /// An encoded chunk; immutable once the store is ready.
+    Chunk,
+}
+
+/// The bytes of a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyBytes {
+    /// What the key holds.
+    pub kind: KeyKind,
+    /// Its content.
+    pub bytes: Vec<u8>,
+}
+
+/// A store key, parsed.
+#[derive(Debug, PartialEq, Eq)]
+enum Key<'k> {
+    /// `.zmetadata`.
+    Consolidated,
+    /// `.zgroup`, `.zattrs`, `<path>/.zarray`, `<path>/.zattrs`, `<path>/.zgroup`.
+    Document(&'k str),
+    /// `<array path>/<i.j.k>`.
+    Chunk { array: &'k str, index: Vec<u64> },
+}
+
+const DOCUMENTS: [&str; 3] = [".zgroup", ".zattrs", ".zarray"];
+
+fn invalid(key: &str, why: &str) -> Error {
+    Error::invalid(
+        "zarr_key",
+        Fault::Syntax,
+        format!("Invalid zarr key {key:?}: {why}."),
+    )
+}
+
+fn missing(key: &str) -> Error {
+    Error::NotFound(Missing::StoreKey(key.to_string()))
+}
+
+/// Parses a key as the spec defines keys (spec 2, "Zarr store keys").
+fn parse_key(key: &str) -> Result<Key<'_>> {
+    if key.is_empty() || key.len() > 1024 {
+        return Err(invalid(
+            key,
+            "expected a metadata key or <variable>/<chunk>",
+        ));
+    }
+    let segments: Vec<&str> = key.split('/').collect();
+    if segments
+        .iter()
+        .any(|s| s.is_empty() || *s == "." || *s == "..")
+    {
+        return Err(invalid(key, "empty, '.' or '..' path segments"));
+    }
+    let (leaf, parent) = match key.rsplit_once('/') {
+        Some((parent, leaf)) => (leaf, Some(parent)),
+        None => (key, None),
+    };
+    match (leaf, parent) {
+        ("zarr.json", _) => Err(Error::NotFound(Missing::ZarrV3)),
+        (".zmetadata", None) => Ok(Key::Consolidated),
+        (".zmetadata", Some(_)) => Err(missing(key)),
+        (".zarray", None) => Err(invalid(
+            key,
+            "a group or variable name must precede .zarray",
+        )),
+        (document, _) if DOCUMENTS.contains(&document) => Ok(Key::Document(key)),
+        (_, None) => Err(invalid(
+            key,
+            "expected a metadata key or <variable>/<chunk>",
+        )),
+        (chunk, Some(array)) => {
+            let index = chunk
+                .split('.')
+                .map(|part| {
+                    if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                        None
+                    } else {
+                        part.parse::<u64>().ok()
+                    }
+                })
+                .collect::<Option<Vec<u64>>>()
+                .ok_or_else(|| invalid(key, "a chunk is its indices joined by dots"))?;
+            Ok(Key::Chunk { array, index })
+        }
+    }
+}
+
+/// The metadata of one conversion of a store, as served.
+pub(super) struct Served {
+    /// The record's `updated` time of the conversion the metadata belongs to.
+    updated: i64,
+    /// The `.zmetadata` file.
+    consolidated: Vec<u8>,
+    /// Its documents by key.
+    documents: Map<String, Value>,
+}
+
+/// Metadata of stores by token, loaded from the hot tier once per conversion.
+#[derive(Default)]
+pub(super) struct MetadataCache(Mutex<HashMap<Uuid, Arc<Served>>>);
+
+impl Stores {
+    /// The bytes of `key` of the store `token` for `caller` (none: an anonymous request, or
+    /// one that a share URL authorised: pass the owner then) at `now`, waiting up to `wait`
+    /// for a chunk being written. Blocking.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for a store the caller may not read, a gone store or a key the
+    /// store does not have; [`Error::InvalidParameter`] for a malformed key;
+    /// [`Error::StoreFailed`] when its conversion failed; [`Error::NotReady`] when the key is
+    /// not written within `wait`; an I/O error reading the hot tier.
+    pub fn read(
+        &self,
+        caller: Option<&Caller>,
+        token: Uuid,
+        key: &str,
+        now: i64,
+        wait: Duration,
+    ) -> Result<KeyBytes> {
+        let record = self.readable(caller, token, now)?;
+        let parsed = parse_key(key)?;
+        let deadline = Instant::now() + wait;
+        let served = loop {
+            let record = self.current(&record)?;
+            match record.status {
+                Status::Failed => {
+                    return Err(Error::StoreFailed {
+                        token: token.to_string(),
+                        reason: record.reason,
+                    });
+                }
+                Status::Gone => return Err(Error::NotFound(Missing::Store(token.to_string()))),
+                Status::Ready | Status::Preparing | Status::Archived => {}
+            }
+            if let Some(served) = self.served(&record)? {
+                break served;
+            }
+            if record.status != Status::Preparing {
+                return Err(missing(".zmetadata"));
+            }
+            pause(deadline)?;
+        };
+        match parsed {
+            Key::Consolidated => Ok(KeyBytes {
+                kind: KeyKind::Metadata,
+                bytes: served.consolidated.clone(),
+            }),
+            Key::Document(document) => served
+                .documents
+                .get(document)
+                .map(|value| KeyBytes {
+                    kind: KeyKind::Metadata,
+                    bytes: value.to_string().into_bytes(),
+                })
+                .ok_or_else(|| missing(key)),
+            Key::Chunk { array, index } => {
+                check_chunk(&served.documents, array, &index, key)?;
+                let path = self.dir(token).join(key);
+                loop {
+                    match std::fs::read(&path) {
+                        Ok(bytes) => {
+                            return Ok(KeyBytes {
+                                kind: KeyKind::Chunk,
+                                bytes,
+                            });
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(Error::io(format!("read {}", path.display()), e)),
+                    }
+                    match self.current(&record)?.status {
+                        Status::Preparing => pause(deadline)?,
+                        // Every chunk of a finished store is written.
+                        _ => return Err(missing(key)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The record as it is stored now.
+    fn current(&self, record: &StoreRecord) -> Result<StoreRecord> {
+        self.record(record.token)?
+            .ok_or_else(|| Error::NotFound(Missing::Store(record.token.to_string())))
+    }
+
+    /// The served metadata of the store's current conversion, if it is written.
+    fn served(&self, record: &StoreRecord) -> Result<Option<Arc<Served>>> {
+        if let Some(served) = self.metadata.0.lock().get(&record.token)
+            && served.updated == record.updated
+        {
+            return Ok(Some(Arc::clone(served)));
+        }
+        let path = self.dir(record.token).join(".zmetadata");
+        let consolidated = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(format!("read {}", path.display()), e)),
+        };
+        let corrupt = |reason: String| {
+            Error::io(
+                format!("read {}", path.display()),
+                std::io::Error::new(std::io::ErrorKind::InvalidData, reason),
+            )
+        };
+        let value: Value =
+            serde_json::from_slice(&consolidated).map_err(|e| corrupt(e.to_string()))?;
+        let Some(Value::Object(documents)) = value.get("metadata").cloned() else {
+            return Err(corrupt("no metadata object".into()));
+        };
+        let served = Arc::new(Served {
+            updated: record.updated,
+            consolidated,
+            documents,
+        });
+        self.metadata
+            .0
+            .lock()
+            .insert(record.token, Arc::clone(&served));
+        Ok(Some(served))
+    }
+}
+
+/// Waits one poll interval, or fails once `deadline` has passed.
+fn pause(deadline: Instant) -> Result<()> {
+    if Instant::now() >= deadline {
+        return Err(Error::NotReady { retry: RETRY });
+    }
+    std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
+    Ok(())
+}
+
+/// Checks that `index` names a chunk of the array at `array`.
+fn check_chunk(
+    documents: &Map<String, Value>,
+    array: &str,
+    index: &[u64],
+    key: &str,
+) -> Result<()> {
+    let zarray = documents
+        .get(&format!("{array}/.zarray"))
+        .ok_or_else(|| missing(key))?;
+    let numbers = |field: &str| -> Vec<u64> {
+        zarray[field]
+            .as_array()
+            .map(|values| values.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default()
+    };
+    let shape = numbers("shape");
+    let chunks = numbers("chunks");
+    if shape.is_empty() {
+        // A 0-d array has the one chunk `0`.
+        return if index == [0] {
+            Ok(())
+        } else {
+            Err(missing(key))
+        };
+    }
+    let inside = index.len() == shape.len()
+        && index
+            .iter()
+            .zip(shape.iter().zip(&chunks))
+            .all(|(i, (len, chunk))| *chunk > 0 && *i < len.div_ceil(*chunk));
+    if inside { Ok(()) } else { Err(missing(key)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_as_the_spec_defines_them() {
+        assert_eq!(parse_key(".zmetadata").unwrap(), Key::Consolidated);
+        assert_eq!(parse_key(".zgroup").unwrap(), Key::Document(".zgroup"));
+        assert_eq!(
+            parse_key("tas/.zarray").unwrap(),
+            Key::Document("tas/.zarray")
+        );
+        assert_eq!(
+            parse_key("ocean/thetao/.zattrs").unwrap(),
+            Key::Document("ocean/thetao/.zattrs")
+        );
+        assert_eq!(
+            parse_key("tas/0.1.2").unwrap(),
+            Key::Chunk {
+                array: "tas",
+                index: vec![0, 1, 2]
+            }
+        );
+        for (key, kind) in [
+            ("zarr.json", crate::ErrorKind::NotFound),
+            ("tas/zarr.json", crate::ErrorKind::NotFound),
+            ("tas/.zmetadata", crate::ErrorKind::NotFound),
+            (".zarray", crate::ErrorKind::Invalid),
+            ("tas", crate::ErrorKind::Invalid),
+            ("", crate::ErrorKind::Invalid),
+            ("tas/abc", crate::ErrorKind::Invalid),
+            ("tas/0..1", crate::ErrorKind::Invalid),
+            ("tas/-1", crate::ErrorKind::Invalid),
+            ("tas/+1", crate::ErrorKind::Invalid),
+            ("tas/99999999999999999999999", crate::ErrorKind::Invalid),
+            ("../etc/passwd", crate::ErrorKind::Invalid),
+            ("tas//0", crate::ErrorKind::Invalid),
+            ("/tas/0", crate::ErrorKind::Invalid),
+        ] {
+            let err = parse_key(key).unwrap_err();
+            assert_eq!(err.kind(), kind, "{key:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn chunks_outside_the_grid_are_not_found() {
+        let documents: Map<String, Value> = serde_json::from_value(serde_json::json!({
+            "tas/.zarray": {"shape": [3, 4], "chunks": [2, 4]},
+            "h/.zarray": {"shape": [], "chunks": []},
+        }))
+        .unwrap();
+        assert!(check_chunk(&documents, "tas", &[1, 0], "tas/1.0").is_ok());
+        assert!(check_chunk(&documents, "tas", &[2, 0], "tas/2.0").is_err());
+        assert!(check_chunk(&documents, "tas", &[0, 1], "tas/0.1").is_err());
+        assert!(check_chunk(&documents, "tas", &[0], "tas/0").is_err());
+        assert!(check_chunk(&documents, "h", &[0], "h/0").is_ok());
+        assert!(check_chunk(&documents, "h", &[1], "h/1").is_err());
+        assert!(check_chunk(&documents, "pr", &[0, 0], "pr/0.0").is_err());
+    }
+}

@@ -1,0 +1,196 @@
+//! Data-portal routes (spec 2, endpoints 2, 3 and 6): thin calls into the daemon's stores.
+//!
+//! - `POST P/data-portal/zarr/convert`: a JSON body, or repeated query parameters when the
+//!   body is empty; answers `{"urls": [...]}`, one store URL per source.
+//! - `GET|HEAD P/data-portal/zarr/{token}.zarr/{key}`: a key of a store through
+//!   `Stores::read`, the daemon's one read path. Metadata is `application/json`, chunks
+//!   `application/octet-stream`; a chunk of a finished store carries an `ETag` (its content
+//!   hash) and `Cache-Control: immutable`, and `If-None-Match` gives 304. `timeout` (seconds,
+//!   0 to 1500, default 30) bounds the wait for a chunk still being written.
+//! - `GET P/data-portal/zarr-utils/status`: `{"status", "reason"}` of the store named by
+//!   `url=<store URL>` or `token=<uuid>`.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use svc_daemon::{ConvertRequest, Error, Fault, KeyKind, Missing, Status};
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::auth::{Authenticated, MaybeAuthenticated};
+use crate::error::{ApiError, Endpoint};
+use crate::extract::{QueryPairs, RawBody};
+
+/// How long a key read waits for a chunk being written, unless `timeout` says otherwise.
+const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+
+/// The longest `timeout` accepted, in seconds.
+const MAX_WAIT_SECONDS: u64 = 1500;
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/data-portal/zarr/convert", post(convert))
+        .route("/data-portal/zarr/{store}/{*key}", get(read_key))
+        .route("/data-portal/zarr-utils/status", get(status))
+}
+
+/// The URL of a store.
+fn store_url(state: &AppState, token: Uuid) -> String {
+    format!("{}/data-portal/zarr/{token}.zarr", state.api_base)
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+async fn convert(
+    State(state): State<AppState>,
+    Authenticated(caller): Authenticated,
+    QueryPairs(pairs): QueryPairs,
+    RawBody(body): RawBody,
+) -> Result<Json<Value>, ApiError> {
+    let max_ttl = state.daemon.config().stores.max_ttl_seconds;
+    let request = if body.iter().all(u8::is_ascii_whitespace) {
+        ConvertRequest::from_pairs(&pairs, max_ttl)?
+    } else {
+        ConvertRequest::from_body(&body, max_ttl)?
+    };
+    let records = state
+        .daemon
+        .run(move |daemon| daemon.stores().request(&caller, &request, now()))
+        .await?;
+    let urls: Vec<String> = records
+        .iter()
+        .map(|record| store_url(&state, record.token))
+        .collect();
+    Ok(Json(json!({ "urls": urls })))
+}
+
+/// The token of a `<uuid>.zarr` path segment; anything else names no store.
+fn store_token(segment: &str) -> Result<Uuid, ApiError> {
+    segment
+        .strip_suffix(".zarr")
+        .and_then(|t| Uuid::parse_str(t).ok())
+        .ok_or_else(|| Error::NotFound(Missing::Store(segment.to_string())).into())
+}
+
+/// The wait a `timeout` query parameter asks for.
+fn wait(pairs: &[(String, String)]) -> Result<Duration, ApiError> {
+    let Some((_, value)) = pairs.iter().rev().find(|(k, _)| k == "timeout") else {
+        return Ok(DEFAULT_WAIT);
+    };
+    match value.trim().parse::<u64>() {
+        Ok(seconds) if seconds <= MAX_WAIT_SECONDS => Ok(Duration::from_secs(seconds)),
+        _ => Err(Error::invalid(
+            "timeout",
+            Fault::Refused,
+            format!("Parameter 'timeout' must be whole seconds from 0 to {MAX_WAIT_SECONDS}, got {value:?}."),
+        )
+        .into()),
+    }
+}
+
+async fn read_key(
+    state: State<AppState>,
+    caller: MaybeAuthenticated,
+    path: Path<(String, String)>,
+    pairs: QueryPairs,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    serve_key(state, caller, path, pairs, headers)
+        .await
+        .map_err(|e| e.at(Endpoint::StoreKey))
+}
+
+async fn serve_key(
+    State(state): State<AppState>,
+    MaybeAuthenticated(caller): MaybeAuthenticated,
+    Path((store, key)): Path<(String, String)>,
+    QueryPairs(pairs): QueryPairs,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let token = store_token(&store)?;
+    let wait = wait(&pairs)?;
+    let read = state
+        .daemon
+        .run(move |daemon| {
+            let stores = daemon.stores();
+            let bytes = stores.read(caller.as_ref(), token, &key, now(), wait)?;
+            let ready = stores.record(token)?.map(|r| r.status) == Some(Status::Ready);
+            Ok((bytes, ready))
+        })
+        .await?;
+    let (key_bytes, ready) = read;
+    let media = match key_bytes.kind {
+        KeyKind::Metadata => "application/json",
+        KeyKind::Chunk => "application/octet-stream",
+    };
+    let mut response_headers = HeaderMap::new();
+    response_headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
+    if key_bytes.kind == KeyKind::Chunk && ready {
+        let etag = format!("\"{:032x}\"", xxhash_rust::xxh3::xxh3_128(&key_bytes.bytes));
+        let etag = HeaderValue::from_str(&etag).expect("hex digits are a header value");
+        response_headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("private, max-age=31536000, immutable"),
+        );
+        if headers
+            .get(header::IF_NONE_MATCH)
+            .is_some_and(|sent| sent == etag)
+        {
+            response_headers.insert(header::ETAG, etag);
+            return Ok((StatusCode::NOT_MODIFIED, response_headers).into_response());
+        }
+        response_headers.insert(header::ETAG, etag);
+    }
+    Ok((response_headers, key_bytes.bytes).into_response())
+}
+
+/// The store a `zarr-utils` request names: `token=<uuid>` or `url=<store URL>`.
+fn named_store(pairs: &[(String, String)]) -> Result<Uuid, ApiError> {
+    let named = pairs
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "token" || k == "url")
+        .ok_or_else(|| {
+            Error::invalid(
+                "url",
+                Fault::WrongType,
+                "Name the store with url=<store URL> or token=<uuid>.",
+            )
+        })?;
+    let segment = match named.0.as_str() {
+        "token" => format!("{}.zarr", named.1.trim()),
+        _ => named
+            .1
+            .trim()
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+    };
+    store_token(&segment)
+}
+
+async fn status(
+    State(state): State<AppState>,
+    Authenticated(caller): Authenticated,
+    QueryPairs(pairs): QueryPairs,
+) -> Result<Json<Value>, ApiError> {
+    let token = named_store(&pairs)?;
+    let record = state
+        .daemon
+        .run(move |daemon| daemon.stores().readable(Some(&caller), token, now()))
+        .await?;
+    Ok(Json(json!({
+        "status": u8::from(record.status),
+        "reason": record.reason,
+    })))
+}

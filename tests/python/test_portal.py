@@ -1,0 +1,151 @@
+"""The data portal as its users meet it: convert a NetCDF file, follow its status, open the
+store with xarray over HTTP (zarr-python 3 through fsspec, with the bearer header) and find
+every value netCDF4-python reads from the source; and the refusals a stranger meets."""
+
+import time
+
+import numpy as np
+import pytest
+import requests
+import xarray as xr
+
+
+def write_source(path):
+    """A NetCDF-4 file with a packed integer variable, fill values, NaNs, a 0-d variable, a
+    char variable and an unlimited time axis in CF units."""
+    import netCDF4
+
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.title = "portal <test>"
+        nc.createDimension("time", None)
+        nc.createDimension("lat", 5)
+        nc.createDimension("lon", 7)
+        nc.createDimension("nchar", 4)
+        time = nc.createVariable("time", "f8", ("time",))
+        time.units = "days since 2000-01-01"
+        time.calendar = "noleap"
+        time.standard_name = "time"
+        time[:] = np.arange(6) * 30.0
+        lat = nc.createVariable("lat", "f4", ("lat",))
+        lat.units = "degrees_north"
+        lat[:] = np.linspace(-60, 60, 5)
+        lon = nc.createVariable("lon", "f4", ("lon",))
+        lon.units = "degrees_east"
+        lon[:] = np.linspace(0, 300, 7)
+        tas = nc.createVariable("tas", "f4", ("time", "lat", "lon"), fill_value=np.float32(1e20))
+        tas.units = "K"
+        values = np.arange(6 * 5 * 7, dtype="f4").reshape(6, 5, 7) + 200
+        values[0, 0, 0] = np.nan
+        tas[:] = np.ma.masked_where(values == 201, values)
+        pr = nc.createVariable("pr", "i2", ("time", "lat", "lon"), fill_value=np.int16(-32767))
+        pr.scale_factor = 0.01
+        pr.add_offset = 1.0
+        pr.set_auto_maskandscale(False)
+        raw = (np.arange(6 * 5 * 7).reshape(6, 5, 7) % 1000).astype("i2")
+        raw[1, 2, 3] = -32767
+        pr[:] = raw
+        height = nc.createVariable("height", "f8", ())
+        height.units = "m"
+        height[...] = 2.0
+        label = nc.createVariable("label", "S1", ("nchar",))
+        label[:] = netCDF4.stringtochar(np.array(["abcd"], dtype="S4"))[0]
+
+
+def wait_ready(base, headers, url, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        status = requests.get(f"{base}/data-portal/zarr-utils/status", params={"url": url}, headers=headers, timeout=10)
+        assert status.status_code == 200, status.text
+        body = status.json()
+        if body["status"] != 2 or time.monotonic() > deadline:
+            return body
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def portal(daemon, tmp_path_factory):
+    source_dir = daemon.data / "portal"
+    source_dir.mkdir()
+    source = source_dir / "tas.nc"
+    write_source(source)
+    token = daemon.token_file(tmp_path_factory.mktemp("tok") / "jane.json", "jane")
+    headers = {"Authorization": f"Bearer {token}"}
+    answer = requests.post(f"{daemon.base}/data-portal/zarr/convert", json={"path": [str(source)]}, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    [url] = answer.json()["urls"]
+    assert url.startswith(f"{daemon.base}/data-portal/zarr/") and url.endswith(".zarr")
+    assert wait_ready(daemon.base, headers, url) == {"status": 0, "reason": ""}
+    return source, url, headers
+
+
+@pytest.mark.parametrize("decode_times", [True, False])
+def test_xarray_reads_every_value_of_the_source(portal, decode_times):
+    source, url, headers = portal
+    served = xr.open_zarr(url, storage_options={"headers": headers}, consolidated=True, decode_times=decode_times)
+    with xr.open_dataset(source, engine="netcdf4", decode_times=decode_times) as expected:
+        expected = expected.load()
+        served = served.load()
+        assert set(served.variables) == set(expected.variables)
+        for name, variable in expected.variables.items():
+            np.testing.assert_array_equal(served[name].values, variable.values, err_msg=name)
+            assert served[name].dims == variable.dims, name
+        assert served.attrs == expected.attrs
+        assert served["tas"].attrs["units"] == "K"
+        assert np.isnan(served["tas"].values[0, 0, 0]) and np.isnan(served["tas"].values[0, 0, 1])
+        assert np.isnan(served["pr"].values[1, 2, 3])
+
+
+def test_raw_values_and_encoding_are_the_sources(portal):
+    source, url, headers = portal
+    served = xr.open_zarr(url, storage_options={"headers": headers}, decode_cf=False)
+    with xr.open_dataset(source, engine="netcdf4", decode_cf=False) as expected:
+        np.testing.assert_array_equal(served["pr"].values, expected["pr"].values)
+        assert served["pr"].dtype == np.int16
+        assert served["pr"].attrs["scale_factor"] == pytest.approx(0.01)
+        assert served["time"].attrs["calendar"] == "noleap"
+
+
+def test_keys_and_refusals(daemon, portal, tmp_path):
+    _, url, headers = portal
+    get = lambda key, **kw: requests.get(f"{url}/{key}", timeout=30, **kw)
+    meta = get(".zmetadata", headers=headers)
+    assert meta.status_code == 200 and meta.headers["content-type"] == "application/json"
+    chunk = get("tas/0.0.0", headers=headers)
+    assert chunk.status_code == 200 and chunk.headers["content-type"] == "application/octet-stream"
+    assert chunk.content[:2] == b"\x02\x01", "Blosc header"
+    etag = chunk.headers["etag"]
+    assert get("tas/0.0.0", headers={**headers, "If-None-Match": etag}).status_code == 304
+    assert requests.head(f"{url}/tas/0.0.0", headers=headers, timeout=10).status_code == 200
+    assert get("zarr.json", headers=headers).status_code == 404
+    assert get("tas/99.0.0", headers=headers).status_code == 404
+    assert get("nothere/0", headers=headers).status_code == 404
+    for bad in ("tas", ".zarray", "tas/abc", "tas/0..0"):
+        answer = get(bad, headers=headers)
+        assert answer.status_code == 400, (bad, answer.text)
+        assert "detail" in answer.json()
+    assert get(".zmetadata").status_code == 401, "no token on a private store"
+    john = daemon.token_file(tmp_path / "john.json", "john")
+    stranger = get(".zmetadata", headers={"Authorization": f"Bearer {john}"})
+    unknown = requests.get(f"{daemon.base}/data-portal/zarr/00000000-0000-0000-0000-000000000000.zarr/.zmetadata", headers={"Authorization": f"Bearer {john}"}, timeout=10)
+    assert stranger.status_code == unknown.status_code == 404
+    status = requests.get(f"{daemon.base}/data-portal/zarr-utils/status", params={"url": url}, headers={"Authorization": f"Bearer {john}"}, timeout=10)
+    assert status.status_code == 404
+
+
+def test_bad_requests_and_failed_sources(daemon, portal):
+    _, _, headers = portal
+    convert = f"{daemon.base}/data-portal/zarr/convert"
+    answer = requests.post(convert, json={"path": ["/x.nc"], "chunk_size": 1000}, headers=headers, timeout=10)
+    assert answer.status_code == 422 and "chunk_size" in answer.json()["detail"]
+    answer = requests.post(convert, json={"path": ["/etc/shadow"]}, headers=headers, timeout=10)
+    assert answer.status_code == 403 and "/etc/shadow" in answer.json()["detail"]
+    assert requests.post(convert, json={"path": ["/x.nc"]}, timeout=10).status_code == 401
+    bogus = daemon.data / "portal" / "bogus.nc"
+    bogus.write_text("not netcdf")
+    answer = requests.post(convert, params=[("path", str(bogus))], headers=headers, timeout=10)
+    assert answer.status_code == 200, answer.text
+    [url] = answer.json()["urls"]
+    status = wait_ready(daemon.base, headers, url)
+    assert status["status"] == 1 and "bogus.nc" in status["reason"], status
+    failed = requests.get(f"{url}/.zmetadata", headers=headers, timeout=10)
+    assert failed.status_code == 500 and "bogus.nc" in failed.json()["detail"]
