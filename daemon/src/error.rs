@@ -301,14 +301,17 @@ impl Error {
         match self {
             Error::InvalidParameter { .. } | Error::UnknownFlavour { .. } => ErrorKind::Invalid,
             Error::NoResults => ErrorKind::NoResults,
-            Error::TooManyResults { .. } | Error::CatalogueFull { .. } => ErrorKind::TooLarge,
+            Error::TooManyResults { .. } => ErrorKind::TooLarge,
             Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
             Error::AdminOnly { .. } | Error::SourceForbidden { .. } => ErrorKind::Forbidden,
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::FlavourExists { .. } => ErrorKind::Conflict,
-            Error::Unavailable { .. } | Error::Busy { .. } | Error::NotReady { .. } => {
-                ErrorKind::Unavailable
-            }
+            // A full catalogue is the server's limit, not the request's size: 503, like a
+            // service that cannot take more now.
+            Error::Unavailable { .. }
+            | Error::Busy { .. }
+            | Error::NotReady { .. }
+            | Error::CatalogueFull { .. } => ErrorKind::Unavailable,
             Error::StoreFailed { .. } => ErrorKind::Failed,
             Error::SchemaVersion { .. }
             | Error::Corrupt { .. }

@@ -34,6 +34,7 @@ use serde_json::{Map, Value};
 
 use crate::auth::Caller;
 use crate::catalog::facet::{self, OWNER, STANDARD_FACETS};
+use crate::catalog::query::{Field, Pattern};
 use crate::catalog::time::TimeRange;
 use crate::catalog::{Catalog, Record};
 use crate::databrowser::params::{SearchParams, build_query};
@@ -255,6 +256,7 @@ pub(crate) fn delete(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<
         object(body)?
     };
     let mut pairs = vec![("multi-version".to_string(), "true".to_string())];
+    let mut exact = Vec::new();
     for (key, value) in body {
         if !STANDARD_FACETS.contains(&key.as_str()) && key != "file" && key != "uri" {
             return Err(Error::invalid(
@@ -282,6 +284,16 @@ pub(crate) fn delete(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<
                 format!("{key}: empty value"),
             ));
         }
+        if key == "file" || key == "uri" {
+            // A location names one entry: exact, never a pattern or a negation.
+            let field = if key == "file" {
+                Field::File
+            } else {
+                Field::Uri
+            };
+            exact.push((field, value));
+            continue;
+        }
         if key == OWNER {
             // Only the caller's own entries can be deleted: naming them is allowed, naming
             // anyone else is an error rather than a filter that is silently dropped.
@@ -301,6 +313,9 @@ pub(crate) fn delete(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<
     }
     let params = SearchParams::parse(&pairs)?;
     let mut query = build_query(&Flavour::builtin("user"), &params)?;
+    for (field, value) in exact {
+        query.require_one_of(field, [Pattern::literal(value)]);
+    }
     query.only_owner(&caller.user);
     let removed = catalog.remove(&query)?;
     Ok(format!(
@@ -495,5 +510,35 @@ mod tests {
         }
         delete(&catalog, b"{}", &jane()).unwrap();
         assert_eq!(count("user", Some("jane")), 0);
+    }
+
+    #[test]
+    fn a_location_deletes_exactly_that_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = std::sync::Arc::new(crate::db::Db::open(dir.path()).unwrap());
+        let catalog = Catalog::open(db).unwrap();
+        let names = [
+            "-x.nc", "x.nc", "/d/a*.nc", "/d/ab.nc", "/d/a?.nc", "not y.nc", "y.nc",
+        ];
+        let body = json!({"user_metadata": names.iter().map(|n| entry(n)).collect::<Vec<_>>()});
+        add(&catalog, body.to_string().as_bytes(), &jane()).unwrap();
+        // How many of jane's entries are at exactly this location.
+        let at = |file: &str| {
+            let params = SearchParams::parse(&[("user".into(), "jane".into())]).unwrap();
+            let mut query = build_query(&Flavour::builtin("user"), &params).unwrap();
+            query.require_one_of(Field::File, [Pattern::literal(file)]);
+            catalog.select(&query).len()
+        };
+        let mut remaining: Vec<&str> = names.to_vec();
+        for name in ["-x.nc", "/d/a*.nc", "/d/a?.nc", "not y.nc"] {
+            let body = json!({"file": name}).to_string();
+            let message = delete(&catalog, body.as_bytes(), &jane()).unwrap();
+            assert!(message.contains(": 1 files removed"), "{name}: {message}");
+            remaining.retain(|n| *n != name);
+            assert_eq!(at(name), 0, "{name}");
+            for kept in &remaining {
+                assert_eq!(at(kept), 1, "deleting {name:?} took {kept:?}");
+            }
+        }
     }
 }

@@ -75,8 +75,24 @@ impl Daemon {
         self: &Arc<Self>,
         work: impl FnOnce(&Daemon) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let _slot = self.expensive_slot().await?;
-        self.run(work).await
+        let slot = self.expensive_slot().await?;
+        let (result, _slot) = self.run_in_slot(slot, work).await?;
+        Ok(result)
+    }
+
+    /// Starts `work` on the blocking pool holding `slot` until the work returns, and hands the
+    /// slot back with its result (to hold it on while the result is streamed). The work holds
+    /// the slot, not the caller: a caller that gives up (a client that disconnects) does not
+    /// free the slot of work that still runs.
+    ///
+    /// # Errors
+    /// As [`Daemon::run`]; the slot is freed then.
+    pub fn run_in_slot<T: Send + 'static>(
+        self: &Arc<Self>,
+        slot: ExpensiveSlot,
+        work: impl FnOnce(&Daemon) -> Result<T> + Send + 'static,
+    ) -> impl Future<Output = Result<(T, ExpensiveSlot)>> + Send + 'static {
+        self.run(move |daemon| Ok((work(daemon)?, slot)))
     }
 
     /// Starts `produce` on the blocking pool holding `slot` until it returns: the producer of
@@ -142,5 +158,32 @@ mod tests {
         assert_eq!(error.kind(), crate::ErrorKind::Unavailable);
         drop(held);
         assert_eq!(daemon.run_expensive(|_| Ok(1)).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn work_keeps_its_slot_when_its_caller_gives_up() {
+        let (_dir, daemon) = daemon(1);
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (started, running) = tokio::sync::oneshot::channel::<()>();
+        let caller = tokio::spawn({
+            let daemon = Arc::clone(&daemon);
+            async move {
+                daemon
+                    .run_expensive(move |_| {
+                        let _ = started.send(());
+                        released.recv().ok();
+                        Ok(())
+                    })
+                    .await
+            }
+        });
+        running.await.unwrap();
+        // The client disconnects: its request future is dropped, the scan goes on.
+        caller.abort();
+        let _ = caller.await;
+        let error = daemon.expensive_slot().await.unwrap_err();
+        assert!(matches!(error, Error::Busy { .. }), "{error:?}");
+        release.send(()).unwrap();
+        assert_eq!(daemon.run_expensive(|_| Ok(2)).await.unwrap(), 2);
     }
 }

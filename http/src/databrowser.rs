@@ -162,9 +162,11 @@ async fn intake_catalogue(
         .await
         .map_err(|e| e.at(Endpoint::Intake))?;
     let slot = state.daemon.expensive_slot().await?;
-    let mut catalogue = state
+    let (mut catalogue, slot) = state
         .daemon
-        .run(move |daemon| daemon.databrowser().intake(&search, VERSION))
+        .run_in_slot(slot, move |daemon| {
+            daemon.databrowser().intake(&search, VERSION)
+        })
         .await
         .map_err(|e| ApiError::from(e).at(Endpoint::Intake))?;
     let body = stream_body(&state, slot, move |_, tx| {
@@ -189,9 +191,11 @@ async fn stac_catalogue(
         api_base: state.api_base.clone(),
     };
     let slot = state.daemon.expensive_slot().await?;
-    let catalogue = state
+    let (catalogue, slot) = state
         .daemon
-        .run(move |daemon| daemon.databrowser().static_catalogue(&search, links))
+        .run_in_slot(slot, move |daemon| {
+            daemon.databrowser().static_catalogue(&search, links)
+        })
         .await?;
     let name = catalogue.file_name.clone();
     let body = stream_body(&state, slot, move |_, tx| {

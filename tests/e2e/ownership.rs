@@ -259,6 +259,11 @@ fn the_admin_cli_removes_and_counts_user_data() {
             );
             assert!(entries_of(&svcd, "jane").is_empty());
             assert_eq!(entries_of(&svcd, "john").len(), 3);
+            // --file names a path, not a pattern: `/shared/*` is that entry alone.
+            add(&svcd, &john, &["/shared/*"]);
+            let out = svcd.cli(&["index", "remove", "--file", "/shared/*"]);
+            assert_eq!(stdout(&out).trim(), "removed 1");
+            assert_eq!(entries_of(&svcd, "john").len(), 3);
             // --file clears a location: the catalogue record and every user's entry.
             let out = svcd.cli(&["index", "remove", "--file", &catalogued]);
             assert_eq!(stdout(&out).trim(), "removed 2");

@@ -55,6 +55,19 @@ impl Pattern {
                 matcher: None,
             });
         }
+        // globset compiles a regex and panics past its size limits; a bounded pattern
+        // without nesting (braces are bracketed below) stays far inside them.
+        if text.len() > MAX_WILDCARD_LEN {
+            return Err(Error::invalid(
+                parameter,
+                Fault::Refused,
+                format!(
+                    "Wildcard values of '{parameter}' are at most {MAX_WILDCARD_LEN} bytes, \
+                     got {}.",
+                    text.len()
+                ),
+            ));
+        }
         // Only `*` and `?` are wildcards: bracket the rest of glob syntax. `!` and `,` are
         // literal outside a class and an alternation, and `[!]` would open a negated class.
         let mut glob = String::with_capacity(text.len() + 8);
@@ -110,6 +123,9 @@ impl Pattern {
         }
     }
 }
+
+/// The longest wildcard value a search may give, in bytes.
+pub(crate) const MAX_WILDCARD_LEN: usize = 1024;
 
 /// The filters on one field.
 #[derive(Debug, Clone)]
@@ -221,9 +237,18 @@ impl Query {
 
     /// How many wildcard values the `file` and `uri` clauses hold.
     pub(crate) fn location_wildcards(&self) -> usize {
+        self.wildcards(|field| matches!(field, Field::File | Field::Uri))
+    }
+
+    /// How many wildcard values the facet clauses hold.
+    pub(crate) fn facet_wildcards(&self) -> usize {
+        self.wildcards(|field| matches!(field, Field::Facet(_)))
+    }
+
+    fn wildcards(&self, counted: impl Fn(&Field) -> bool) -> usize {
         self.clauses
             .iter()
-            .filter(|c| matches!(c.field, Field::File | Field::Uri))
+            .filter(|c| counted(&c.field))
             .flat_map(|c| c.include.iter().chain(&c.exclude))
             .filter(|p| p.is_wildcard())
             .count()

@@ -12,6 +12,7 @@ pub(crate) use intake::IntakeCatalogue;
 pub(crate) use static_stac::StaticCatalogue;
 
 use crate::catalog::facet::{self, default_count_facets};
+use crate::catalog::query::{Field, Pattern};
 use crate::catalog::{Catalog, Cursor, FacetCounts, Query, Selection, Source, UniqKey};
 use crate::error::{Error, Fault, Result};
 use crate::flavours::{Flavour, Flavours};
@@ -235,7 +236,10 @@ impl Databrowser {
     ///
     /// Which records: the crawled catalogue; with `user=NAME` (exactly one, an exact identity)
     /// only that user's entries; with nothing but `file=` filters every record at those locations,
-    /// the catalogue's and every user's, so an operator can clear a location completely.
+    /// the catalogue's and every user's, so an operator can clear a location completely. A
+    /// `file=` value of a removal is an exact path, never a pattern: `*`, `?` and a leading
+    /// `-`, `!` or `not ` are part of the name, so a removal never reaches a file it does not
+    /// name.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for an unknown facet or malformed value.
@@ -257,13 +261,21 @@ impl Databrowser {
             .resolve(if owners.is_empty() { "svc" } else { "user" }, None)?;
         let mut pairs: Vec<(String, String)> = filters
             .iter()
-            .filter(|(k, _)| k != facet::OWNER)
+            .filter(|(k, _)| k != facet::OWNER && k != "file")
             .cloned()
             .collect();
         pairs.push(("multi-version".into(), "true".into()));
         pairs.push(("translate".into(), "false".into()));
         let params = SearchParams::parse(&pairs)?;
         let mut query = build_query(&flavour, &params)?;
+        let files: Vec<Pattern> = filters
+            .iter()
+            .filter(|(k, _)| k == "file")
+            .map(|(_, path)| Pattern::literal(path.as_str()))
+            .collect();
+        if !files.is_empty() {
+            query.require_one_of(Field::File, files);
+        }
         match owners.as_slice() {
             [] if filters.iter().all(|(k, _)| k == "file") => {
                 query.set_source(Source::Everything);

@@ -13,7 +13,9 @@
 //!
 //! Locations are matched by scanning paths, so their wildcards are bounded: at most
 //! [`MAX_LOCATION_WILDCARDS`] wildcard values of `file` and `uri` per request (422 beyond), and
-//! all of them are matched in one pass over the paths (the catalogue's `select`).
+//! all of them are matched in one pass over the paths (the catalogue's `select`). Facet
+//! wildcards scan their facet's terms: at most [`MAX_FACET_WILDCARDS`] per request. A
+//! wildcard value is at most 1024 bytes (`catalog::query::MAX_WILDCARD_LEN`).
 
 use crate::catalog::facet;
 use crate::catalog::query::{Field, Pattern, Query, Source};
@@ -38,6 +40,9 @@ const DECLARED: [&str; 11] = [
 
 /// The most wildcard values of `file` and `uri` one request may give.
 pub(crate) const MAX_LOCATION_WILDCARDS: usize = 100;
+
+/// The most wildcard facet values one request may give: each scans its facet's terms.
+pub(crate) const MAX_FACET_WILDCARDS: usize = 100;
 
 /// Parameters that refine `time` and `bbox`.
 const SELECT_KEYS: [&str; 2] = ["time_select", "bbox_select"];
@@ -196,6 +201,17 @@ pub(crate) fn build_query(flavour: &Flavour, params: &SearchParams) -> Result<Qu
             format!(
                 "Parameters 'file' and 'uri' take at most {MAX_LOCATION_WILDCARDS} wildcard \
              values per request, got {location_wildcards}."
+            ),
+        ));
+    }
+    let facet_wildcards = query.facet_wildcards();
+    if facet_wildcards > MAX_FACET_WILDCARDS {
+        return Err(Error::invalid(
+            "facets",
+            Fault::Refused,
+            format!(
+                "A search takes at most {MAX_FACET_WILDCARDS} wildcard facet values, got \
+                 {facet_wildcards}."
             ),
         ));
     }
@@ -464,6 +480,26 @@ mod tests {
         assert_eq!(split_negation("abc\u{e9}x"), (false, "abc\u{e9}x"));
         assert_eq!(split_negation("NoT x"), (true, "x"));
         assert_eq!(split_negation("\u{e9}"), (false, "\u{e9}"));
+    }
+
+    #[test]
+    fn facet_wildcards_are_bounded() {
+        let within: Vec<(String, String)> = (0..MAX_FACET_WILDCARDS)
+            .map(|i| ("source_id".to_string(), format!("*{i}*")))
+            .collect();
+        let p = SearchParams::parse(&within).unwrap();
+        assert!(build_query(&cmip6(), &p).is_ok());
+        let mut beyond = within;
+        beyond.push(("experiment_id".into(), "amip*".into()));
+        let p = SearchParams::parse(&beyond).unwrap();
+        let err = build_query(&cmip6(), &p).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Invalid);
+        assert!(err.to_string().contains("101"), "{err}");
+        let long = ("source_id".to_string(), format!("{}*", "a".repeat(2000)));
+        let err = SearchParams::parse(&[long])
+            .and_then(|p| build_query(&cmip6(), &p))
+            .unwrap_err();
+        assert!(err.to_string().contains("at most 1024 bytes"), "{err}");
     }
 
     #[test]

@@ -666,7 +666,37 @@ fn filter(query: &mut Query, request: &SearchRequest) {
     }
 }
 
+/// The longest `visible_collections` pattern.
+const MAX_VIEW_PATTERN: usize = 256;
+
+/// The deepest nesting of `{...}` alternatives in a `visible_collections` pattern.
+const MAX_VIEW_NESTING: usize = 4;
+
 fn view_matcher(pattern: &str) -> Result<GlobMatcher> {
+    // globset compiles a glob into a regex and panics when the regex exceeds its limits
+    // (a deep nesting of alternatives, a very long pattern): bounding both keeps every
+    // pattern a request can send well inside them.
+    let mut depth = 0usize;
+    let mut deepest = 0usize;
+    for c in pattern.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        deepest = deepest.max(depth);
+    }
+    if pattern.len() > MAX_VIEW_PATTERN || deepest > MAX_VIEW_NESTING {
+        return Err(Error::invalid(
+            "visible_collections",
+            Fault::Refused,
+            format!(
+                "visible_collections patterns are at most {MAX_VIEW_PATTERN} bytes with \
+                 {MAX_VIEW_NESTING} levels of {{...}}; got {} bytes, {deepest} levels.",
+                pattern.len()
+            ),
+        ));
+    }
     GlobBuilder::new(pattern)
         .literal_separator(false)
         .build()

@@ -18,6 +18,20 @@ use crate::error::{Error, Fault, Result};
 pub(crate) const DEFAULT_LIMIT: usize = 10;
 /// The largest page.
 pub(crate) const MAX_LIMIT: usize = 1000;
+/// The most free-text terms (`q`) one search may give: each is matched against every term of
+/// every facet.
+pub(crate) const MAX_TERMS: usize = 50;
+
+fn check_terms(terms: &[String]) -> Result<()> {
+    if terms.len() > MAX_TERMS {
+        return Err(Error::invalid(
+            "q",
+            Fault::Refused,
+            format!("'q' takes at most {MAX_TERMS} terms, got {}.", terms.len()),
+        ));
+    }
+    Ok(())
+}
 
 /// Which way a paging token points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,6 +209,7 @@ impl SearchRequest {
             }
         }
         request.check_exclusive()?;
+        check_terms(&request.q)?;
         Ok(request)
     }
 
@@ -277,6 +292,7 @@ impl SearchRequest {
             }
         }
         request.check_exclusive()?;
+        check_terms(&request.q)?;
         Ok(request)
     }
 
@@ -363,8 +379,17 @@ fn parse_bbox_text(text: &str) -> Result<[f64; 4]> {
 fn parse_bbox_json(value: &Value) -> Result<[f64; 4]> {
     let numbers = value
         .as_array()
-        .and_then(|items| items.iter().map(Value::as_f64).collect::<Option<Vec<_>>>());
-    check_bbox(numbers, &value.to_string())
+        .and_then(|items| items.iter().map(Value::as_f64).collect::<Option<Vec<_>>>())
+        .ok_or_else(|| {
+            // A bbox that is not an array of numbers is a malformed bbox, 400 as DECISIONS
+            // and the STAC API validator want, not a field of the wrong type (422).
+            Error::invalid(
+                "bbox",
+                Fault::Syntax,
+                format!("'bbox' must be an array of four numbers, got {value}."),
+            )
+        })?;
+    check_bbox(Some(numbers), &value.to_string())
 }
 
 fn check_bbox(numbers: Option<Vec<f64>>, shown: &str) -> Result<[f64; 4]> {
@@ -566,7 +591,12 @@ mod tests {
         assert_eq!(r.limit, 5);
         assert_eq!(r.token.unwrap().to_text(), "next:search:ab");
         let fault = |body: &[u8]| SearchRequest::from_body(body).unwrap_err().fault();
+        // A bbox or geometry of the wrong JSON type is malformed (400), as DECISIONS says.
         assert_eq!(fault(br#"{"bbox":"0,0,1,1"}"#), Some(Fault::Syntax));
+        assert_eq!(fault(br#"{"bbox":[0,0,1]}"#), Some(Fault::Syntax));
+        assert_eq!(fault(br#"{"intersects":"x"}"#), Some(Fault::Syntax));
+        let many = format!(r#"{{"q":"{}"}}"#, vec!["t"; MAX_TERMS + 1].join(","));
+        assert_eq!(fault(many.as_bytes()), Some(Fault::Refused));
         assert_eq!(fault(b"[1]"), Some(Fault::Syntax));
         assert_eq!(fault(b"{"), Some(Fault::Syntax));
         assert_eq!(fault(br#"{"limit":"5"}"#), Some(Fault::Syntax));
