@@ -154,6 +154,17 @@ pub enum Error {
         /// The caller's bound.
         max: u64,
     },
+    /// A static STAC catalogue would list more items than it may.
+    #[error(
+        "A static STAC catalogue holds at most {max} items; this search has {count}. \
+         Narrow the search, or use the STAC API or the intake catalogue."
+    )]
+    StaticCatalogueTooLarge {
+        /// How many items the search found.
+        count: u64,
+        /// The most a static catalogue holds.
+        max: u64,
+    },
     /// The catalogue holds as many records as its 32-bit record ids can number.
     #[error("The catalogue is full ({capacity} records); remove records before adding more.")]
     CatalogueFull {
@@ -301,7 +312,9 @@ impl Error {
         match self {
             Error::InvalidParameter { .. } | Error::UnknownFlavour { .. } => ErrorKind::Invalid,
             Error::NoResults => ErrorKind::NoResults,
-            Error::TooManyResults { .. } => ErrorKind::TooLarge,
+            Error::TooManyResults { .. } | Error::StaticCatalogueTooLarge { .. } => {
+                ErrorKind::TooLarge
+            }
             Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
             Error::AdminOnly { .. } | Error::SourceForbidden { .. } => ErrorKind::Forbidden,
             Error::NotFound(_) => ErrorKind::NotFound,

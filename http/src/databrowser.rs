@@ -77,19 +77,34 @@ async fn prepare(
         .map_err(ApiError::from)
 }
 
+/// The sending end of a streamed body: parts, or the error that ends it.
+type BodyTx = mpsc::Sender<std::io::Result<Bytes>>;
+
 /// A body that blocking work produces through a channel, holding an expensive-work slot
 /// until the body is produced.
 fn stream_body(
     state: &AppState,
     slot: ExpensiveSlot,
-    produce: impl FnOnce(&Daemon, mpsc::Sender<Bytes>) + Send + 'static,
+    produce: impl FnOnce(&Daemon, BodyTx) + Send + 'static,
 ) -> Body {
-    let (tx, rx) = mpsc::channel::<Bytes>(4);
+    let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
     state
         .daemon
         .produce(slot, move |daemon| produce(daemon, tx));
-    let chunks = tokio_stream::wrappers::ReceiverStream::new(rx);
-    Body::from_stream(futures::StreamExt::map(chunks, Ok::<Bytes, std::io::Error>))
+    Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+/// Ends a streamed body with an error: logged with its causes, and sent into the body so the
+/// server aborts the response instead of ending it as if it were complete (the status line
+/// is gone by then; a cut connection is what tells the client the answer is not whole).
+fn fail_stream(tx: &BodyTx, what: &str, error: &svc_daemon::Error) {
+    if tx.is_closed() {
+        // The client went away: nothing failed on our side.
+        tracing::debug!(error = %error.chain(), "{what} stopped: the client went away");
+        return;
+    }
+    tracing::error!(error = %error.chain(), "{what} failed while streaming");
+    let _ = tx.blocking_send(Err(std::io::Error::other(error.to_string())));
 }
 
 async fn data_search(
@@ -109,7 +124,7 @@ async fn data_search(
                 chunk.extend_from_slice(if uri { uri_value } else { path }.as_bytes());
                 chunk.push(b'\n');
             });
-            if n == 0 || tx.blocking_send(Bytes::from(chunk)).is_err() {
+            if n == 0 || tx.blocking_send(Ok(Bytes::from(chunk))).is_err() {
                 break;
             }
         }
@@ -170,9 +185,18 @@ async fn intake_catalogue(
         .await
         .map_err(|e| ApiError::from(e).at(Endpoint::Intake))?;
     let body = stream_body(&state, slot, move |_, tx| {
-        while let Ok(Some(chunk)) = catalogue.next_chunk() {
-            if tx.blocking_send(Bytes::from(chunk)).is_err() {
-                break;
+        loop {
+            match catalogue.next_chunk() {
+                Ok(Some(chunk)) => {
+                    if tx.blocking_send(Ok(Bytes::from(chunk))).is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    fail_stream(&tx, "an intake catalogue", &e);
+                    break;
+                }
             }
         }
     });
@@ -200,11 +224,11 @@ async fn stac_catalogue(
     let name = catalogue.file_name.clone();
     let body = stream_body(&state, slot, move |_, tx| {
         let writer = ChannelWriter {
-            tx,
+            tx: tx.clone(),
             buffer: Vec::new(),
         };
         if let Err(e) = catalogue.write_to(writer) {
-            tracing::warn!(error = %e, "static catalogue stream ended early");
+            fail_stream(&tx, "a static STAC catalogue", &e);
         }
     });
     Ok(download("application/zip", &name, body))
@@ -227,7 +251,7 @@ fn short_id() -> String {
 
 /// A blocking writer that sends its bytes to a response body in 64 KiB chunks.
 struct ChannelWriter {
-    tx: mpsc::Sender<Bytes>,
+    tx: BodyTx,
     buffer: Vec<u8>,
 }
 
@@ -248,7 +272,7 @@ impl Write for ChannelWriter {
         }
         let chunk = Bytes::from(std::mem::take(&mut self.buffer));
         self.tx
-            .blocking_send(chunk)
+            .blocking_send(Ok(chunk))
             .map_err(|_| std::io::Error::other("client went away"))
     }
 }

@@ -215,6 +215,13 @@ impl Databrowser {
         links: static_stac::Links,
     ) -> Result<StaticCatalogue> {
         let selection = self.bounded_selection(search)?;
+        let count = selection.len().saturating_sub(search.params.start);
+        if count > MAX_STATIC_ITEMS {
+            return Err(Error::StaticCatalogueTooLarge {
+                count,
+                max: MAX_STATIC_ITEMS,
+            });
+        }
         Ok(StaticCatalogue::new(
             &self.catalog,
             search,
@@ -295,3 +302,7 @@ impl Databrowser {
 }
 
 pub use static_stac::Links as StaticLinks;
+
+/// The most items a static STAC catalogue holds: its collection document lists every item,
+/// so its memory grows with them (413 beyond, as for `max-results`).
+pub(crate) const MAX_STATIC_ITEMS: u64 = 100_000;
