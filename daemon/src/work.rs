@@ -5,7 +5,8 @@
 //! HTTP handlers and the control socket call it through here, and code that already runs on
 //! its own threads (a FUSE session, a conversion job) calls the daemon directly.
 //!
-//! Expensive work (searches, counts, catalogues, STAC pages) also takes one of a bounded number
+//! Expensive work (searches, counts, catalogues, STAC pages, user-data adds and deletes) also
+//! takes one of a bounded number
 //! of [`ExpensiveSlot`]s (`http.max_expensive_requests`, shared by every facade). A caller that
 //! finds them all taken waits up to [`SLOT_WAIT`] and then gets [`Error::Busy`], so a burst of
 //! heavy requests cannot take the machine from everyone else; cheap work takes no slot. A panic

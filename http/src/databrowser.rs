@@ -6,7 +6,7 @@ use std::io::Write;
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use crate::AppState;
 use crate::auth::MaybeAuthenticated;
 use crate::error::{ApiError, Endpoint};
-use crate::extract::QueryPairs;
+use crate::extract::{PathParams, QueryPairs};
 
 /// Locations sent per chunk of a data-search stream.
 const LOCATIONS_PER_CHUNK: usize = 8_192;
@@ -109,7 +109,7 @@ fn fail_stream(tx: &BodyTx, what: &str, error: &svc_daemon::Error) {
 
 async fn data_search(
     State(state): State<AppState>,
-    Path((flavour, uniq_key)): Path<(String, String)>,
+    PathParams((flavour, uniq_key)): PathParams<(String, String)>,
     caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
@@ -134,7 +134,7 @@ async fn data_search(
 
 async fn metadata_search(
     State(state): State<AppState>,
-    Path((flavour, uniq_key)): Path<(String, String)>,
+    PathParams((flavour, uniq_key)): PathParams<(String, String)>,
     caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
@@ -169,7 +169,7 @@ async fn metadata_search(
 
 async fn intake_catalogue(
     State(state): State<AppState>,
-    Path((flavour, uniq_key)): Path<(String, String)>,
+    PathParams((flavour, uniq_key)): PathParams<(String, String)>,
     caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
@@ -206,7 +206,7 @@ async fn intake_catalogue(
 
 async fn stac_catalogue(
     State(state): State<AppState>,
-    Path((flavour, uniq_key)): Path<(String, String)>,
+    PathParams((flavour, uniq_key)): PathParams<(String, String)>,
     caller: MaybeAuthenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {

@@ -31,6 +31,8 @@ pub(crate) enum Endpoint {
 pub(crate) enum RequestError {
     /// No route has this path.
     NoRoute,
+    /// The route does not answer this method.
+    MethodNotAllowed,
     /// The path's parameters cannot be read (not UTF-8 after percent-decoding).
     PathUnreadable {
         /// What went wrong, as the HTTP layer tells it.
@@ -61,6 +63,7 @@ impl std::fmt::Display for RequestError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RequestError::NoRoute => write!(f, "Not Found"),
+            RequestError::MethodNotAllowed => write!(f, "Method Not Allowed"),
             RequestError::PathUnreadable { reason } => write!(f, "Request path: {reason}."),
             RequestError::BodyTooLarge => write!(f, "Request body: length limit exceeded."),
             RequestError::BodyUnreadable { reason } => write!(f, "Request body: {reason}."),
@@ -142,6 +145,7 @@ fn status(error: &Error, endpoint: Endpoint) -> StatusCode {
 fn request_status(error: &RequestError) -> StatusCode {
     match error {
         RequestError::NoRoute => StatusCode::NOT_FOUND,
+        RequestError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         RequestError::PathUnreadable { .. } => StatusCode::BAD_REQUEST,
         RequestError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         RequestError::BodyUnreadable { .. } => StatusCode::BAD_REQUEST,

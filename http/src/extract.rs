@@ -28,6 +28,30 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     }
 }
 
+/// The path's parameters; a path that cannot be read (not UTF-8 after percent-decoding) gets
+/// our error body.
+pub(crate) struct PathParams<T>(pub(crate) T);
+
+impl<S, T> FromRequestParts<S> for PathParams<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(params)| PathParams(params))
+            .map_err(|e| {
+                RequestError::PathUnreadable {
+                    reason: e.body_text(),
+                }
+                .into()
+            })
+    }
+}
+
 /// Longest query string accepted; longer ones are refused before parsing.
 const MAX_QUERY_BYTES: usize = 32 * 1024;
 

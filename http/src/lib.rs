@@ -54,6 +54,7 @@ pub fn router(daemon: &Arc<Daemon>, public_base: &str) -> Router {
         app = app.nest(prefix, api.clone());
     }
     app.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(CompressionLayer::new().gzip(true))
         .layer(CorsLayer::permissive())
         .layer(TraceLayer::new_for_http())
@@ -61,6 +62,10 @@ pub fn router(daemon: &Arc<Daemon>, public_base: &str) -> Router {
 
 async fn not_found() -> Response {
     error::ApiError::from(error::RequestError::NoRoute).into_response()
+}
+
+async fn method_not_allowed() -> Response {
+    error::ApiError::from(error::RequestError::MethodNotAllowed).into_response()
 }
 
 /// Serves the application on `listener` until `shutdown` completes, then drains requests.

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -25,7 +25,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::auth::{Authenticated, MaybeAuthenticated};
 use crate::error::{ApiError, Endpoint};
-use crate::extract::{QueryPairs, RawBody};
+use crate::extract::{PathParams, QueryPairs, RawBody};
 
 /// How long a key read waits for a chunk being written, unless `timeout` says otherwise.
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -99,7 +99,7 @@ fn wait(pairs: &[(String, String)]) -> Result<Duration, ApiError> {
 async fn read_key(
     state: State<AppState>,
     caller: MaybeAuthenticated,
-    path: Path<(String, String)>,
+    path: PathParams<(String, String)>,
     pairs: QueryPairs,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -111,7 +111,7 @@ async fn read_key(
 async fn serve_key(
     State(state): State<AppState>,
     MaybeAuthenticated(caller): MaybeAuthenticated,
-    Path((store, key)): Path<(String, String)>,
+    PathParams((store, key)): PathParams<(String, String)>,
     QueryPairs(pairs): QueryPairs,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {

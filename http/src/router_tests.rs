@@ -122,11 +122,21 @@ async fn no_results_is_400_for_the_intake_catalogue_and_404_elsewhere() {
         .await;
     assert_eq!(intake.status, StatusCode::BAD_REQUEST, "{:?}", intake.body);
     assert!(!intake.detail().is_empty());
+    // The collection exists; the item, well-formed, does not.
+    let mut record = svc_daemon::Record::new("/arch/cmip6/tas.nc");
+    record.facets.insert("project".into(), vec!["cmip6".into()]);
+    app.daemon.catalog().add(&[record]).unwrap();
+    let collection = app.get(&format!("{API}/stacapi/collections/cmip6")).await;
+    assert_eq!(collection.status, StatusCode::OK, "{:?}", collection.body);
+    let absent = "0123456789abcdef0123456789abcdef";
     let item = app
-        .get(&format!("{API}/stacapi/collections/cmip6/items/nothing"))
+        .get(&format!("{API}/stacapi/collections/cmip6/items/{absent}"))
         .await;
     assert_eq!(item.status, StatusCode::NOT_FOUND, "{:?}", item.body);
-    assert!(!item.detail().is_empty());
+    assert_eq!(
+        item.detail(),
+        format!("Item {absent} not found in collection cmip6.")
+    );
 }
 
 #[tokio::test]
@@ -256,4 +266,35 @@ async fn the_stac_api_answers_syntax_with_400_and_wrong_types_with_422() {
         "{}",
         databrowser.detail()
     );
+}
+
+/// A wrong method and an unreadable path get our statuses with a `detail`, on every router.
+#[tokio::test]
+async fn wrong_methods_and_unreadable_paths_get_a_detail() {
+    let app = app(&[]);
+    for (method, uri) in [
+        ("PUT", format!("{API}/stacapi/search")),
+        ("DELETE", format!("{API}/databrowser/data-search/svc/file")),
+        ("PATCH", format!("{API}/data-portal/zarr/convert")),
+    ] {
+        let answer = app.send(method, &uri, None, "").await;
+        assert_eq!(
+            answer.status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {uri}"
+        );
+        assert_eq!(answer.detail(), "Method Not Allowed");
+    }
+    for uri in [
+        format!("{API}/databrowser/data-search/%FF/file"),
+        format!("{API}/data-portal/zarr/%FF.zarr/.zmetadata"),
+    ] {
+        let answer = app.get(&uri).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{uri}");
+        assert!(
+            answer.detail().starts_with("Request path:"),
+            "{uri}: {:?}",
+            answer.body
+        );
+    }
 }

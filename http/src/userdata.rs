@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::routing::{post, put};
 use serde_json::{Value, json};
@@ -12,7 +12,7 @@ use svc_daemon::{FlavourRequest, flavour_delete_is_global, flavour_list_filter};
 use crate::AppState;
 use crate::auth::{Authenticated, MaybeAuthenticated};
 use crate::error::ApiError;
-use crate::extract::{QueryPairs, RawBody};
+use crate::extract::{PathParams, QueryPairs, RawBody};
 
 /// Largest user-data request body: room for the 100,000 entries one add may hold
 /// ([`userdata::MAX_ENTRIES`]) at about 300 bytes each. Axum's default (2 MiB, about 10,000
@@ -55,7 +55,7 @@ async fn add_user_data(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let message = state
         .daemon
-        .run(move |daemon| daemon.add_user_data(&body, &caller))
+        .run_expensive(move |daemon| daemon.add_user_data(&body, &caller))
         .await?;
     Ok(status(StatusCode::ACCEPTED, &message))
 }
@@ -67,7 +67,7 @@ async fn delete_user_data(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let message = state
         .daemon
-        .run(move |daemon| daemon.delete_user_data(&body, &caller))
+        .run_expensive(move |daemon| daemon.delete_user_data(&body, &caller))
         .await?;
     Ok(status(StatusCode::ACCEPTED, &message))
 }
@@ -101,7 +101,7 @@ async fn create_flavour(
 
 async fn update_flavour(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
     Authenticated(caller): Authenticated,
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -115,7 +115,7 @@ async fn update_flavour(
 
 async fn delete_flavour(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
     Authenticated(caller): Authenticated,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {

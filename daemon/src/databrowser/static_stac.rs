@@ -130,6 +130,10 @@ impl StaticCatalogue {
         if self.search.params.multi_version {
             query.append_pair("multi-version", "true");
         }
+        // The filters are under the names the search used: standard ones without translation.
+        if !self.search.params.translate {
+            query.append_pair("translate", "false");
+        }
         if let Some((k, v)) = extra {
             query.append_pair(k, v);
         }
