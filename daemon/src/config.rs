@@ -250,6 +250,11 @@ impl Config {
         self.data_dir.join("stores")
     }
 
+    /// The key that signs share URLs.
+    pub fn share_key_file(&self) -> PathBuf {
+        self.data_dir.join("portal").join("share.key")
+    }
+
     /// The control socket of a running daemon.
     pub fn control_socket(&self) -> PathBuf {
         self.data_dir.join("svcd.sock")

@@ -191,6 +191,12 @@ pub enum Error {
         /// The file.
         path: String,
     },
+    /// A share URL whose signature is not valid or has expired.
+    #[error("{reason}")]
+    ShareDenied {
+        /// Which.
+        reason: &'static str,
+    },
     /// The named thing does not exist (for this caller).
     #[error("{0}")]
     NotFound(Missing),
@@ -316,7 +322,9 @@ impl Error {
                 ErrorKind::TooLarge
             }
             Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
-            Error::AdminOnly { .. } | Error::SourceForbidden { .. } => ErrorKind::Forbidden,
+            Error::AdminOnly { .. } | Error::SourceForbidden { .. } | Error::ShareDenied { .. } => {
+                ErrorKind::Forbidden
+            }
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::FlavourExists { .. } => ErrorKind::Conflict,
             // A full catalogue is the server's limit, not the request's size: 503, like a

@@ -23,6 +23,7 @@ mod flavours;
 mod hostile;
 mod jobs;
 mod memory;
+mod secret;
 mod stac;
 mod stores;
 mod userdata;
@@ -48,8 +49,9 @@ pub use stac::{
     GEO_JSON, Method, OPENAPI_JSON, SCHEMA_JSON, Scope, SearchRequest, StacApi, split_list,
 };
 pub use stores::read::{KeyBytes, KeyKind};
-pub use stores::request::{AccessPattern, Chunking, ConvertRequest};
-pub use stores::{CONVERT, Status, StoreRecord, Stores};
+pub use stores::request::{AccessPattern, Chunking, ConvertRequest, ShareRequest};
+pub use stores::share::SHARE_METHOD;
+pub use stores::{CONVERT, Share, Status, StoreRecord, Stores};
 pub use work::{ExpensiveSlot, SLOT_WAIT};
 
 /// The version of this build.
@@ -80,12 +82,13 @@ impl Daemon {
         let catalog = Arc::new(Catalog::open(Arc::clone(&db))?);
         let flavours = Arc::new(Flavours::open(Arc::clone(&db))?);
         let queue = Arc::new(Queue::open(Arc::clone(&db))?);
-        let stores = Arc::new(Stores::new(
+        let stores = Arc::new(Stores::open(
             db,
             Arc::clone(&queue),
             config.stores.clone(),
             config.stores_dir(),
-        ));
+            &config.share_key_file(),
+        )?);
         let databrowser = Databrowser::new(Arc::clone(&catalog), Arc::clone(&flavours));
         let stac = StacApi::new(Arc::clone(&catalog));
         let slots = work::Slots::new(config.http.expensive_slots());

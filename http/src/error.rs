@@ -24,6 +24,9 @@ pub(crate) enum Endpoint {
     Stac,
     /// A key of a Zarr store: a malformed key is 400 (spec 2, endpoint 3).
     StoreKey,
+    /// Creating a share URL: a `path` that is not a store URL of this service is 400
+    /// (DECISIONS); other bad values are 422.
+    Share,
 }
 
 /// What is wrong with a request before it reaches the daemon.
@@ -128,6 +131,9 @@ fn status(error: &Error, endpoint: Endpoint) -> StatusCode {
             StatusCode::BAD_REQUEST
         }
         (ErrorKind::Invalid, Endpoint::StoreKey) => StatusCode::BAD_REQUEST,
+        (ErrorKind::Invalid, Endpoint::Share) if matches!(error, Error::InvalidParameter { parameter, .. } if parameter == "path") => {
+            StatusCode::BAD_REQUEST
+        }
         (ErrorKind::Invalid, _) => StatusCode::UNPROCESSABLE_ENTITY,
         (ErrorKind::NoResults, Endpoint::Intake) => StatusCode::BAD_REQUEST,
         (ErrorKind::NoResults, _) => StatusCode::NOT_FOUND,

@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use svc_daemon::{ConvertRequest, Error, Fault, KeyKind, Missing, Status};
+use svc_daemon::{ConvertRequest, Error, Fault, KeyKind, Missing, ShareRequest, Status};
 use uuid::Uuid;
 
 use crate::AppState;
@@ -38,6 +38,9 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/data-portal/zarr/convert", post(convert))
         .route("/data-portal/zarr/{store}/{*key}", get(read_key))
         .route("/data-portal/zarr-utils/status", get(status))
+        .route("/data-portal/share-zarr", post(share))
+        .route("/data-portal/share-zarr/", post(share))
+        .route("/data-portal/share/{sig}/{store}/{*key}", get(read_shared))
 }
 
 /// The URL of a store.
@@ -126,7 +129,12 @@ async fn serve_key(
             Ok((bytes, ready))
         })
         .await?;
-    let (key_bytes, ready) = read;
+    Ok(key_response(read, &headers))
+}
+
+/// The answer to a key read: its media type, and for a chunk of a finished store an `ETag`,
+/// immutable caching and 304 for a matching `If-None-Match`.
+fn key_response((key_bytes, ready): (svc_daemon::KeyBytes, bool), headers: &HeaderMap) -> Response {
     let media = match key_bytes.kind {
         KeyKind::Metadata => "application/json",
         KeyKind::Chunk => "application/octet-stream",
@@ -140,16 +148,68 @@ async fn serve_key(
             header::CACHE_CONTROL,
             HeaderValue::from_static("private, max-age=31536000, immutable"),
         );
-        if headers
+        let matched = headers
             .get(header::IF_NONE_MATCH)
-            .is_some_and(|sent| sent == etag)
-        {
-            response_headers.insert(header::ETAG, etag);
-            return Ok((StatusCode::NOT_MODIFIED, response_headers).into_response());
-        }
+            .is_some_and(|sent| sent == etag);
         response_headers.insert(header::ETAG, etag);
+        if matched {
+            return (StatusCode::NOT_MODIFIED, response_headers).into_response();
+        }
     }
-    Ok((response_headers, key_bytes.bytes).into_response())
+    (response_headers, key_bytes.bytes).into_response()
+}
+
+/// The share URL of a store.
+fn share_url(state: &AppState, sig: &str, token: Uuid) -> String {
+    format!("{}/data-portal/share/{sig}/{token}.zarr", state.api_base)
+}
+
+async fn share(
+    State(state): State<AppState>,
+    Authenticated(caller): Authenticated,
+    QueryPairs(pairs): QueryPairs,
+    RawBody(body): RawBody,
+) -> Result<Json<Value>, ApiError> {
+    let request =
+        ShareRequest::parse(&pairs, &body).map_err(|e| ApiError::from(e).at(Endpoint::Share))?;
+    let share = state
+        .daemon
+        .run(move |daemon| {
+            daemon
+                .stores()
+                .share(&caller, request.token, request.ttl_seconds, now())
+        })
+        .await?;
+    Ok(Json(json!({
+        "url": share_url(&state, &share.sig, share.token),
+        "sig": share.sig,
+        "token": share.token.to_string(),
+        "expires": share.expires,
+        "method": svc_daemon::SHARE_METHOD,
+    })))
+}
+
+async fn read_shared(
+    State(state): State<AppState>,
+    PathParams((sig, store, key)): PathParams<(String, String, String)>,
+    QueryPairs(pairs): QueryPairs,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let answer = async {
+        let token = store_token(&store)?;
+        let wait = wait(&pairs)?;
+        let read = state
+            .daemon
+            .run(move |daemon| {
+                let stores = daemon.stores();
+                let bytes = stores.read_shared(&sig, token, &key, now(), wait)?;
+                let ready = stores.record(token)?.map(|r| r.status) == Some(Status::Ready);
+                Ok((bytes, ready))
+            })
+            .await?;
+        Ok(key_response(read, &headers))
+    };
+    answer.await.map_err(|e: ApiError| e.at(Endpoint::StoreKey))
 }
 
 /// The store a `zarr-utils` request names: `token=<uuid>` or `url=<store URL>`.

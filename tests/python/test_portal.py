@@ -64,7 +64,7 @@ def wait_ready(base, headers, url, timeout=60):
 
 @pytest.fixture(scope="module")
 def portal(daemon, tmp_path_factory):
-    source_dir = daemon.data / "portal"
+    source_dir = daemon.data / "sources"
     source_dir.mkdir()
     source = source_dir / "tas.nc"
     write_source(source)
@@ -140,7 +140,7 @@ def test_bad_requests_and_failed_sources(daemon, portal):
     answer = requests.post(convert, json={"path": ["/etc/shadow"]}, headers=headers, timeout=10)
     assert answer.status_code == 403 and "/etc/shadow" in answer.json()["detail"]
     assert requests.post(convert, json={"path": ["/x.nc"]}, timeout=10).status_code == 401
-    bogus = daemon.data / "portal" / "bogus.nc"
+    bogus = daemon.data / "sources" / "bogus.nc"
     bogus.write_text("not netcdf")
     answer = requests.post(convert, params=[("path", str(bogus))], headers=headers, timeout=10)
     assert answer.status_code == 200, answer.text
@@ -149,3 +149,43 @@ def test_bad_requests_and_failed_sources(daemon, portal):
     assert status["status"] == 1 and "bogus.nc" in status["reason"], status
     failed = requests.get(f"{url}/.zmetadata", headers=headers, timeout=10)
     assert failed.status_code == 500 and "bogus.nc" in failed.json()["detail"]
+
+
+def test_share_urls_open_without_a_token_and_refuse_forgeries(daemon, portal, tmp_path):
+    source, url, headers = portal
+    share = f"{daemon.base}/data-portal/share-zarr"
+    answer = requests.post(share, json={"path": url, "ttl_seconds": 600}, headers=headers, timeout=10)
+    assert answer.status_code == 200, answer.text
+    record = answer.json()
+    assert set(record) == {"url", "sig", "token", "expires", "method"}
+    assert record["method"] == "GET" and record["token"] in url
+    assert record["expires"] - time.time() == pytest.approx(600, abs=30)
+    shared = record["url"]
+    assert shared == f"{daemon.base}/data-portal/share/{record['sig']}/{record['token']}.zarr"
+    # The query form, with the trailing slash, as freva-client's older versions send it.
+    again = requests.post(f"{share}/", params={"path": url}, headers=headers, timeout=10)
+    assert again.status_code == 200, again.text
+    assert again.json()["expires"] - time.time() == pytest.approx(86400, abs=30)
+    # Anyone with the URL reads the store, with no token.
+    served = xr.open_zarr(shared, consolidated=True)
+    with xr.open_dataset(source, engine="netcdf4") as expected:
+        np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
+    chunk = requests.get(f"{shared}/tas/0.0.0", timeout=10)
+    assert chunk.status_code == 200 and chunk.headers["content-type"] == "application/octet-stream"
+    # Forged, truncated or re-dated signatures are 403.
+    sig = record["sig"]
+    expires, tag = sig.split(".")
+    for forged in (sig[:-3], f"{int(expires) + 1000}.{tag}", f"{expires}.{'A' * len(tag)}", "nonsense"):
+        answer = requests.get(f"{daemon.base}/data-portal/share/{forged}/{record['token']}.zarr/.zmetadata", timeout=10)
+        assert answer.status_code == 403, (forged, answer.text)
+    # A signature of one store opens no other.
+    other = requests.get(f"{daemon.base}/data-portal/share/{sig}/00000000-0000-0000-0000-000000000000.zarr/.zmetadata", timeout=10)
+    assert other.status_code == 403
+    # Bad requests.
+    assert requests.post(share, json={"path": "https://example.org/x.zarr"}, headers=headers, timeout=10).status_code == 400
+    bad_ttl = requests.post(share, json={"path": url, "ttl_seconds": 59}, headers=headers, timeout=10)
+    assert bad_ttl.status_code == 422 and "ttl_seconds" in bad_ttl.json()["detail"]
+    assert requests.post(share, json={"path": url}, timeout=10).status_code == 401
+    john = daemon.token_file(tmp_path / "john.json", "john")
+    stranger = requests.post(share, json={"path": url}, headers={"Authorization": f"Bearer {john}"}, timeout=10)
+    assert stranger.status_code == 404

@@ -1,12 +1,9 @@
 //! The daemon's Ed25519 signing key, stored as a PKCS#8 PEM file readable by its owner only.
 //!
-//! Creation is race-free: the key is written to a private temporary file and hard-linked into
-//! place, so when `svcd serve` and `svcd token issue` start together one key wins and both use
-//! it. A key file that others can read is refused, as `ssh` refuses such a private key.
+//! Creation is race-free (see [`crate::secret`]): when `svcd serve` and `svcd token issue`
+//! start together one key wins and both use it. A key file that others can read is refused,
+//! as `ssh` refuses such a private key.
 
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use base64::Engine;
@@ -59,19 +56,18 @@ impl SigningKey {
     /// # Errors
     /// The file cannot be read or written, is not an Ed25519 PKCS#8 key, or others can read it.
     pub(crate) fn load_or_create(path: &Path) -> Result<Self> {
-        if !path.exists() {
-            create(path)?;
-        }
-        let meta = fs::metadata(path).map_err(|e| Error::io(path.display().to_string(), e))?;
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(Error::Config(format!(
-                "signing key {} is accessible by others (mode {mode:o}); run chmod 600 on it",
-                path.display()
-            )));
-        }
-        let text =
-            fs::read_to_string(path).map_err(|e| Error::io(path.display().to_string(), e))?;
+        let bytes = crate::secret::load_or_create(path, || {
+            let seed: [u8; 32] = rand::random();
+            let mut der = PKCS8_ED25519_PREFIX.to_vec();
+            der.extend_from_slice(&seed);
+            let encoded = STANDARD.encode(&der);
+            format!("{PEM_BEGIN}\n{encoded}\n{PEM_END}\n").into_bytes()
+        })
+        .map_err(|e| match e {
+            Error::Config(why) => Error::Config(format!("signing key {why}")),
+            other => other,
+        })?;
+        let text = String::from_utf8_lossy(&bytes);
         let bad = || {
             Error::Config(format!(
                 "{} is not an Ed25519 private key in PKCS#8 PEM form",
@@ -125,38 +121,11 @@ impl SigningKey {
     }
 }
 
-fn create(path: &Path) -> Result<()> {
-    let dir = path.parent().expect("the key file has a directory");
-    fs::create_dir_all(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-        .map_err(|e| Error::io(dir.display().to_string(), e))?;
-    let seed: [u8; 32] = rand::random();
-    let mut der = PKCS8_ED25519_PREFIX.to_vec();
-    der.extend_from_slice(&seed);
-    let encoded = STANDARD.encode(&der);
-    let pem = format!("{PEM_BEGIN}\n{encoded}\n{PEM_END}\n");
-    let tmp = dir.join(format!(".signing-key.{}.tmp", std::process::id()));
-    let io = |e| Error::io(tmp.display().to_string(), e);
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io)?;
-    file.write_all(pem.as_bytes()).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    let linked = fs::hard_link(&tmp, path);
-    let _ = fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(()),
-        // Another process created it first: use theirs.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(Error::io(path.display().to_string(), e)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]

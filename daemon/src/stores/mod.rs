@@ -15,6 +15,7 @@ mod access;
 pub(crate) mod job;
 pub(crate) mod read;
 pub(crate) mod request;
+pub(crate) mod share;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -143,18 +144,94 @@ pub struct Stores {
     root: PathBuf,
     /// The metadata of stores being read.
     metadata: read::MetadataCache,
+    /// Signs share URLs.
+    share_key: share::ShareKey,
+}
+
+/// A pre-signed share of a store (spec 2, endpoint 5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    /// The signature: the URL path segment before the store.
+    pub sig: String,
+    /// The store.
+    pub token: Uuid,
+    /// When the share ends, in Unix seconds.
+    pub expires: i64,
 }
 
 impl Stores {
-    /// The stores recorded in `db`, converted through `queue` into directories below `root`.
-    pub fn new(db: Arc<Db>, queue: Arc<Queue>, config: StoresConfig, root: PathBuf) -> Self {
-        Stores {
+    /// The stores recorded in `db`, converted through `queue` into directories below `root`,
+    /// shared with the key in `share_key` (created on first use).
+    ///
+    /// # Errors
+    /// The share key cannot be read or created.
+    pub fn open(
+        db: Arc<Db>,
+        queue: Arc<Queue>,
+        config: StoresConfig,
+        root: PathBuf,
+        share_key: &std::path::Path,
+    ) -> Result<Self> {
+        Ok(Stores {
             db,
             queue,
             config,
             root,
             metadata: read::MetadataCache::default(),
+            share_key: share::ShareKey::open(share_key)?,
+        })
+    }
+
+    /// A share of the store `token` that `caller` may read, valid for `ttl_seconds` from
+    /// `now` (60 to `stores.max_ttl_seconds`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a `ttl_seconds` out of range; as [`Stores::readable`].
+    pub fn share(&self, caller: &Caller, token: Uuid, ttl_seconds: u64, now: i64) -> Result<Share> {
+        let max = self.config.max_ttl_seconds;
+        if !(request::MIN_TTL_SECONDS..=max).contains(&ttl_seconds) {
+            return Err(Error::invalid(
+                "ttl_seconds",
+                crate::error::Fault::Refused,
+                format!(
+                    "Option 'ttl_seconds' must be from {} to {max}, got {ttl_seconds}.",
+                    request::MIN_TTL_SECONDS
+                ),
+            ));
         }
+        self.readable(Some(caller), token, now)?;
+        let expires = now.saturating_add_unsigned(ttl_seconds);
+        Ok(Share {
+            sig: self.share_key.sign(token, expires),
+            token,
+            expires,
+        })
+    }
+
+    /// The bytes of `key` of the store `token` through the share signature `sig`: read as
+    /// the store's owner would, as [`Stores::read`].
+    ///
+    /// # Errors
+    /// [`Error::ShareDenied`] for a signature that is not valid or has expired;
+    /// [`Error::NotFound`] for a store that is gone; as [`Stores::read`].
+    pub fn read_shared(
+        &self,
+        sig: &str,
+        token: Uuid,
+        key: &str,
+        now: i64,
+        wait: std::time::Duration,
+    ) -> Result<read::KeyBytes> {
+        self.share_key.verify(sig, token, now)?;
+        let owner = self
+            .record(token)?
+            .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?
+            .owner;
+        let caller = Caller {
+            user: owner,
+            admin: false,
+        };
+        self.read(Some(&caller), token, key, now, wait)
     }
 
     /// The directory of a store on the hot tier.

@@ -262,6 +262,66 @@ impl ConvertRequest {
     }
 }
 
+/// A request for a share URL (spec 2, endpoint 5): query pairs, or a JSON body, with `path`
+/// (the URL of a store of this service) and `ttl_seconds` (default one day).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareRequest {
+    /// The store `path` names.
+    pub token: uuid::Uuid,
+    /// How long the share is valid (its range is checked with the configured maximum).
+    pub ttl_seconds: u64,
+}
+
+impl ShareRequest {
+    /// Reads a share request; the body's fields win over query pairs of the same name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a body that is not a JSON object, a missing `path`, a
+    /// `path` that is not a store URL of this service, or a `ttl_seconds` that is not whole.
+    pub fn parse(pairs: &[(String, String)], body: &[u8]) -> Result<Self> {
+        let mut object: Map<String, Value> = pairs
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        if !body.iter().all(u8::is_ascii_whitespace) {
+            match serde_json::from_slice(body) {
+                Ok(Value::Object(fields)) => object.extend(fields),
+                _ => {
+                    return Err(Error::invalid(
+                        "body",
+                        Fault::Syntax,
+                        "body: expected a JSON object with path and ttl_seconds",
+                    ));
+                }
+            }
+        }
+        let Some(Value::String(path)) = object.get("path") else {
+            return Err(Error::invalid(
+                "path",
+                Fault::WrongType,
+                "Parameter 'path' is required: the URL of a Zarr store of this service.",
+            ));
+        };
+        let token = path
+            .split_once("/data-portal/zarr/")
+            .and_then(|(_, rest)| rest.split('/').next())
+            .and_then(|segment| segment.strip_suffix(".zarr"))
+            .and_then(|token| uuid::Uuid::parse_str(token).ok())
+            .ok_or_else(|| {
+                Error::invalid(
+                    "path",
+                    Fault::Refused,
+                    format!("Only Zarr store URLs of this service can be shared, not {path:?}."),
+                )
+            })?;
+        let ttl_seconds = match object.get("ttl_seconds") {
+            None | Some(Value::Null) => DEFAULT_TTL_SECONDS,
+            Some(value) => whole_number("ttl_seconds", value)?,
+        };
+        Ok(ShareRequest { token, ttl_seconds })
+    }
+}
+
 /// Whether `key` is a conversion option of `load/{flavour}` rather than a search facet.
 pub(crate) fn is_option(key: &str) -> bool {
     key == "data-vars" || OPTIONS.contains(&key) || NOT_YET.iter().any(|(name, _)| *name == key)

@@ -20,7 +20,8 @@ fn open(dir: &std::path::Path) -> (Arc<Queue>, Stores) {
         allowed_roots: vec!["/data".into()],
     };
     let root = dir.join("stores");
-    (Arc::clone(&queue), Stores::new(db, queue, config, root))
+    let stores = Stores::open(db, queue.clone(), config, root, &dir.join("share.key")).unwrap();
+    (queue, stores)
 }
 
 fn convert(json: &str) -> ConvertRequest {
