@@ -64,13 +64,31 @@ async fn convert(
     } else {
         ConvertRequest::from_body(&body, max_ttl)?
     };
-    let records = state
+    let public = request.public.then_some(request.ttl_seconds);
+    let stores = state
         .daemon
-        .run(move |daemon| daemon.stores().request(&caller, &request, now()))
+        .run(move |daemon| {
+            let now = now();
+            let stores = daemon.stores();
+            let records = stores.request(&caller, &request, now)?;
+            // A public request gets share URLs (DECISIONS), valid as long as the store is public.
+            records
+                .iter()
+                .map(|record| match public {
+                    Some(ttl) => stores.share(&caller, record.token, ttl, now).map(Some),
+                    None => Ok(None),
+                })
+                .zip(records.iter().map(|record| record.token))
+                .map(|(share, token)| share.map(|share| (token, share)))
+                .collect::<svc_daemon::Result<Vec<_>>>()
+        })
         .await?;
-    let urls: Vec<String> = records
+    let urls: Vec<String> = stores
         .iter()
-        .map(|record| store_url(&state, record.token))
+        .map(|(token, share)| match share {
+            Some(share) => share_url(&state, &share.sig, *token),
+            None => store_url(&state, *token),
+        })
         .collect();
     Ok(Json(json!({ "urls": urls })))
 }

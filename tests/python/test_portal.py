@@ -189,3 +189,27 @@ def test_share_urls_open_without_a_token_and_refuse_forgeries(daemon, portal, tm
     john = daemon.token_file(tmp_path / "john.json", "john")
     stranger = requests.post(share, json={"path": url}, headers={"Authorization": f"Bearer {john}"}, timeout=10)
     assert stranger.status_code == 404
+
+
+def test_a_public_conversion_answers_share_urls(daemon, portal):
+    _, _, headers = portal
+    # A file of its own: making the shared fixture's store public would change other tests.
+    source = daemon.data / "sources" / "public.nc"
+    write_source(source)
+    answer = requests.post(
+        f"{daemon.base}/data-portal/zarr/convert",
+        json={"path": [str(source)], "public": True, "ttl_seconds": 3600},
+        headers=headers,
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    [url] = answer.json()["urls"]
+    assert "/data-portal/share/" in url, url
+    token = url.rsplit("/", 1)[1]
+    private_url = f"{daemon.base}/data-portal/zarr/{token}"
+    assert wait_ready(daemon.base, headers, private_url)["status"] == 0
+    served = xr.open_zarr(url, consolidated=True)
+    with xr.open_dataset(source, engine="netcdf4") as expected:
+        np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
+    # The store itself is public until then too.
+    assert requests.get(f"{private_url}/.zmetadata", timeout=10).status_code == 200
