@@ -38,6 +38,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/data-portal/zarr/convert", post(convert))
         .route("/data-portal/zarr/{store}/{*key}", get(read_key))
         .route("/data-portal/zarr-utils/status", get(status))
+        .route("/data-portal/zarr-utils/html", get(html))
         .route("/data-portal/share-zarr", post(share))
         .route("/data-portal/share-zarr/", post(share))
         .route("/data-portal/share/{sig}/{store}/{*key}", get(read_shared))
@@ -271,4 +272,18 @@ async fn status(
         "status": u8::from(record.status),
         "reason": record.reason,
     })))
+}
+
+async fn html(
+    State(state): State<AppState>,
+    Authenticated(caller): Authenticated,
+    QueryPairs(pairs): QueryPairs,
+) -> Result<Response, ApiError> {
+    let token = named_store(&pairs)?;
+    let wait = wait(&pairs)?;
+    let page = state
+        .daemon
+        .run(move |daemon| daemon.stores().html(&caller, token, now(), wait))
+        .await?;
+    Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response())
 }

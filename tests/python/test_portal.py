@@ -34,6 +34,7 @@ def write_source(path):
         lon[:] = np.linspace(0, 300, 7)
         tas = nc.createVariable("tas", "f4", ("time", "lat", "lon"), fill_value=np.float32(1e20))
         tas.units = "K"
+        tas.comment = "<script>alert('x')</script>"
         values = np.arange(6 * 5 * 7, dtype="f4").reshape(6, 5, 7) + 200
         values[0, 0, 0] = np.nan
         tas[:] = np.ma.masked_where(values == 201, values)
@@ -213,3 +214,19 @@ def test_a_public_conversion_answers_share_urls(daemon, portal):
         np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
     # The store itself is public until then too.
     assert requests.get(f"{private_url}/.zmetadata", timeout=10).status_code == 200
+
+
+def test_the_html_summary_escapes_everything(daemon, portal, tmp_path):
+    _, url, headers = portal
+    page = requests.get(f"{daemon.base}/data-portal/zarr-utils/html", params={"url": url}, headers=headers, timeout=10)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    text = page.text
+    assert "<script>" not in text
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in text
+    assert "portal &lt;test&gt;" in text
+    for name in ("tas", "pr", "time", "lat", "lon", "Dimensions", "Coordinates", "Variables"):
+        assert name in text, name
+    assert requests.get(f"{daemon.base}/data-portal/zarr-utils/html", params={"url": url}, timeout=10).status_code == 401
+    john = daemon.token_file(tmp_path / "john.json", "john")
+    stranger = requests.get(f"{daemon.base}/data-portal/zarr-utils/html", params={"url": url}, headers={"Authorization": f"Bearer {john}"}, timeout=10)
+    assert stranger.status_code == 404

@@ -12,6 +12,7 @@
 //! [`crate::jobs`]), so a request is never recorded without its job nor the other way round.
 
 mod access;
+mod html;
 pub(crate) mod job;
 pub(crate) mod read;
 pub(crate) mod request;
