@@ -230,3 +230,58 @@ def test_the_html_summary_escapes_everything(daemon, portal, tmp_path):
     john = daemon.token_file(tmp_path / "john.json", "john")
     stranger = requests.get(f"{daemon.base}/data-portal/zarr-utils/html", params={"url": url}, headers={"Authorization": f"Bearer {john}"}, timeout=10)
     assert stranger.status_code == 404
+
+
+def test_a_conversion_killed_midway_resumes_after_a_restart(daemon, tmp_path):
+    """`kill -9` while a store is being written: after a restart the queued job runs again
+    and the store ends ready with every value, and no chunk read ever answered 404."""
+    import os
+    import signal
+    import subprocess
+
+    from conftest import Svcd, serve
+
+    data = tmp_path / "svcd"
+    data.mkdir()
+    source = data / "big.nc"
+    import netCDF4
+
+    with netCDF4.Dataset(source, "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("lat", 180)
+        nc.createDimension("lon", 360)
+        var = nc.createVariable("tas", "f4", ("time", "lat", "lon"))
+        for start in range(0, 600, 100):
+            var[start:start + 100] = np.random.default_rng(start).random((100, 180, 360), dtype="f4")
+    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data))
+    proc, host = serve(daemon.binary, data, env)
+    base = f"{host}/api/svc-nextgen"
+    token = Svcd(base, host, data, daemon.binary).token_file(tmp_path / "jane.json", "jane")
+    headers = {"Authorization": f"Bearer {token}"}
+    answer = requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(source)]}, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    [url] = answer.json()["urls"]
+    store_dir = data / "stores" / url.rsplit("/", 1)[1].removesuffix(".zarr") / "tas"
+    deadline = time.monotonic() + 60
+    while not (store_dir.exists() and len(list(store_dir.iterdir())) > 5):
+        assert time.monotonic() < deadline, "the conversion did not start"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    written = len(list(store_dir.iterdir()))
+    assert written < 600, f"killed too late: {written} chunks already written"
+    (data / "svcd.addr").unlink()  # left by the killed daemon
+    proc, host = serve(daemon.binary, data, env)
+    try:
+        url = url.replace(base, f"{host}/api/svc-nextgen")
+        base = f"{host}/api/svc-nextgen"
+        # A chunk asked for while the store is written again is waited for, never a 404.
+        last = requests.get(f"{url}/tas/599.0.0", headers=headers, params={"timeout": 120}, timeout=130)
+        assert last.status_code == 200, last.text
+        assert wait_ready(base, headers, url, timeout=300) == {"status": 0, "reason": ""}
+        served = xr.open_zarr(url, storage_options={"headers": headers})
+        with xr.open_dataset(source, engine="netcdf4") as expected:
+            np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
