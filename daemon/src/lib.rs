@@ -128,6 +128,39 @@ impl Daemon {
         &self.stores
     }
 
+    /// `load/{flavour}` (spec 2, endpoint 1): the stores of the files a search by `caller`
+    /// finds, created or reused at `now`, with the request's conversion options (whose
+    /// `sources` are the hits).
+    /// Conversion options are told apart from search facets by name
+    /// ([`ConvertRequest::options_of_load`]); at most [`stores::request::MAX_SOURCES`] hits.
+    ///
+    /// # Errors
+    /// As [`Databrowser::prepare`] and [`Databrowser::files`] (no hits, too many), and as
+    /// [`Stores::request`] (a file the caller may not read).
+    pub fn load(
+        &self,
+        caller: &Caller,
+        flavour: &str,
+        pairs: &[(String, String)],
+        now: i64,
+    ) -> Result<(ConvertRequest, Vec<StoreRecord>)> {
+        let max_ttl = self.config.stores.max_ttl_seconds;
+        let mut request = ConvertRequest::options_of_load(pairs, max_ttl)?;
+        let search_pairs: Vec<(String, String)> = pairs
+            .iter()
+            .filter(|(key, _)| !stores::request::is_option(key) && key != "catalogue-type")
+            .cloned()
+            .collect();
+        let search =
+            self.databrowser
+                .prepare(flavour, "file", Some(&caller.user), &search_pairs)?;
+        request.sources = self
+            .databrowser
+            .files(&search, stores::request::MAX_SOURCES as u64)?;
+        let records = self.stores.request(caller, &request, now)?;
+        Ok((request, records))
+    }
+
     /// The configuration the daemon runs with.
     pub fn config(&self) -> &Config {
         &self.config

@@ -36,6 +36,7 @@ const MAX_WAIT_SECONDS: u64 = 1500;
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/data-portal/zarr/convert", post(convert))
+        .route("/databrowser/load/{flavour}", get(load))
         .route("/data-portal/zarr/{store}/{*key}", get(read_key))
         .route("/data-portal/zarr-utils/status", get(status))
         .route("/data-portal/zarr-utils/html", get(html))
@@ -66,32 +67,77 @@ async fn convert(
         ConvertRequest::from_body(&body, max_ttl)?
     };
     let public = request.public.then_some(request.ttl_seconds);
-    let stores = state
+    let shared = state
         .daemon
         .run(move |daemon| {
             let now = now();
-            let stores = daemon.stores();
-            let records = stores.request(&caller, &request, now)?;
-            // A public request gets share URLs (DECISIONS), valid as long as the store is public.
-            records
-                .iter()
-                .map(|record| match public {
-                    Some(ttl) => stores.share(&caller, record.token, ttl, now).map(Some),
-                    None => Ok(None),
-                })
-                .zip(records.iter().map(|record| record.token))
-                .map(|(share, token)| share.map(|share| (token, share)))
-                .collect::<svc_daemon::Result<Vec<_>>>()
+            let records = daemon.stores().request(&caller, &request, now)?;
+            shares(daemon, &caller, &records, public, now)
         })
         .await?;
-    let urls: Vec<String> = stores
+    Ok(Json(json!({ "urls": urls(&state, &shared) })))
+}
+
+/// Each store with its share when the request was public (DECISIONS: a public request gets
+/// share URLs, valid as long as the store is public).
+fn shares(
+    daemon: &svc_daemon::Daemon,
+    caller: &svc_daemon::Caller,
+    records: &[svc_daemon::StoreRecord],
+    public: Option<u64>,
+    now: i64,
+) -> svc_daemon::Result<Vec<(Uuid, Option<svc_daemon::Share>)>> {
+    records
+        .iter()
+        .map(|record| {
+            let share = match public {
+                Some(ttl) => Some(daemon.stores().share(caller, record.token, ttl, now)?),
+                None => None,
+            };
+            Ok((record.token, share))
+        })
+        .collect()
+}
+
+/// The URLs of stores: share URLs where there is a share.
+fn urls(state: &AppState, shared: &[(Uuid, Option<svc_daemon::Share>)]) -> Vec<String> {
+    shared
         .iter()
         .map(|(token, share)| match share {
-            Some(share) => share_url(&state, &share.sig, *token),
-            None => store_url(&state, *token),
+            Some(share) => share_url(state, &share.sig, *token),
+            None => store_url(state, *token),
         })
-        .collect();
-    Ok(Json(json!({ "urls": urls })))
+        .collect()
+}
+
+/// `load/{flavour}` (spec 2, endpoint 1): one store URL per file the search finds, as text.
+async fn load(
+    State(state): State<AppState>,
+    Authenticated(caller): Authenticated,
+    PathParams(flavour): PathParams<String>,
+    QueryPairs(pairs): QueryPairs,
+) -> Result<Response, ApiError> {
+    if let Some((_, kind)) = pairs.iter().find(|(k, _)| k == "catalogue-type") {
+        return Err(Error::invalid(
+            "catalogue-type",
+            Fault::Refused,
+            format!("catalogue-type {kind:?} is not supported yet; leave it out for the URLs."),
+        )
+        .into());
+    }
+    let shared = state
+        .daemon
+        .run(move |daemon| {
+            let now = now();
+            let (request, records) = daemon.load(&caller, &flavour, &pairs, now)?;
+            let public = request.public.then_some(request.ttl_seconds);
+            shares(daemon, &caller, &records, public, now)
+        })
+        .await
+        .map_err(|e| ApiError::from(e).at(Endpoint::Intake))?;
+    let mut body = urls(&state, &shared).join("\n");
+    body.push('\n');
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }
 
 /// The token of a `<uuid>.zarr` path segment; anything else names no store.

@@ -285,3 +285,32 @@ def test_a_conversion_killed_midway_resumes_after_a_restart(daemon, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_load_gives_one_store_per_file_the_search_finds(daemon, portal):
+    _, _, headers = portal
+    load = f"{daemon.base}/databrowser/load/svc"
+    files = requests.get(f"{daemon.base}/databrowser/data-search/svc/file", params={"project": "cordex"}, timeout=30).text.split()
+    answer = requests.get(load, params={"project": "cordex"}, headers=headers, timeout=60)
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain"), answer.text
+    urls = answer.text.split()
+    assert len(urls) == len(files) > 1
+    assert all("/data-portal/zarr/" in url for url in urls)
+    # One file, opened and compared with its source.
+    source = files[0]
+    [url] = requests.get(load, params={"file": source}, headers=headers, timeout=60).text.split()
+    assert url in urls
+    assert wait_ready(daemon.base, headers, url, timeout=120)["status"] == 0
+    served = xr.open_zarr(url, storage_options={"headers": headers})
+    with xr.open_dataset(source, engine="netcdf4") as expected:
+        for name in expected.data_vars:
+            np.testing.assert_array_equal(served[name].values, expected[name].values, err_msg=name)
+    public = requests.get(load, params={"file": source, "public": "true"}, headers=headers, timeout=60).text.split()
+    assert len(public) == 1 and "/data-portal/share/" in public[0]
+    assert requests.get(f"{public[0]}/.zmetadata", timeout=10).status_code == 200
+    # Refusals: no hits, a bad facet or option, no token.
+    assert requests.get(load, params={"project": "nothing-like-it"}, headers=headers, timeout=30).status_code == 400
+    assert requests.get(load, params={"colour": "red"}, headers=headers, timeout=30).status_code == 422
+    bad = requests.get(load, params={"project": "cordex", "chunk_size": "0"}, headers=headers, timeout=30)
+    assert bad.status_code == 422 and "chunk_size" in bad.json()["detail"]
+    assert requests.get(load, params={"project": "cordex"}, timeout=30).status_code == 401

@@ -176,6 +176,22 @@ impl Databrowser {
             .cursor(self.select(search), search.params.start)
     }
 
+    /// The file paths a search matches, in the result order: at most `max` of them.
+    ///
+    /// # Errors
+    /// [`Error::NoResults`], or [`Error::TooManyResults`] beyond `max` (or `max-results`).
+    pub fn files(&self, search: &Search, max: u64) -> Result<Vec<String>> {
+        let selection = self.bounded_selection(search)?;
+        let count = selection.len().saturating_sub(search.params.start);
+        if count > max {
+            return Err(Error::TooManyResults { count, max });
+        }
+        let mut files = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+        let mut cursor = self.catalog.cursor(selection, search.params.start);
+        while cursor.next_batch(1024, |_, path, _| files.push(path.to_string())) > 0 {}
+        Ok(files)
+    }
+
     /// Checks the result size against `max-results` and that something matched.
     fn bounded_selection(&self, search: &Search) -> Result<Selection> {
         let selection = self.select(search);
