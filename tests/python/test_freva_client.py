@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,43 @@ def test_flavour_add_list_use_and_delete(daemon, client, tmp_path):
     assert "deleted successfully" in out, out
     names = [f["flavour_name"] for f in json.loads(client("flavour", "list", "--json"))]
     assert "clientflav" not in names
+
+
+def test_zarr_utils_and_zarr_streams_through_the_client(daemon, tmp_path):
+    """`freva-client zarr-utils convert|status` and `databrowser data-search --zarr`, unmodified,
+    on the compat prefix; the URLs open with xarray and hold the files' values."""
+    import numpy as np
+    import xarray as xr
+
+    home = tmp_path / "home"
+    home.mkdir()
+    token = tmp_path / "jane.json"
+    access = daemon.token_file(token, "jane")
+    headers = {"Authorization": f"Bearer {access}"}
+
+    def run(*args):
+        env = dict(os.environ, HOME=str(home), NO_COLOR="1", COLUMNS="200")
+        result = subprocess.run([CLIENT, *args, "--host", daemon.host, "--token-file", str(token)],
+                                capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    source = str(next((daemon.data / "demo").rglob("*.nc")))
+    out = run("zarr-utils", "convert", source, "--json")
+    [url] = json.loads(out)
+    assert "/data-portal/zarr/" in url and url.endswith(".zarr"), out
+    deadline = time.monotonic() + 120
+    while True:
+        status = json.loads(run("zarr-utils", "status", url))
+        if status["status"] != 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert status == {"status": 0, "reason": ""}, status
+    served = xr.open_zarr(url, storage_options={"headers": headers})
+    with xr.open_dataset(source, engine="netcdf4") as expected:
+        for name in expected.data_vars:
+            np.testing.assert_array_equal(served[name].values, expected[name].values, err_msg=name)
+
+    files = api(daemon, "data-search/svc/file", project="cordex").text.split()
+    urls = run("databrowser", "data-search", "--zarr", "project=cordex").split()
+    assert len(urls) == len(files) > 1 and all("/data-portal/zarr/" in u for u in urls), urls
