@@ -33,12 +33,31 @@ pub(crate) enum Command {
     /// Issue bearer tokens signed with the daemon's key.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Inspect and remove Zarr stores.
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// Blob manifests: partition Zarr stores into blobs, resolve keys, pin, report.
     Manifest(crate::manifest::ManifestArgs),
     /// Write a synthetic DRS tree of small CF-compliant NetCDF files.
     DemoData {
         /// Directory to write into.
         dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum StoreCommand {
+    /// One line per store: token, status, owner, first source.
+    List,
+    /// A store's record as JSON.
+    Show {
+        /// The store's token.
+        token: uuid::Uuid,
+    },
+    /// Remove a store: its data is deleted and its URLs answer 404 from now on.
+    Rm {
+        /// The store's token.
+        token: uuid::Uuid,
     },
 }
 

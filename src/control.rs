@@ -31,6 +31,13 @@ pub(crate) enum Request {
     },
     /// Report catalogue statistics.
     Stats,
+    /// List the Zarr stores.
+    StoreList,
+    /// Remove a Zarr store.
+    StoreRemove {
+        /// Its token.
+        token: String,
+    },
 }
 
 /// A reply line.
@@ -51,6 +58,11 @@ pub(crate) enum Reply {
     },
     /// Result of stats.
     Stats(Stats),
+    /// Zarr stores, as `StoreRecord::summary` gives them.
+    Stores {
+        /// One object per store.
+        stores: Vec<serde_json::Value>,
+    },
     /// The request failed.
     Error {
         /// Why.
@@ -123,6 +135,20 @@ async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<(
                 detail: e.to_string(),
             },
         },
+        Ok(Request::StoreList) => match daemon.run(crate::store::summaries).await {
+            Ok(stores) => Reply::Stores { stores },
+            Err(e) => Reply::Error {
+                detail: e.to_string(),
+            },
+        },
+        Ok(Request::StoreRemove { token }) => {
+            match daemon.run(move |d| crate::store::remove(d, &token)).await {
+                Ok(stores) => Reply::Stores { stores },
+                Err(e) => Reply::Error {
+                    detail: e.to_string(),
+                },
+            }
+        }
         Ok(Request::Remove { filters }) => {
             match daemon.run(move |d| d.databrowser().remove(&filters)).await {
                 Ok(removed) => Reply::Removed { removed },

@@ -6,6 +6,7 @@ mod demo;
 mod index;
 mod manifest;
 mod serve;
+mod store;
 mod token;
 
 use clap::Parser;
@@ -42,6 +43,7 @@ fn main() -> std::process::ExitCode {
             Command::Serve { .. } => serve::run(config),
             Command::Index(command) => index::run(&config, command),
             Command::Token(command) => token::run(&config, command),
+            Command::Store(command) => store::run(&config, &command),
             Command::DemoData { dir } => demo::run(&dir),
             Command::Manifest(args) => manifest::run(args),
         });

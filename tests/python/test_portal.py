@@ -2,6 +2,7 @@
 store with xarray over HTTP (zarr-python 3 through fsspec, with the bearer header) and find
 every value netCDF4-python reads from the source; and the refusals a stranger meets."""
 
+import json
 import time
 
 import numpy as np
@@ -314,3 +315,28 @@ def test_load_gives_one_store_per_file_the_search_finds(daemon, portal):
     bad = requests.get(load, params={"project": "cordex", "chunk_size": "0"}, headers=headers, timeout=30)
     assert bad.status_code == 422 and "chunk_size" in bad.json()["detail"]
     assert requests.get(load, params={"project": "cordex"}, timeout=30).status_code == 401
+
+
+def test_operators_list_show_and_remove_stores(daemon, portal):
+    import subprocess
+
+    _, _, headers = portal
+    source = daemon.data / "sources" / "operator.nc"
+    write_source(source)
+    answer = requests.post(f"{daemon.base}/data-portal/zarr/convert", json={"path": [str(source)]}, headers=headers, timeout=30)
+    [url] = answer.json()["urls"]
+    assert wait_ready(daemon.base, headers, url)["status"] == 0
+    token = url.rsplit("/", 1)[1].removesuffix(".zarr")
+    cli = lambda *args: subprocess.run([daemon.binary, "--data-dir", str(daemon.data), "store", *args], capture_output=True, text=True, timeout=60)
+    listed = cli("list")
+    assert listed.returncode == 0, listed.stderr
+    assert f"{token}  ready  jane  {source}" in listed.stdout.splitlines()
+    shown = cli("show", token)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["sources"] == [str(source)]
+    removed = cli("rm", token)
+    assert removed.returncode == 0 and removed.stdout.strip() == f"removed {token}"
+    assert requests.get(f"{url}/.zmetadata", headers=headers, timeout=10).status_code == 404
+    status = requests.get(f"{daemon.base}/data-portal/zarr-utils/status", params={"url": url}, headers=headers, timeout=10)
+    assert status.json()["status"] == 4
+    missing = cli("rm", "00000000-0000-0000-0000-000000000000")
+    assert missing.returncode != 0 and "not found" in missing.stderr

@@ -115,6 +115,13 @@ impl StoreRecord {
         Ok(record)
     }
 
+    /// The record as JSON, with its token, for operators.
+    pub fn summary(&self) -> serde_json::Value {
+        let mut value = serde_json::to_value(self).expect("a store record serialises");
+        value["token"] = serde_json::Value::String(self.token.to_string());
+        value
+    }
+
     /// Whether `caller` (none: an anonymous request) may read the store at `now`: its owner
     /// and admins always, anyone while it is public.
     pub fn readable_by(&self, caller: Option<&Caller>, now: i64) -> bool {
@@ -329,6 +336,42 @@ impl Stores {
             records.push(record);
         }
         Ok(records)
+    }
+
+    /// Every store, in token order, with its token (for operators: `svcd store list`).
+    ///
+    /// # Errors
+    /// A read error or a corrupt record.
+    pub fn list(&self) -> Result<Vec<StoreRecord>> {
+        let mut records = Vec::new();
+        self.db.for_each(cf::STORES, |key, value| {
+            let token = Uuid::from_slice(key).map_err(|e| Error::Corrupt {
+                family: cf::STORES,
+                reason: format!("a store key of {} bytes: {e}", key.len()),
+            })?;
+            records.push(StoreRecord::decode(token, value)?);
+            Ok(true)
+        })?;
+        Ok(records)
+    }
+
+    /// Removes a store for an operator: its data is deleted and it is gone (status 4), so its
+    /// URLs and share links answer 404 from now on. Blocking.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown store; a read or write error.
+    pub fn remove(&self, token: Uuid, now: i64) -> Result<StoreRecord> {
+        let batch = self.outcome(token, Status::Gone, "removed by an operator", now)?;
+        self.db.write(batch)?;
+        self.metadata.forget(token);
+        let dir = self.dir(token);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("remove {}", dir.display()), e)),
+        }
+        self.record(token)?
+            .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))
     }
 
     /// Records the outcome of a store's conversion: the writes the conversion job commits

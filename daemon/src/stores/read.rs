@@ -133,6 +133,13 @@ pub(super) struct Served {
 #[derive(Default)]
 pub(super) struct MetadataCache(Mutex<HashMap<Uuid, Arc<Served>>>);
 
+impl MetadataCache {
+    /// Drops what is cached of a store.
+    pub(super) fn forget(&self, token: Uuid) {
+        self.0.lock().remove(&token);
+    }
+}
+
 impl Stores {
     /// The bytes of `key` of the store `token` for `caller` (none: an anonymous request, or
     /// one that a share URL authorised: pass the owner then) at `now`, waiting up to `wait`

@@ -142,6 +142,42 @@ fn a_source_the_caller_may_not_read_creates_no_store() {
 }
 
 #[test]
+fn an_operator_lists_and_removes_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_queue, stores) = open(dir.path());
+    let made = stores
+        .request(
+            &caller("jane"),
+            &convert(r#"{"path": ["/data/a.nc", "/data/b.nc"]}"#),
+            NOW,
+        )
+        .unwrap();
+    let mut listed: Vec<Uuid> = stores.list().unwrap().iter().map(|r| r.token).collect();
+    let mut expected: Vec<Uuid> = made.iter().map(|r| r.token).collect();
+    listed.sort();
+    expected.sort();
+    assert_eq!(listed, expected);
+    std::fs::create_dir_all(stores.dir(made[0].token)).unwrap();
+    let gone = stores.remove(made[0].token, NOW + 1).unwrap();
+    assert_eq!(gone.status, Status::Gone);
+    assert!(!stores.dir(made[0].token).exists());
+    let err = stores
+        .read(
+            Some(&caller("jane")),
+            made[0].token,
+            ".zmetadata",
+            NOW + 2,
+            std::time::Duration::ZERO,
+        )
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::NotFound);
+    assert_eq!(
+        stores.remove(Uuid::new_v4(), NOW).unwrap_err().kind(),
+        crate::ErrorKind::NotFound
+    );
+}
+
+#[test]
 fn only_owner_and_admins_read_a_private_store_and_anyone_a_public_one_until_it_expires() {
     let dir = tempfile::tempdir().unwrap();
     let (_queue, stores) = open(dir.path());
