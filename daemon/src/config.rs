@@ -73,6 +73,9 @@ pub struct StoresConfig {
     /// Directories whose files any authenticated user may convert when the user has no
     /// local account to check permissions against (default none).
     pub allowed_roots: Vec<PathBuf>,
+    /// Stores nobody has read for this long are removed by the hourly sweep, in seconds
+    /// (default 30 days; 0: never).
+    pub unread_expiry_seconds: u64,
 }
 
 /// The `[http]` section.

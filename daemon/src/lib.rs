@@ -68,6 +68,8 @@ pub struct Daemon {
     slots: work::Slots,
     queue: Arc<Queue>,
     stores: Arc<Stores>,
+    /// The sweep of unread stores, while the jobs run.
+    sweeper: parking_lot::Mutex<Option<(Stop, std::thread::JoinHandle<()>)>>,
 }
 
 impl Daemon {
@@ -102,11 +104,13 @@ impl Daemon {
             stac,
             queue,
             stores,
+            sweeper: parking_lot::Mutex::new(None),
         })
     }
 
     /// Starts the conversion workers (`stores.workers` threads): queued conversions, and
-    /// those a crash or a stop interrupted, resume. Only a serving daemon runs them.
+    /// those a crash or a stop interrupted, resume; and the hourly sweep of stores nobody
+    /// reads. Only a serving daemon runs them.
     ///
     /// # Errors
     /// When a worker thread cannot be started.
@@ -114,13 +118,25 @@ impl Daemon {
         let handler: Arc<dyn Handler> = Arc::new(stores::job::ConvertJob {
             stores: Arc::clone(&self.stores),
         });
-        self.queue.start(self.config.stores.workers, &handler)
+        self.queue.start(self.config.stores.workers, &handler)?;
+        let stop = Stop::default();
+        let sweeping = (Arc::clone(&self.stores), stop.clone());
+        let sweeper = std::thread::Builder::new()
+            .name("store-sweep".into())
+            .spawn(move || stores::sweep::sweep_until(&sweeping.0, &sweeping.1))
+            .map_err(|e| Error::io("start the store sweep", e))?;
+        *self.sweeper.lock() = Some((stop, sweeper));
+        Ok(())
     }
 
-    /// Stops the conversion workers: running conversions stop at their next chunk and stay
-    /// queued for the next start. Blocking.
+    /// Stops the conversion workers and the sweep: running conversions stop at their next
+    /// chunk and stay queued for the next start. Blocking (up to a second for the sweep).
     pub fn stop_jobs(&self) {
         self.queue.stop();
+        if let Some((stop, sweeper)) = self.sweeper.lock().take() {
+            stop.request();
+            let _ = sweeper.join();
+        }
     }
 
     /// The Zarr stores.

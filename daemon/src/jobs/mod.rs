@@ -83,6 +83,11 @@ impl Stop {
     pub fn requested(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
+
+    /// Asks whoever watches this flag to stop.
+    pub(crate) fn request(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Does the jobs of a queue.
@@ -226,7 +231,7 @@ impl Queue {
     /// and joins them. Jobs not finished stay queued for the next start.
     pub fn stop(&self) {
         self.state.lock().stopping = true;
-        self.stop.0.store(true, Ordering::SeqCst);
+        self.stop.request();
         self.wake.notify_all();
         for handle in self.workers.lock().drain(..) {
             if handle.join().is_err() {

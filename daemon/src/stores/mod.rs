@@ -17,6 +17,7 @@ pub(crate) mod job;
 pub(crate) mod read;
 pub(crate) mod request;
 pub(crate) mod share;
+pub(crate) mod sweep;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -101,6 +102,10 @@ pub struct StoreRecord {
     pub created: i64,
     /// When its status last changed (Unix seconds).
     pub updated: i64,
+    /// When a user last read one of its keys (Unix seconds; 0: not since it was recorded).
+    /// Kept up to date by the sweep, not on every read.
+    #[serde(default)]
+    pub last_read: i64,
 }
 
 impl StoreRecord {
@@ -154,6 +159,8 @@ pub struct Stores {
     metadata: read::MetadataCache,
     /// Signs share URLs.
     share_key: share::ShareKey,
+    /// Reads since the last sweep.
+    reads: sweep::Reads,
 }
 
 /// A pre-signed share of a store (spec 2, endpoint 5).
@@ -187,6 +194,7 @@ impl Stores {
             root,
             metadata: read::MetadataCache::default(),
             share_key: share::ShareKey::open(share_key)?,
+            reads: sweep::Reads::default(),
         })
     }
 
@@ -327,6 +335,7 @@ impl Stores {
                         reason: String::new(),
                         created: existing.as_ref().map_or(now, |r| r.created),
                         updated: now,
+                        last_read: existing.as_ref().map_or(0, |r| r.last_read),
                     };
                     batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
                     self.queue.enqueue(batch, CONVERT, &token.to_string())?;
@@ -355,13 +364,13 @@ impl Stores {
         Ok(records)
     }
 
-    /// Removes a store for an operator: its data is deleted and it is gone (status 4), so its
+    /// Removes a store for `reason`: its data is deleted and it is gone (status 4), so its
     /// URLs and share links answer 404 from now on. Blocking.
     ///
     /// # Errors
     /// [`Error::NotFound`] for an unknown store; a read or write error.
-    pub fn remove(&self, token: Uuid, now: i64) -> Result<StoreRecord> {
-        let batch = self.outcome(token, Status::Gone, "removed by an operator", now)?;
+    pub fn remove(&self, token: Uuid, reason: &str, now: i64) -> Result<StoreRecord> {
+        let batch = self.outcome(token, Status::Gone, reason, now)?;
         self.db.write(batch)?;
         self.metadata.forget(token);
         let dir = self.dir(token);

@@ -160,6 +160,8 @@ impl Stores {
     ) -> Result<KeyBytes> {
         let record = self.readable(caller, token, now)?;
         let parsed = parse_key(key)?;
+        // Only users' reads count: the sweep removes stores nobody reads.
+        self.reads.note(token, now);
         let deadline = Instant::now() + wait;
         let served = loop {
             let record = self.current(&record)?;

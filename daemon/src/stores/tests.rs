@@ -18,6 +18,7 @@ fn open(dir: &std::path::Path) -> (Arc<Queue>, Stores) {
         workers: 1,
         max_ttl_seconds: MAX_TTL,
         allowed_roots: vec!["/data".into()],
+        unread_expiry_seconds: 30 * 86_400,
     };
     let root = dir.join("stores");
     let stores = Stores::open(db, queue.clone(), config, root, &dir.join("share.key")).unwrap();
@@ -158,7 +159,9 @@ fn an_operator_lists_and_removes_stores() {
     expected.sort();
     assert_eq!(listed, expected);
     std::fs::create_dir_all(stores.dir(made[0].token)).unwrap();
-    let gone = stores.remove(made[0].token, NOW + 1).unwrap();
+    let gone = stores
+        .remove(made[0].token, "removed by an operator", NOW + 1)
+        .unwrap();
     assert_eq!(gone.status, Status::Gone);
     assert!(!stores.dir(made[0].token).exists());
     let err = stores
@@ -172,9 +175,48 @@ fn an_operator_lists_and_removes_stores() {
         .unwrap_err();
     assert_eq!(err.kind(), crate::ErrorKind::NotFound);
     assert_eq!(
-        stores.remove(Uuid::new_v4(), NOW).unwrap_err().kind(),
+        stores.remove(Uuid::new_v4(), "", NOW).unwrap_err().kind(),
         crate::ErrorKind::NotFound
     );
+}
+
+#[test]
+fn the_sweep_removes_stores_nobody_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_queue, stores) = open(dir.path());
+    let made = stores
+        .request(
+            &caller("jane"),
+            &convert(r#"{"path": ["/data/read.nc", "/data/unread.nc", "/data/busy.nc"]}"#),
+            NOW,
+        )
+        .unwrap();
+    let (read, unread, busy) = (made[0].token, made[1].token, made[2].token);
+    for token in [read, unread] {
+        let ready = stores.outcome(token, Status::Ready, "", NOW).unwrap();
+        stores.db.write(ready).unwrap();
+    }
+    let month = 30 * 86_400;
+    // Read on day 20: kept on day 31, removed 30 days after that read.
+    stores.reads.note(read, NOW + 20 * 86_400);
+    assert_eq!(stores.sweep(NOW + 10).unwrap(), 0);
+    assert_eq!(stores.sweep(NOW + month + 1).unwrap(), 1);
+    let status = |token| stores.record(token).unwrap().unwrap().status;
+    assert_eq!(status(unread), Status::Gone);
+    assert_eq!(
+        status(read),
+        Status::Ready,
+        "its read was written by the first sweep"
+    );
+    assert_eq!(
+        status(busy),
+        Status::Preparing,
+        "a store being converted stays"
+    );
+    assert_eq!(stores.sweep(NOW + 20 * 86_400 + month + 1).unwrap(), 1);
+    assert_eq!(status(read), Status::Gone);
+    let reason = stores.record(read).unwrap().unwrap().reason;
+    assert_eq!(reason, "removed: not read for 30 days");
 }
 
 #[test]

@@ -1,0 +1,87 @@
+//! The sweep: stores nobody has read for `stores.unread_expiry_seconds` are removed (status 4,
+//! data deleted), so the hot tier does not fill with forgotten stores. Reads are counted in
+//! memory ([`Reads`]) and written to the records by the sweep, not on every read; a crash
+//! loses at most the reads since the last sweep, which only delays a removal.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+use uuid::Uuid;
+
+use super::{Status, Stores};
+use crate::db::{Batch, cf};
+use crate::error::Result;
+
+/// How often the daemon sweeps.
+const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Sweeps every [`SWEEP_INTERVAL`] until `stop` is requested (checked every second).
+pub(crate) fn sweep_until(stores: &Stores, stop: &crate::jobs::Stop) {
+    loop {
+        let next = std::time::Instant::now() + SWEEP_INTERVAL;
+        while std::time::Instant::now() < next {
+            if stop.requested() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+        match stores.sweep(super::job::now()) {
+            Ok(0) => {}
+            Ok(removed) => tracing::info!(removed, "removed stores nobody read"),
+            Err(e) => tracing::error!(error = %e.chain(), "the store sweep failed"),
+        }
+    }
+}
+
+/// The latest read of each store since the last sweep.
+#[derive(Default)]
+pub(super) struct Reads(Mutex<HashMap<Uuid, i64>>);
+
+impl Reads {
+    /// Notes a user's read of a store at `now`.
+    pub(super) fn note(&self, token: Uuid, now: i64) {
+        let mut reads = self.0.lock();
+        let last = reads.entry(token).or_insert(now);
+        *last = (*last).max(now);
+    }
+}
+
+impl Stores {
+    /// Writes the reads since the last sweep into the records and removes the ready or failed
+    /// stores unread for `stores.unread_expiry_seconds` at `now` (never, when it is 0); returns
+    /// how many were removed. Blocking.
+    ///
+    /// # Errors
+    /// A read or write error; stores already handled stay handled.
+    pub fn sweep(&self, now: i64) -> Result<usize> {
+        let reads = std::mem::take(&mut *self.reads.0.lock());
+        let expiry = i64::try_from(self.config.unread_expiry_seconds).unwrap_or(i64::MAX);
+        let mut removed = 0;
+        for mut record in self.list()? {
+            if let Some(&read) = reads.get(&record.token)
+                && read > record.last_read
+            {
+                record.last_read = read;
+                let mut batch = Batch::default();
+                batch.put(
+                    cf::STORES,
+                    record.token.as_bytes().to_vec(),
+                    record.encode(),
+                );
+                self.db.write(batch)?;
+            }
+            let last = record.last_read.max(record.updated);
+            let idle = matches!(record.status, Status::Ready | Status::Failed);
+            if expiry > 0 && idle && now.saturating_sub(last) > expiry {
+                let days = expiry / 86_400;
+                self.remove(
+                    record.token,
+                    &format!("removed: not read for {days} days"),
+                    now,
+                )?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
