@@ -59,6 +59,12 @@ pub(crate) enum StoreCommand {
         /// The store's token.
         token: uuid::Uuid,
     },
+    /// Convert files into stores owned by the login user; waits for them and prints their URLs.
+    Convert {
+        /// Absolute paths of NetCDF files.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -38,6 +38,13 @@ pub(crate) enum Request {
         /// Its token.
         token: String,
     },
+    /// Convert files into stores of `user`.
+    StoreConvert {
+        /// Absolute paths.
+        paths: Vec<String>,
+        /// The owner.
+        user: String,
+    },
 }
 
 /// A reply line.
@@ -143,6 +150,17 @@ async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<(
         },
         Ok(Request::StoreRemove { token }) => {
             match daemon.run(move |d| crate::store::remove(d, &token)).await {
+                Ok(stores) => Reply::Stores { stores },
+                Err(e) => Reply::Error {
+                    detail: e.to_string(),
+                },
+            }
+        }
+        Ok(Request::StoreConvert { paths, user }) => {
+            match daemon
+                .run(move |d| crate::store::convert(d, &paths, &user))
+                .await
+            {
                 Ok(stores) => Reply::Stores { stores },
                 Err(e) => Reply::Error {
                     detail: e.to_string(),

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use anyhow::bail;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use svc_daemon::{Config, Daemon, Result};
 use uuid::Uuid;
@@ -44,6 +45,126 @@ pub(crate) fn remove(daemon: &Daemon, token: &str) -> Result<Vec<Value>> {
         .stores()
         .remove(token, "removed by an operator", now)?;
     Ok(vec![removed.summary()])
+}
+
+/// Creates or reuses the stores of `paths` for `user`; their summaries.
+///
+/// # Errors
+/// An option or path refused, a file the user may not read, or a store error.
+pub(crate) fn convert(daemon: &Daemon, paths: &[String], user: &str) -> Result<Vec<Value>> {
+    let pairs: Vec<(String, String)> = paths
+        .iter()
+        .map(|p| ("path".to_string(), p.clone()))
+        .collect();
+    let request =
+        svc_daemon::ConvertRequest::from_pairs(&pairs, daemon.config().stores.max_ttl_seconds)?;
+    let caller = svc_daemon::Caller {
+        user: user.to_string(),
+        admin: false,
+    };
+    Ok(daemon
+        .stores()
+        .request(&caller, &request, now())?
+        .iter()
+        .map(svc_daemon::StoreRecord::summary)
+        .collect())
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Converts `paths` for the login user: through the running daemon (waiting on its
+/// progress), or here with the daemon's workers; prints one URL per store.
+fn convert_and_wait(config: &Config, paths: &[String]) -> anyhow::Result<()> {
+    let user = svc_daemon::login_name();
+    let progress = ProgressBar::new(paths.len() as u64).with_style(
+        ProgressStyle::with_template("converting {bar:30} {pos}/{len} [{elapsed_precise}]")
+            .expect("template is valid"),
+    );
+    let (tokens, base, statuses) =
+        if let Some(mut client) = Client::connect(&config.control_socket()) {
+            client.send(&Request::StoreConvert {
+                paths: paths.to_vec(),
+                user: user.clone(),
+            })?;
+            let stores = match client.finish(|_| {})? {
+                Reply::Stores { stores } => stores,
+                Reply::Error { detail } => bail!("{detail}"),
+                other => bail!("unexpected reply from the daemon: {other:?}"),
+            };
+            let tokens: Vec<String> = stores
+                .iter()
+                .map(|s| s["token"].as_str().unwrap_or_default().to_string())
+                .collect();
+            let base = std::fs::read_to_string(config.address_file())
+                .ok()
+                .and_then(|a| a.trim().parse().ok())
+                .map_or_else(
+                    || config.public_base(config.http.listen),
+                    |a| config.public_base(a),
+                );
+            let statuses = loop {
+                let listed = ask(config, &Request::StoreList, summaries)?;
+                let mine: Vec<&Value> = listed
+                    .iter()
+                    .filter(|s| tokens.iter().any(|t| s["token"] == t.as_str()))
+                    .collect();
+                let done = mine.iter().filter(|s| s["status"] != 2).count();
+                progress.set_position(done as u64);
+                if done == tokens.len() {
+                    break mine.into_iter().cloned().collect::<Vec<_>>();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            };
+            (tokens, base, statuses)
+        } else {
+            let daemon = Daemon::open(config.clone())?;
+            let stores = convert(&daemon, paths, &user)?;
+            daemon.start_jobs()?;
+            daemon.wait_for_jobs();
+            daemon.stop_jobs();
+            let tokens: Vec<String> = stores
+                .iter()
+                .map(|s| s["token"].as_str().unwrap_or_default().to_string())
+                .collect();
+            let statuses: Vec<Value> = summaries(&daemon)?
+                .into_iter()
+                .filter(|s| tokens.iter().any(|t| s["token"] == t.as_str()))
+                .collect();
+            progress.set_position(paths.len() as u64);
+            (tokens, config.public_base(config.http.listen), statuses)
+        };
+    progress.finish_and_clear();
+    let mut failed = 0;
+    for token in &tokens {
+        let status = statuses.iter().find(|s| s["token"] == token.as_str());
+        match status.map(|s| {
+            (
+                s["status"].as_u64(),
+                s["reason"].as_str().unwrap_or_default(),
+            )
+        }) {
+            Some((Some(0), _)) => println!(
+                "{base}{}/data-portal/zarr/{token}.zarr",
+                svc_daemon::API_PREFIX
+            ),
+            Some((_, reason)) => {
+                failed += 1;
+                eprintln!("{token}: {reason}");
+            }
+            None => {
+                failed += 1;
+                eprintln!("{token}: removed");
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} of {} conversions failed", tokens.len());
+    }
+    Ok(())
 }
 
 /// Sends `request` to the running daemon, or does `offline` on the store opened here.
@@ -89,6 +210,7 @@ pub(crate) fn run(config: &Config, command: &StoreCommand) -> anyhow::Result<Exi
             };
             println!("{}", serde_json::to_string_pretty(store)?);
         }
+        StoreCommand::Convert { paths } => convert_and_wait(config, paths)?,
         StoreCommand::Rm { token } => {
             let token = token.to_string();
             let request = Request::StoreRemove {

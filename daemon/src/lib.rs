@@ -129,6 +129,12 @@ impl Daemon {
         Ok(())
     }
 
+    /// Waits until no conversion is queued or running (for `svcd store convert` on a stopped
+    /// daemon's store).
+    pub fn wait_for_jobs(&self) {
+        self.queue.wait_idle();
+    }
+
     /// Stops the conversion workers and the sweep: running conversions stop at their next
     /// chunk and stay queued for the next start. Blocking (up to a second for the sweep).
     pub fn stop_jobs(&self) {

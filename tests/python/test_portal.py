@@ -340,3 +340,30 @@ def test_operators_list_show_and_remove_stores(daemon, portal):
     assert status.json()["status"] == 4
     missing = cli("rm", "00000000-0000-0000-0000-000000000000")
     assert missing.returncode != 0 and "not found" in missing.stderr
+
+
+def test_operators_convert_with_and_without_a_running_daemon(daemon, tmp_path):
+    import getpass
+    import subprocess
+
+    source = daemon.data / "sources" / "cli.nc"
+    source.parent.mkdir(exist_ok=True)
+    write_source(source)
+    run = lambda data, *args: subprocess.run([daemon.binary, "--data-dir", str(data), "store", *args], capture_output=True, text=True, timeout=300)
+    online = run(daemon.data, "convert", str(source))
+    assert online.returncode == 0, online.stderr
+    [url] = online.stdout.split()
+    assert url.startswith(f"{daemon.base}/data-portal/zarr/") and url.endswith(".zarr")
+    owner = daemon.token_file(tmp_path / "owner.json", getpass.getuser())
+    meta = requests.get(f"{url}/.zmetadata", headers={"Authorization": f"Bearer {owner}"}, timeout=10)
+    assert meta.status_code == 200, meta.text
+    # A stopped store: the CLI converts with the daemon's workers itself.
+    offline_data = tmp_path / "offline"
+    offline = run(offline_data, "convert", str(source))
+    assert offline.returncode == 0, offline.stderr
+    token = offline.stdout.split()[0].rsplit("/", 1)[1].removesuffix(".zarr")
+    assert (offline_data / "stores" / token / ".zmetadata").exists()
+    listed = run(offline_data, "list")
+    assert f"{token}  ready" in listed.stdout, listed.stdout + listed.stderr
+    failed = run(offline_data, "convert", str(daemon.data / "sources" / "nothere.nc"))
+    assert failed.returncode != 0 and "nothere.nc" in failed.stderr
