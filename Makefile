@@ -7,6 +7,7 @@ export CARGO_TARGET_DIR
 APT_PACKAGES := clang libclang-dev libnetcdf-dev libhdf5-dev pkg-config python3-venv netcdf-bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VENV := .venv-test
+VENV_ZARR2 := .venv-zarr2
 RELEASE_SVCD := $(CARGO_TARGET_DIR)/release/svcd
 DEBUG_SVCD := $(CARGO_TARGET_DIR)/debug/svcd
 
@@ -39,6 +40,12 @@ $(VENV)/.installed: tests/python/requirements.txt
 	$(VENV)/bin/pip install -q -r tests/python/requirements.txt
 	touch $@
 
+$(VENV_ZARR2)/.installed: tests/python/requirements-zarr2.txt
+	python3 -m venv $(VENV_ZARR2)
+	$(VENV_ZARR2)/bin/pip install -q --upgrade pip
+	$(VENV_ZARR2)/bin/pip install -q -r tests/python/requirements-zarr2.txt
+	touch $@
+
 check: deps
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
@@ -49,9 +56,9 @@ rust-tests: deps
 	cargo test --workspace
 	cargo test --workspace --benches --no-run
 
-python-tests: deps $(VENV)/.installed
+python-tests: deps $(VENV)/.installed $(VENV_ZARR2)/.installed
 	cargo test --workspace --no-run
-	SVCD_BIN=$(DEBUG_SVCD) $(VENV)/bin/pytest -q tests/python
+	SVCD_BIN=$(DEBUG_SVCD) ZARR2_PYTHON=$(CURDIR)/$(VENV_ZARR2)/bin/python $(VENV)/bin/pytest -q tests/python
 
 test: check rust-tests python-tests
 

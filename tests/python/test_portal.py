@@ -367,3 +367,19 @@ def test_operators_convert_with_and_without_a_running_daemon(daemon, tmp_path):
     assert f"{token}  ready" in listed.stdout, listed.stdout + listed.stderr
     failed = run(offline_data, "convert", str(daemon.data / "sources" / "nothere.nc"))
     assert failed.returncode != 0 and "nothere.nc" in failed.stderr
+
+
+def test_zarr_python_2_reads_every_value(portal):
+    """The same store through zarr-python 2 (its own virtualenv: ZARR2_PYTHON)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    source, url, headers = portal
+    python = os.environ.get("ZARR2_PYTHON")
+    assert python, "set ZARR2_PYTHON to the python of a zarr-python 2 virtualenv (make test does)"
+    token = headers["Authorization"].removeprefix("Bearer ")
+    reader = Path(__file__).parent / "zarr2_reader.py"
+    result = subprocess.run([python, str(reader), url, token, str(source)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("zarr 2."), result.stdout
