@@ -65,6 +65,8 @@ fn ping_and_overview() {
     );
     let openapi = svcd.get("/help/openapi.json").json();
     assert!(openapi["paths"]["/databrowser/data-search/{flavour}/{uniq_key}"].is_object());
+    assert!(openapi["paths"]["/data-portal/zarr/convert"]["post"].is_object());
+    assert!(openapi["paths"]["/data-portal/zarr/{store}/{key}"]["get"].is_object());
     assert!(svcd.get("/help").text().contains("openapi.json"));
 }
 
