@@ -76,6 +76,8 @@ pub struct StoresConfig {
     /// Stores nobody has read for this long are removed by the hourly sweep, in seconds
     /// (default 30 days; 0: never).
     pub unread_expiry_seconds: u64,
+    /// The compressor of new stores' chunks (default `lz4`).
+    pub compressor: crate::convert::Compressor,
 }
 
 /// The `[http]` section.

@@ -36,9 +36,10 @@ pub use catalog::{
     Catalog, LOAD_BATCH, LoadSummary, Loader, Record, Rejection, Stats, WriteCounts, write_to_store,
 };
 pub use config::{API_PREFIX, Config, Overrides, StoresConfig, home_dir, login_name};
+pub use convert::Compressor;
 pub use crawl::{Drs, find_netcdf_files, read_record};
 pub use databrowser::params::{flavour_delete_is_global, flavour_list_filter};
-pub use databrowser::{Databrowser, Search, StaticLinks};
+pub use databrowser::{Databrowser, IntakeCatalogue, Search, StaticLinks};
 pub use db::Db;
 #[cfg(feature = "demo")]
 pub use demo::{DemoSummary, write_demo_tree};
@@ -53,6 +54,17 @@ pub use stores::request::{AccessPattern, Chunking, ConvertRequest, ShareRequest}
 pub use stores::share::SHARE_METHOD;
 pub use stores::{CONVERT, Share, Status, StoreRecord, Stores};
 pub use work::{ExpensiveSlot, SLOT_WAIT};
+
+/// What `load/{flavour}` made of a search: [`Daemon::load`].
+pub struct Load {
+    /// The conversion options, with the hits as its sources.
+    pub request: ConvertRequest,
+    /// The search, for an intake-esm catalogue of the stores
+    /// ([`Databrowser::intake`]).
+    pub search: Search,
+    /// One store per hit, in the order of `request.sources`.
+    pub stores: Vec<StoreRecord>,
+}
 
 /// The version of this build.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -165,7 +177,7 @@ impl Daemon {
         flavour: &str,
         pairs: &[(String, String)],
         now: i64,
-    ) -> Result<(ConvertRequest, Vec<StoreRecord>)> {
+    ) -> Result<Load> {
         let max_ttl = self.config.stores.max_ttl_seconds;
         let mut request = ConvertRequest::options_of_load(pairs, max_ttl)?;
         let search_pairs: Vec<(String, String)> = pairs
@@ -179,8 +191,12 @@ impl Daemon {
         request.sources = self
             .databrowser
             .files(&search, stores::request::MAX_SOURCES as u64)?;
-        let records = self.stores.request(caller, &request, now)?;
-        Ok((request, records))
+        let stores = self.stores.request(caller, &request, now)?;
+        Ok(Load {
+            request,
+            search,
+            stores,
+        })
     }
 
     /// The configuration the daemon runs with.

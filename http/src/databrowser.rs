@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
-use svc_daemon::{Daemon, ExpensiveSlot, Search, StaticLinks, VERSION};
+use svc_daemon::{Daemon, ExpensiveSlot, IntakeCatalogue, Search, StaticLinks, VERSION};
 use tokio::sync::mpsc;
 
 use crate::AppState;
@@ -177,14 +177,24 @@ async fn intake_catalogue(
         .await
         .map_err(|e| e.at(Endpoint::Intake))?;
     let slot = state.daemon.expensive_slot().await?;
-    let (mut catalogue, slot) = state
+    let (catalogue, slot) = state
         .daemon
         .run_in_slot(slot, move |daemon| {
-            daemon.databrowser().intake(&search, VERSION)
+            daemon.databrowser().intake(&search, VERSION, None)
         })
         .await
         .map_err(|e| ApiError::from(e).at(Endpoint::Intake))?;
-    let body = stream_body(&state, slot, move |_, tx| {
+    Ok(intake_download(&state, slot, catalogue, &uniq_key))
+}
+
+/// An intake-esm catalogue streamed as a JSON download, named after its location column.
+pub(crate) fn intake_download(
+    state: &AppState,
+    slot: ExpensiveSlot,
+    mut catalogue: IntakeCatalogue,
+    uniq_key: &str,
+) -> Response {
+    let body = stream_body(state, slot, move |_, tx| {
         loop {
             match catalogue.next_chunk() {
                 Ok(Some(chunk)) => {
@@ -201,7 +211,7 @@ async fn intake_catalogue(
         }
     });
     let name = format!("IntakeEsmCatalogue_{}_{uniq_key}.json", short_id());
-    Ok(download("application/json", &name, body))
+    download("application/json", &name, body)
 }
 
 async fn stac_catalogue(

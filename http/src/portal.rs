@@ -110,34 +110,64 @@ fn urls(state: &AppState, shared: &[(Uuid, Option<svc_daemon::Share>)]) -> Vec<S
         .collect()
 }
 
-/// `load/{flavour}` (spec 2, endpoint 1): one store URL per file the search finds, as text.
+/// `load/{flavour}` (spec 2, endpoint 1): one store URL per file the search finds, as text,
+/// or with `catalogue-type=intake` an intake-esm catalogue of the stores.
 async fn load(
     State(state): State<AppState>,
     Authenticated(caller): Authenticated,
     PathParams(flavour): PathParams<String>,
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
-    if let Some((_, kind)) = pairs.iter().find(|(k, _)| k == "catalogue-type") {
-        return Err(Error::invalid(
-            "catalogue-type",
-            Fault::Refused,
-            format!("catalogue-type {kind:?} is not supported yet; leave it out for the URLs."),
-        )
-        .into());
-    }
-    let shared = state
+    let intake = match pairs.iter().rev().find(|(k, _)| k == "catalogue-type") {
+        None => false,
+        Some((_, kind)) if kind == "intake" => true,
+        Some((_, kind)) => {
+            return Err(ApiError::from(Error::invalid(
+                "catalogue-type",
+                Fault::Refused,
+                format!("catalogue-type must be 'intake' or left out for the URLs, got {kind:?}."),
+            ))
+            .at(Endpoint::Intake));
+        }
+    };
+    let (load, shared) = state
         .daemon
         .run(move |daemon| {
             let now = now();
-            let (request, records) = daemon.load(&caller, &flavour, &pairs, now)?;
-            let public = request.public.then_some(request.ttl_seconds);
-            shares(daemon, &caller, &records, public, now)
+            let load = daemon.load(&caller, &flavour, &pairs, now)?;
+            let public = load.request.public.then_some(load.request.ttl_seconds);
+            let shared = shares(daemon, &caller, &load.stores, public, now)?;
+            Ok((load, shared))
         })
         .await
         .map_err(|e| ApiError::from(e).at(Endpoint::Intake))?;
-    let mut body = urls(&state, &shared).join("\n");
-    body.push('\n');
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
+    let urls = urls(&state, &shared);
+    if !intake {
+        let mut body = urls.join("\n");
+        body.push('\n');
+        return Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response());
+    }
+    let located = load
+        .request
+        .sources
+        .iter()
+        .cloned()
+        .zip(urls)
+        .collect::<std::collections::HashMap<_, _>>();
+    let search = load.search;
+    let slot = state.daemon.expensive_slot().await?;
+    let (catalogue, slot) = state
+        .daemon
+        .run_in_slot(slot, move |daemon| {
+            daemon
+                .databrowser()
+                .intake(&search, svc_daemon::VERSION, Some(located))
+        })
+        .await
+        .map_err(|e| ApiError::from(e).at(Endpoint::Intake))?;
+    Ok(crate::databrowser::intake_download(
+        &state, slot, catalogue, "uri",
+    ))
 }
 
 /// The token of a `<uuid>.zarr` path segment; anything else names no store.

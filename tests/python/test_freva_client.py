@@ -158,3 +158,19 @@ def test_zarr_utils_and_zarr_streams_through_the_client(daemon, tmp_path):
     files = api(daemon, "data-search/svc/file", project="cordex").text.split()
     urls = run("databrowser", "data-search", "--zarr", "project=cordex").split()
     assert len(urls) == len(files) > 1 and all("/data-portal/zarr/" in u for u in urls), urls
+
+    # The intake catalogue of the stores: one row per file, located at its store, opened
+    # by intake-esm with xarray's Zarr engine.
+    import intake
+
+    target = tmp_path / "zarr-cat.json"
+    run("databrowser", "intake-catalogue", "--zarr", "--filename", str(target), "project=cordex")
+    cat = intake.open_esm_datastore(str(target))
+    assert sorted(cat.df["uri"]) == sorted(urls) and set(cat.df["format"]) == {"zarr"}
+    datasets = cat.to_dataset_dict(progressbar=False, storage_options={"headers": headers})
+    # `load` answers in the order of the search, as data-search does.
+    sources = dict(zip(urls, files))
+    for variable in {row[0] for row in cat.df["variable"]}:
+        part = cat.search(variable=variable)
+        opened = {key: datasets[key] for key in part.keys()}
+        assert_groups_are_their_files(part, opened, variable, sources)

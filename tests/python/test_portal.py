@@ -280,6 +280,8 @@ def test_a_conversion_killed_midway_resumes_after_a_restart(daemon, tmp_path):
         last = requests.get(f"{url}/tas/599.0.0", headers=headers, params={"timeout": 120}, timeout=130)
         assert last.status_code == 200, last.text
         assert wait_ready(base, headers, url, timeout=300) == {"status": 0, "reason": ""}
+        # It was computed from the source before the conversion wrote it: the same bytes.
+        assert (store_dir / "599.0.0").read_bytes() == last.content
         served = xr.open_zarr(url, storage_options={"headers": headers})
         with xr.open_dataset(source, engine="netcdf4") as expected:
             np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
@@ -309,6 +311,15 @@ def test_load_gives_one_store_per_file_the_search_finds(daemon, portal):
     public = requests.get(load, params={"file": source, "public": "true"}, headers=headers, timeout=60).text.split()
     assert len(public) == 1 and "/data-portal/share/" in public[0]
     assert requests.get(f"{public[0]}/.zmetadata", timeout=10).status_code == 200
+    # The intake catalogue of the stores (opened with intake-esm in test_freva_client).
+    intake = requests.get(load, params={"project": "cordex", "catalogue-type": "intake"}, headers=headers, timeout=60)
+    assert intake.status_code == 200 and intake.headers["content-type"] == "application/json", intake.text
+    catalogue = intake.json()
+    assert catalogue["assets"] == {"column_name": "uri", "format_column_name": "format"}
+    assert sorted(row["uri"] for row in catalogue["catalog_dict"]) == sorted(urls)
+    assert {row["format"] for row in catalogue["catalog_dict"]} == {"zarr"}
+    bad = requests.get(load, params={"project": "cordex", "catalogue-type": "stac"}, headers=headers, timeout=30)
+    assert bad.status_code == 422 and "catalogue-type" in bad.json()["detail"]
     # Refusals: no hits, a bad facet or option, no token.
     assert requests.get(load, params={"project": "nothing-like-it"}, headers=headers, timeout=30).status_code == 400
     assert requests.get(load, params={"colour": "red"}, headers=headers, timeout=30).status_code == 422
@@ -383,3 +394,55 @@ def test_zarr_python_2_reads_every_value(portal):
     result = subprocess.run([python, str(reader), url, token, str(source)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("zarr 2."), result.stdout
+
+
+def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path):
+    """The hot tier on a 2 MiB file system: a store that does not fit fails with a reason
+    that says so, its partial data is removed, and a store that fits is converted after it."""
+    import os
+    import subprocess
+
+    import netCDF4
+
+    from conftest import Svcd, serve
+
+    data = tmp_path / "svcd"
+    tier = tmp_path / "tier"
+    data.mkdir()
+    tier.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(tier)], capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.strip()}")
+    try:
+        (data / "stores").symlink_to(tier)
+        big, small = data / "big.nc", data / "small.nc"
+        for path, steps in ((big, 200), (small, 2)):
+            with netCDF4.Dataset(path, "w") as nc:
+                nc.createDimension("time", steps)
+                nc.createDimension("lat", 90)
+                nc.createDimension("lon", 180)
+                var = nc.createVariable("tas", "f4", ("time", "lat", "lon"))
+                var[:] = np.random.default_rng(steps).random((steps, 90, 180), dtype="f4")
+        env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data))
+        proc, host = serve(daemon.binary, data, env)
+        try:
+            base = f"{host}/api/svc-nextgen"
+            token = Svcd(base, host, data, daemon.binary).token_file(tmp_path / "jane.json", "jane")
+            headers = {"Authorization": f"Bearer {token}"}
+            convert = lambda path: requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(path)]}, headers=headers, timeout=30).json()["urls"][0]
+            big_url = convert(big)
+            failed = wait_ready(base, headers, big_url, timeout=120)
+            assert failed["status"] == 1 and "No space left on device" in failed["reason"] and "big.nc" in failed["reason"], failed
+            assert list(tier.iterdir()) == [], "the failed store's partial data is removed"
+            chunk = requests.get(f"{big_url}/tas/0.0.0", headers=headers, timeout=30)
+            assert chunk.status_code == 500 and "No space left on device" in chunk.json()["detail"], chunk.text
+            small_url = convert(small)
+            assert wait_ready(base, headers, small_url, timeout=120) == {"status": 0, "reason": ""}
+            served = xr.open_zarr(small_url, storage_options={"headers": headers})
+            with xr.open_dataset(small, engine="netcdf4") as expected:
+                np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
+    finally:
+        subprocess.run(["umount", str(tier)], check=False)

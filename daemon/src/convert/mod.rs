@@ -1,5 +1,8 @@
 //! Sources to Zarr v2. A conversion opens the source, builds the store's metadata in memory
 //! ([`metadata`], chunked by the [`plan`]), writes it, then writes every chunk ([`write`]).
+//! A reader that asks for a chunk the conversion has not written yet gets it computed from
+//! the source by the same functions ([`chunk_on_demand`]), so its bytes are the ones the
+//! conversion writes.
 
 pub(crate) mod metadata;
 pub(crate) mod plan;
@@ -7,6 +10,7 @@ pub(crate) mod write;
 
 use std::path::Path;
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::jobs::Stop;
@@ -14,9 +18,28 @@ use crate::stores::request::Chunking;
 use metadata::StoreLayout;
 use write::Written;
 
-/// The compressor of every array: Blosc with LZ4, numcodecs' defaults, as the reference.
-pub(crate) fn blosc_lz4() -> Value {
-    json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0})
+/// The compressor of every array of a store (config `stores.compressor`): Blosc, byte
+/// shuffled, level 5, as numcodecs' defaults, with LZ4 inside as the reference, or with
+/// Zstandard, which makes smaller stores and is slower to write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compressor {
+    /// Blosc with LZ4 (the default).
+    #[default]
+    Lz4,
+    /// Blosc with Zstandard.
+    Zstd,
+}
+
+impl Compressor {
+    /// Its numcodecs configuration, as `.zarray` holds it.
+    pub(crate) fn codec(self) -> Value {
+        let cname = match self {
+            Compressor::Lz4 => "lz4",
+            Compressor::Zstd => "zstd",
+        };
+        json!({"id": "blosc", "cname": cname, "clevel": 5, "shuffle": 1, "blocksize": 0})
+    }
 }
 
 /// Converts the NetCDF file `source` into the store directory `dir`.
@@ -27,16 +50,61 @@ pub(crate) fn convert_file(
     source: &Path,
     dir: &Path,
     chunking: &Chunking,
+    compressor: Compressor,
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
     let shown = source.display();
     let file = crate::crawl::open_netcdf(source).map_err(|e| format!("{shown}: {e}"))?;
-    let layout =
-        metadata::layout(&file, chunking, &blosc_lz4()).map_err(|e| format!("{shown}: {e}"))?;
+    let layout = metadata::layout(&file, chunking, &compressor.codec())
+        .map_err(|e| format!("{shown}: {e}"))?;
     write::write_metadata(&layout, dir)?;
     let written =
         write::write_chunks(&file, &layout, dir, stop).map_err(|e| format!("{shown}: {e}"))?;
     Ok((layout, written))
+}
+
+/// The stored bytes of chunk `index` of the array `array` of the store converted from
+/// `source` with `chunking` and `compressor`, computed from the source, when the array's
+/// metadata is still `zarray` (the `.zarray` the store serves). `None` when the source no
+/// longer gives that metadata (it changed since the conversion began, or the store was
+/// written with another compressor): only the conversion can give such a chunk then.
+///
+/// # Errors
+/// A sentence naming the file, and the variable and chunk, that could not be read.
+pub(crate) fn chunk_on_demand(
+    source: &Path,
+    chunking: &Chunking,
+    compressor: Compressor,
+    array: &str,
+    index: &[u64],
+    zarray: &Value,
+) -> Result<Option<Vec<u8>>, String> {
+    let shown = source.display();
+    let file = crate::crawl::open_netcdf(source).map_err(|e| format!("{shown}: {e}"))?;
+    let layout = metadata::layout(&file, chunking, &compressor.codec())
+        .map_err(|e| format!("{shown}: {e}"))?;
+    let (Some(written), Some(planned)) = (
+        layout.documents.get(&format!("{array}/.zarray")),
+        layout.arrays.iter().find(|a| a.path == array),
+    ) else {
+        return Ok(None);
+    };
+    if written != zarray {
+        return Ok(None);
+    }
+    let Some(variable) = file.variable(array) else {
+        return Ok(None);
+    };
+    // A 0-d array's one chunk is `0` to readers and `[]` to the writer.
+    let index = if planned.shape.is_empty() {
+        &[][..]
+    } else {
+        index
+    };
+    let encoder = write::Encoder::new(&layout, planned)?;
+    let bytes =
+        write::chunk_bytes(&variable, planned, index).map_err(|e| format!("{shown}: {e}"))?;
+    encoder.encode(index, bytes).map(Some)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use super::*;
 use crate::stores::request::AccessPattern;
 
 fn blosc() -> Value {
-    blosc_lz4()
+    Compressor::Lz4.codec()
 }
 
 /// A NetCDF-4 file with a packed integer variable, fill values, a 0-d variable, a char
@@ -206,8 +206,14 @@ fn a_converted_store_holds_the_source_values_in_every_chunk() {
         map_primary_chunksize: 1,
         chunk_size_mib: 0.5,
     };
-    let (layout, written) =
-        convert_file(&source, &store, &chunking, &crate::jobs::Stop::default()).unwrap();
+    let (layout, written) = convert_file(
+        &source,
+        &store,
+        &chunking,
+        Compressor::Lz4,
+        &crate::jobs::Stop::default(),
+    )
+    .unwrap();
     assert_eq!(written, write::Written::Complete);
     let consolidated: Value =
         serde_json::from_slice(&std::fs::read(store.join(".zmetadata")).unwrap()).unwrap();
@@ -253,12 +259,65 @@ fn a_source_that_is_not_netcdf_fails_with_a_reason_naming_it() {
     let source = dir.path().join("notes.nc");
     std::fs::write(&source, "not a netcdf file").unwrap();
     let stop = crate::jobs::Stop::default();
-    let err = convert_file(&source, &dir.path().join("s"), &map(1), &stop).unwrap_err();
+    let err = convert_file(
+        &source,
+        &dir.path().join("s"),
+        &map(1),
+        Compressor::Lz4,
+        &stop,
+    )
+    .unwrap_err();
     assert!(
         err.contains("notes.nc") && err.contains("not a NetCDF file"),
         "{err}"
     );
     let missing = dir.path().join("missing.nc");
-    let err = convert_file(&missing, &dir.path().join("s"), &map(1), &stop).unwrap_err();
+    let err = convert_file(
+        &missing,
+        &dir.path().join("s"),
+        &map(1),
+        Compressor::Lz4,
+        &stop,
+    )
+    .unwrap_err();
     assert!(err.contains("missing.nc"), "{err}");
+}
+
+#[test]
+fn chunks_computed_on_demand_are_the_chunks_the_conversion_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("a.nc");
+    netcdf4(&source);
+    let stop = crate::jobs::Stop::default();
+    for compressor in [Compressor::Lz4, Compressor::Zstd] {
+        let store = dir.path().join(format!("{compressor:?}"));
+        let chunking = map(1);
+        let (layout, _) = convert_file(&source, &store, &chunking, compressor, &stop).unwrap();
+        let mut compared = 0;
+        for array in &layout.arrays {
+            let zarray = &layout.documents[&format!("{}/.zarray", array.path)];
+            assert_eq!(zarray["compressor"], compressor.codec());
+            for index in write::chunk_indices(array) {
+                let key = format!("{}/{}", array.path, write::chunk_key(&index));
+                // Readers name a 0-d array's chunk `0`.
+                let asked = if index.is_empty() { vec![0] } else { index };
+                let computed =
+                    chunk_on_demand(&source, &chunking, compressor, &array.path, &asked, zarray)
+                        .unwrap();
+                assert_eq!(
+                    computed,
+                    Some(std::fs::read(store.join(&key)).unwrap()),
+                    "{key}"
+                );
+                compared += 1;
+            }
+        }
+        assert!(compared > 5);
+        // Metadata the source no longer gives (another chunking here): not computed.
+        let tas = &layout.documents["tas/.zarray"];
+        let other = chunk_on_demand(&source, &map(2), compressor, "tas", &[0, 0, 0], tas);
+        assert_eq!(other.unwrap(), None);
+        let gone = chunk_on_demand(&source, &chunking, compressor, "nope", &[0], tas);
+        assert_eq!(gone.unwrap(), None);
+    }
 }

@@ -9,7 +9,12 @@
 //! column, `fs_type` and the location are strings, a record with several values giving its
 //! first. intake-esm groups rows by the `groupby_attrs` columns, and array values there make
 //! its `keys()` and `to_dataset_dict()` fail with "unhashable type".
+//!
+//! A catalogue of Zarr stores (`load/{flavour}` with `catalogue-type=intake`) is the same
+//! catalogue with each file replaced by its store's URL in a `uri` column and `zarr` in the
+//! `format` column, which intake-esm reads to open a row with xarray's Zarr engine.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -32,6 +37,10 @@ pub struct IntakeCatalogue {
     uniq_key: &'static str,
     /// The name of the variable column, the one column that holds arrays.
     variable: String,
+    /// The name of the format column.
+    format: String,
+    /// For a catalogue of Zarr stores: the store URL of each file.
+    zarr: Option<HashMap<String, String>>,
     first: bool,
     done: bool,
 }
@@ -42,6 +51,7 @@ impl IntakeCatalogue {
         search: &Search,
         selection: Selection,
         version: &str,
+        zarr: Option<HashMap<String, String>>,
     ) -> Self {
         let flavour = &search.flavour;
         let present: Vec<&str> = HIERARCHY.to_vec();
@@ -49,7 +59,7 @@ impl IntakeCatalogue {
         let columns: Vec<(String, String)> = HIERARCHY
             .iter()
             .zip(counts)
-            .filter(|(_, c)| !c.is_empty())
+            .filter(|(std, c)| !c.is_empty() || (zarr.is_some() && **std == "format"))
             .map(|(std, _)| {
                 let name = if search.params.translate {
                     flavour.to_flavour(std).unwrap_or(std)
@@ -59,7 +69,11 @@ impl IntakeCatalogue {
                 (std.to_string(), name.to_string())
             })
             .collect();
-        let uniq_key = search.uniq_key.as_str();
+        let uniq_key = if zarr.is_some() {
+            "uri"
+        } else {
+            search.uniq_key.as_str()
+        };
         let variable = columns
             .iter()
             .find(|(s, _)| s == "variable")
@@ -86,8 +100,11 @@ impl IntakeCatalogue {
         header.truncate(header.len() - 2);
         header.push_str(",\n  \"catalog_dict\": [");
         let variable = variable.to_string();
+        let format = format.to_string();
         IntakeCatalogue {
             variable,
+            format,
+            zarr,
             header: Some(header),
             cursor: catalog.cursor(selection, search.params.start),
             columns,
@@ -97,15 +114,20 @@ impl IntakeCatalogue {
         }
     }
 
-    fn entry(&self, record: &Record) -> Value {
+    /// The row of a record; `None` for a file without a store in a catalogue of stores.
+    fn entry(&self, record: &Record) -> Option<Value> {
         let mut object = serde_json::Map::new();
-        let location = if self.uniq_key == "uri" {
-            &record.uri
-        } else {
-            &record.file
+        let location = match &self.zarr {
+            Some(urls) => urls.get(&record.file)?,
+            None if self.uniq_key == "uri" => &record.uri,
+            None => &record.file,
         };
         object.insert(self.uniq_key.to_string(), Value::String(location.clone()));
         for (std, name) in &self.columns {
+            if self.zarr.is_some() && *name == self.format {
+                object.insert(name.clone(), Value::String("zarr".into()));
+                continue;
+            }
             let Some(values) = record.facets.get(std) else {
                 continue;
             };
@@ -116,7 +138,7 @@ impl IntakeCatalogue {
             };
             object.insert(name.clone(), value);
         }
-        Value::Object(object)
+        Some(Value::Object(object))
     }
 
     /// The next piece of the body; `None` at the end.
@@ -136,10 +158,11 @@ impl IntakeCatalogue {
             return Ok(Some("\n  ]\n}\n".to_string()));
         }
         let mut out = String::new();
-        for record in &records {
+        let entries: Vec<Value> = records.iter().filter_map(|r| self.entry(r)).collect();
+        for entry in entries {
             out.push_str(if self.first { "\n    " } else { ",\n    " });
             self.first = false;
-            out.push_str(&self.entry(record).to_string());
+            out.push_str(&entry.to_string());
         }
         Ok(Some(out))
     }

@@ -6,9 +6,10 @@ mod intake;
 pub(crate) mod params;
 mod static_stac;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-pub(crate) use intake::IntakeCatalogue;
+pub use intake::IntakeCatalogue;
 pub(crate) use static_stac::StaticCatalogue;
 
 use crate::catalog::facet::{self, default_count_facets};
@@ -207,17 +208,28 @@ impl Databrowser {
         Ok(selection)
     }
 
-    /// An intake-esm catalogue of the search.
+    /// An intake-esm catalogue of the search. With `stores` it is the catalogue of the Zarr
+    /// stores of the search's files (`load/{flavour}` with `catalogue-type=intake`): `stores`
+    /// maps each file to its store's URL, the location column (`uri`, as the reference) holds
+    /// the URL and the `format` column says `zarr`, so intake-esm opens each row with xarray's
+    /// Zarr engine; a file the search finds but `stores` does not name (indexed since the
+    /// stores were made) has no row.
     ///
     /// # Errors
     /// [`Error::NoResults`] or [`Error::TooManyResults`].
-    pub fn intake(&self, search: &Search, version: &str) -> Result<IntakeCatalogue> {
+    pub fn intake(
+        &self,
+        search: &Search,
+        version: &str,
+        stores: Option<HashMap<String, String>>,
+    ) -> Result<IntakeCatalogue> {
         let selection = self.bounded_selection(search)?;
         Ok(IntakeCatalogue::new(
             &self.catalog,
             search,
             selection,
             version,
+            stores,
         ))
     }
 

@@ -49,7 +49,13 @@ impl Handler for ConvertJob {
         // One source per store until aggregation is implemented.
         let source = PathBuf::from(&record.sources[0]);
         tracing::info!(%token, source = %source.display(), "converting");
-        let converted = convert::convert_file(&source, &dir, &record.chunking, stop);
+        let converted = convert::convert_file(
+            &source,
+            &dir,
+            &record.chunking,
+            self.stores.config.compressor,
+            stop,
+        );
         let (status, reason) = match converted {
             Ok((_, Written::Interrupted)) => return Ok(Outcome::Interrupted),
             Ok((_, Written::Complete)) => (Status::Ready, String::new()),

@@ -5,7 +5,10 @@
 //! exist), then validates the key before any work: malformed keys are 400, keys the store does
 //! not have are 404, `zarr.json` is 404 so zarr-python 3 falls back to Zarr v2. Metadata comes
 //! from memory (the consolidated metadata, loaded once per conversion); chunks come from the
-//! hot tier. A chunk of a store still being converted that is not written yet is waited for,
+//! hot tier. A chunk of a store still being converted that is not written yet is computed
+//! from the source on demand, with the conversion's own functions, so the reader gets the
+//! bytes the conversion will write without waiting for it (they are not stored: the
+//! conversion writes every chunk itself). When that cannot be done, the chunk is waited for,
 //! up to the caller's bound, then answered with [`Error::NotReady`] (503 with `Retry-After`):
 //! never with a 404, which clients would silently turn into fill values.
 
@@ -19,6 +22,7 @@ use uuid::Uuid;
 
 use super::{Status, StoreRecord, Stores};
 use crate::auth::Caller;
+use crate::convert;
 use crate::error::{Error, Fault, Missing, Result};
 
 /// How often a reader looks for a chunk that is being written.
@@ -199,23 +203,66 @@ impl Stores {
             Key::Chunk { array, index } => {
                 check_chunk(&served.documents, array, &index, key)?;
                 let path = self.dir(token).join(key);
+                let chunk = |bytes| KeyBytes {
+                    kind: KeyKind::Chunk,
+                    bytes,
+                };
+                let mut computed = false;
                 loop {
                     match std::fs::read(&path) {
-                        Ok(bytes) => {
-                            return Ok(KeyBytes {
-                                kind: KeyKind::Chunk,
-                                bytes,
-                            });
-                        }
+                        Ok(bytes) => return Ok(chunk(bytes)),
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                         Err(e) => return Err(Error::io(format!("read {}", path.display()), e)),
                     }
-                    match self.current(&record)?.status {
-                        Status::Preparing => pause(deadline)?,
+                    let current = self.current(&record)?;
+                    if current.status != Status::Preparing {
                         // Every chunk of a finished store is written.
-                        _ => return Err(missing(key)),
+                        return Err(missing(key));
                     }
+                    if !computed {
+                        computed = true;
+                        if let Some(bytes) = self.chunk_on_demand(&current, &served, array, &index)
+                        {
+                            return Ok(chunk(bytes));
+                        }
+                    }
+                    pause(deadline)?;
                 }
+            }
+        }
+    }
+
+    /// A chunk the conversion of `record` has not written yet, computed from its source as
+    /// the conversion computes it ([`convert::chunk_on_demand`]). `None` when it cannot be:
+    /// the store was reconverted since `served` was read, or its source no longer gives the
+    /// served metadata, or cannot be read; the conversion then writes the chunk or fails.
+    fn chunk_on_demand(
+        &self,
+        record: &StoreRecord,
+        served: &Served,
+        array: &str,
+        index: &[u64],
+    ) -> Option<Vec<u8>> {
+        let [source] = record.sources.as_slice() else {
+            return None;
+        };
+        if record.updated != served.updated {
+            return None;
+        }
+        let zarray = served.documents.get(&format!("{array}/.zarray"))?;
+        let computed = convert::chunk_on_demand(
+            std::path::Path::new(source),
+            &record.chunking,
+            self.config.compressor,
+            array,
+            index,
+            zarray,
+        );
+        match computed {
+            Ok(bytes) => bytes,
+            Err(reason) => {
+                tracing::debug!(token = %record.token, %reason, "a chunk cannot be computed on demand");
+                None
             }
         }
     }

@@ -19,6 +19,7 @@ fn open(dir: &std::path::Path) -> (Arc<Queue>, Stores) {
         max_ttl_seconds: MAX_TTL,
         allowed_roots: vec!["/data".into()],
         unread_expiry_seconds: 30 * 86_400,
+        compressor: crate::convert::Compressor::Lz4,
     };
     let root = dir.join("stores");
     let stores = Stores::open(db, queue.clone(), config, root, &dir.join("share.key")).unwrap();
