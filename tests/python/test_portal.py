@@ -13,7 +13,7 @@ import xarray as xr
 
 def write_source(path):
     """A NetCDF-4 file with a packed integer variable, fill values, NaNs, a 0-d variable, a
-    char variable and an unlimited time axis in CF units."""
+    char variable, a string variable and an unlimited time axis in CF units."""
     import netCDF4
 
     with netCDF4.Dataset(path, "w") as nc:
@@ -51,6 +51,9 @@ def write_source(path):
         height[...] = 2.0
         label = nc.createVariable("label", "S1", ("nchar",))
         label[:] = netCDF4.stringtochar(np.array(["abcd"], dtype="S4"))[0]
+        station = nc.createVariable("station", str, ("lat",))
+        station.long_name = "station name"
+        station[:] = np.array(["Hamburg", "Zürich", "", "a <b>", "x" * 300], dtype=object)
 
 
 def wait_ready(base, headers, url, timeout=60):

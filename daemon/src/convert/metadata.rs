@@ -33,6 +33,8 @@ pub(crate) enum Dtype {
     Float(FloatType),
     /// A NetCDF `char`: one byte, `|S1`.
     Char,
+    /// A NetCDF-4 `string`: `|O` with the `vlen-utf8` filter, as xarray writes strings.
+    String,
 }
 
 impl Dtype {
@@ -41,6 +43,7 @@ impl Dtype {
             NcVariableType::Int(int) => Ok(Dtype::Int(int)),
             NcVariableType::Float(float) => Ok(Dtype::Float(float)),
             NcVariableType::Char => Ok(Dtype::Char),
+            NcVariableType::String => Ok(Dtype::String),
             other => Err(format!(
                 "variable {:?} has the NetCDF type {other:?}, which cannot be converted yet",
                 variable.name()
@@ -63,16 +66,28 @@ impl Dtype {
             Dtype::Float(FloatType::F32) => "<f4",
             Dtype::Float(FloatType::F64) => "<f8",
             Dtype::Char => "|S1",
+            Dtype::String => "|O",
         }
     }
 
-    /// Bytes per element.
+    /// Bytes per element (for a string, numpy's size of an object reference, which is what
+    /// the chunk plan counts).
     pub(crate) fn size(self) -> u64 {
         match self {
             Dtype::Int(IntType::I8 | IntType::U8) | Dtype::Char => 1,
             Dtype::Int(IntType::I16 | IntType::U16) => 2,
             Dtype::Int(IntType::I32 | IntType::U32) | Dtype::Float(FloatType::F32) => 4,
-            Dtype::Int(IntType::I64 | IntType::U64) | Dtype::Float(FloatType::F64) => 8,
+            Dtype::Int(IntType::I64 | IntType::U64)
+            | Dtype::Float(FloatType::F64)
+            | Dtype::String => 8,
+        }
+    }
+
+    /// The `.zarray` filters: `vlen-utf8` for strings, none otherwise.
+    fn filters(self) -> Value {
+        match self {
+            Dtype::String => json!([{"id": "vlen-utf8"}]),
+            _ => Value::Null,
         }
     }
 }
@@ -227,6 +242,8 @@ impl Scope<'_> {
                 format!("{}/{name}", groups.join("/"))
             };
             let fill_value = match variable.attribute_value("_FillValue") {
+                // A string array's fill value is null, as xarray writes it.
+                _ if dtype == Dtype::String => Value::Null,
                 Some(value) => {
                     let value = value.map_err(|e| format!("{path}: _FillValue: {e}"))?;
                     fill_value(&value, dtype)
@@ -244,7 +261,7 @@ impl Scope<'_> {
                 format!("{path}/.zarray"),
                 json!({
                     "compressor": self.compressor,
-                    "filters": null,
+                    "filters": dtype.filters(),
                     "chunks": chunks,
                     "dtype": dtype.zarr(),
                     "fill_value": fill_value,

@@ -102,9 +102,9 @@ pub(crate) fn chunk_on_demand(
         index
     };
     let encoder = write::Encoder::new(&layout, planned)?;
-    let bytes =
-        write::chunk_bytes(&variable, planned, index).map_err(|e| format!("{shown}: {e}"))?;
-    encoder.encode(index, bytes).map(Some)
+    let values =
+        write::chunk_values(&variable, planned, index).map_err(|e| format!("{shown}: {e}"))?;
+    encoder.encode(index, values).map(Some)
 }
 
 #[cfg(test)]

@@ -321,3 +321,67 @@ fn chunks_computed_on_demand_are_the_chunks_the_conversion_writes() {
         assert_eq!(gone.unwrap(), None);
     }
 }
+
+#[test]
+fn string_variables_become_vlen_utf8_arrays_with_every_string() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("s.nc");
+    let mut file = netcdf::create_with(&source, Options::NETCDF4).unwrap();
+    file.add_dimension("station", 3).unwrap();
+    file.add_dimension("x", 2).unwrap();
+    let names = ["Hamburg", "Zürich", ""];
+    let mut station = file.add_string_variable("station", &["station"]).unwrap();
+    for (i, name) in names.iter().enumerate() {
+        station.put_string(name, [i]).unwrap();
+    }
+    let mut codes = file
+        .add_string_variable("codes", &["x", "station"])
+        .unwrap();
+    for x in 0..2 {
+        for i in 0..3 {
+            codes.put_string(&format!("c{x}{i}"), [x, i]).unwrap();
+        }
+    }
+    let mut only = file.add_string_variable("only", &[]).unwrap();
+    only.put_string("one <value>", ..).unwrap();
+    file.close().unwrap();
+
+    let chunking = Chunking {
+        access_pattern: AccessPattern::Map,
+        map_primary_chunksize: 1,
+        chunk_size_mib: 16.0,
+    };
+    let store = dir.path().join("store");
+    let stop = crate::jobs::Stop::default();
+    let (layout, _) = convert_file(&source, &store, &chunking, Compressor::Lz4, &stop).unwrap();
+    let zarray = &layout.documents["codes/.zarray"];
+    assert_eq!(zarray["dtype"], json!("|O"));
+    assert_eq!(zarray["filters"], json!([{"id": "vlen-utf8"}]));
+    assert_eq!(zarray["fill_value"], Value::Null);
+    let store_handle = std::sync::Arc::new(FilesystemStore::new(&store).unwrap());
+    let read = |path: &str| -> Vec<String> {
+        let array = Array::open(store_handle.clone(), &format!("/{path}")).unwrap();
+        array
+            .retrieve_array_subset::<Vec<String>>(&array.subset_all())
+            .unwrap()
+    };
+    assert_eq!(read("station"), names);
+    assert_eq!(read("codes"), ["c00", "c01", "c02", "c10", "c11", "c12"]);
+    let only: Vec<String> = decoded_chunk(&store, "only", &[]);
+    assert_eq!(only, ["one <value>"]);
+
+    // A chunk at the array's edge is padded with empty strings.
+    let file = netcdf::open(&source).unwrap();
+    let mut codes = layout
+        .arrays
+        .iter()
+        .find(|a| a.path == "codes")
+        .unwrap()
+        .clone();
+    codes.chunks = vec![1, 2];
+    let variable = file.variable("codes").unwrap();
+    match write::chunk_values(&variable, &codes, &[1, 1]).unwrap() {
+        write::ChunkValues::Strings(strings) => assert_eq!(strings, ["c12", ""]),
+        write::ChunkValues::Fixed(_) => panic!("strings are read as strings"),
+    }
+}

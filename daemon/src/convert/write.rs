@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use netcdf::{Extent, Variable};
 use serde_json::{Value, json};
-use zarrs::array::{Array, ArrayBytes, ArrayMetadata, ArrayToBytesCodecTraits, CodecOptions};
+use zarrs::array::{
+    Array, ArrayBytes, ArrayBytesOffsets, ArrayMetadata, ArrayToBytesCodecTraits, CodecOptions,
+};
 use zarrs::metadata::v2::ArrayMetadataV2;
 use zarrs::storage::store::MemoryStore;
 
@@ -61,7 +63,7 @@ pub(crate) fn write_chunks(
             if stop.requested() {
                 return Ok(Written::Interrupted);
             }
-            let encoded = encoder.encode(&index, chunk_bytes(&variable, array, &index)?)?;
+            let encoded = encoder.encode(&index, chunk_values(&variable, array, &index)?)?;
             let key = format!("{}/{}", array.path, chunk_key(&index));
             put_atomically(dir, &key, &encoded)?;
         }
@@ -107,18 +109,32 @@ impl Encoder {
         })
     }
 
-    /// The stored bytes of chunk `index` from its uncompressed bytes.
+    /// The stored bytes of chunk `index` from its values.
     ///
     /// # Errors
     /// A sentence naming the array and chunk.
-    pub(crate) fn encode(&self, index: &[u64], bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    pub(crate) fn encode(&self, index: &[u64], values: ChunkValues) -> Result<Vec<u8>, String> {
         let failed = |e: &dyn std::fmt::Display| format!("{} chunk {index:?}: {e}", self.path);
         let shape = self.array.chunk_shape(index).map_err(|e| failed(&e))?;
+        let bytes = match values {
+            ChunkValues::Fixed(bytes) => ArrayBytes::new_flen(bytes),
+            ChunkValues::Strings(strings) => {
+                let mut offsets = Vec::with_capacity(strings.len() + 1);
+                let mut joined = Vec::new();
+                offsets.push(0);
+                for string in &strings {
+                    joined.extend_from_slice(string.as_bytes());
+                    offsets.push(joined.len());
+                }
+                let offsets = ArrayBytesOffsets::new(offsets).map_err(|e| failed(&e))?;
+                ArrayBytes::new_vlen(joined, offsets).map_err(|e| failed(&e))?
+            }
+        };
         let encoded = self
             .array
             .codecs()
             .encode(
-                ArrayBytes::new_flen(bytes),
+                bytes,
                 &shape,
                 self.array.data_type(),
                 self.array.fill_value(),
@@ -179,19 +195,33 @@ pub(crate) fn chunk_indices(array: &ArrayLayout) -> impl Iterator<Item = Vec<u64
     })
 }
 
-/// The uncompressed bytes of chunk `index` of `array`: the source hyperslab in C order, padded
-/// with zeros to the full chunk shape at the array's edges (readers ignore the padding).
+/// The values of one chunk, uncompressed.
+pub(crate) enum ChunkValues {
+    /// Fixed-size elements, in C order.
+    Fixed(Vec<u8>),
+    /// Strings, in C order.
+    Strings(Vec<String>),
+}
+
+/// The values of chunk `index` of `array`: the source hyperslab in C order, padded with zeros
+/// (empty strings) to the full chunk shape at the array's edges (readers ignore the padding).
 ///
 /// # Errors
 /// A sentence naming the variable and chunk when the source cannot be read.
-pub(crate) fn chunk_bytes(
+pub(crate) fn chunk_values(
     variable: &Variable,
     array: &ArrayLayout,
     index: &[u64],
-) -> Result<Vec<u8>, String> {
+) -> Result<ChunkValues, String> {
     let failed = |e: netcdf::Error| format!("{} chunk {index:?}: {e}", array.path);
+    if array.dtype == Dtype::String {
+        return chunk_strings(variable, array, index).map_err(failed);
+    }
     if array.shape.is_empty() {
-        return variable.get_raw_values(..).map_err(failed);
+        return variable
+            .get_raw_values(..)
+            .map(ChunkValues::Fixed)
+            .map_err(failed);
     }
     let starts: Vec<u64> = index
         .iter()
@@ -211,14 +241,48 @@ pub(crate) fn chunk_bytes(
         .collect();
     let raw = variable.get_raw_values(extents).map_err(failed)?;
     if counts == array.chunks {
-        return Ok(raw);
+        return Ok(ChunkValues::Fixed(raw));
     }
-    Ok(pad(
+    Ok(ChunkValues::Fixed(pad(
         &raw,
         &counts,
         &array.chunks,
         to_usize(array.dtype.size()),
-    ))
+    )))
+}
+
+/// The strings of chunk `index` of a string array, read one by one (the library hands out
+/// strings only as C pointers in bulk, and string variables are small), with empty strings
+/// past the array's edges.
+fn chunk_strings(
+    variable: &Variable,
+    array: &ArrayLayout,
+    index: &[u64],
+) -> netcdf::Result<ChunkValues> {
+    if array.shape.is_empty() {
+        return Ok(ChunkValues::Strings(vec![variable.get_string(..)?]));
+    }
+    let total: u64 = array.chunks.iter().product();
+    let mut strings = Vec::with_capacity(to_usize(total));
+    for n in 0..total {
+        // The position of element `n` of the chunk in the array.
+        let mut rest = n;
+        let mut position = vec![0usize; array.chunks.len()];
+        for d in (0..array.chunks.len()).rev() {
+            position[d] = to_usize(index[d] * array.chunks[d] + rest % array.chunks[d]);
+            rest /= array.chunks[d];
+        }
+        let inside = position
+            .iter()
+            .zip(&array.shape)
+            .all(|(p, len)| (*p as u64) < *len);
+        strings.push(if inside {
+            variable.get_string(position.as_slice())?
+        } else {
+            String::new()
+        });
+    }
+    Ok(ChunkValues::Strings(strings))
 }
 
 /// Places a C-order block of shape `counts` at the start of a zeroed block of shape `full`.
