@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -30,6 +31,11 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// How long a client is told to wait before asking again for a chunk not yet written.
 const RETRY: Duration = Duration::from_secs(2);
+
+/// Chunks computed on demand at once. A chunk can be hundreds of MiB (`chunk_size` up to
+/// 512), so many clients opening a store being converted must not each compute one: beyond
+/// this they wait for the conversion instead.
+pub(super) const ON_DEMAND_AT_ONCE: usize = 4;
 
 /// What a key of a store holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +256,7 @@ impl Stores {
             return None;
         }
         let zarray = served.documents.get(&format!("{array}/.zarray"))?;
+        let _slot = OnDemandSlot::take(&self.on_demand)?;
         let computed = convert::chunk_on_demand(
             std::path::Path::new(source),
             &record.chunking,
@@ -307,6 +314,26 @@ impl Stores {
             .lock()
             .insert(record.token, Arc::clone(&served));
         Ok(Some(served))
+    }
+}
+
+/// One of the [`ON_DEMAND_AT_ONCE`] computations of a chunk, given back when dropped.
+struct OnDemandSlot<'a>(&'a AtomicUsize);
+
+impl<'a> OnDemandSlot<'a> {
+    /// A slot, if one is free.
+    fn take(busy: &'a AtomicUsize) -> Option<Self> {
+        busy.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < ON_DEMAND_AT_ONCE).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| OnDemandSlot(busy))
+    }
+}
+
+impl Drop for OnDemandSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -395,6 +422,18 @@ mod tests {
             let err = parse_key(key).unwrap_err();
             assert_eq!(err.kind(), kind, "{key:?}: {err}");
         }
+    }
+
+    #[test]
+    fn on_demand_slots_are_bounded_and_given_back() {
+        let busy = AtomicUsize::new(0);
+        let slots: Vec<_> = (0..ON_DEMAND_AT_ONCE)
+            .map(|_| OnDemandSlot::take(&busy).expect("a free slot"))
+            .collect();
+        assert!(OnDemandSlot::take(&busy).is_none());
+        drop(slots);
+        assert_eq!(busy.load(Ordering::SeqCst), 0);
+        assert!(OnDemandSlot::take(&busy).is_some());
     }
 
     #[test]
