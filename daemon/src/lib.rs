@@ -191,6 +191,9 @@ impl Daemon {
         request.sources = self
             .databrowser
             .files(&search, stores::request::MAX_SOURCES as u64)?;
+        // One store per file, also when several records (users' own entries) name it.
+        let mut seen = std::collections::HashSet::new();
+        request.sources.retain(|file| seen.insert(file.clone()));
         let stores = self.stores.request(caller, &request, now)?;
         Ok(Load {
             request,

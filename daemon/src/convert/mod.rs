@@ -42,19 +42,76 @@ impl Compressor {
     }
 }
 
+/// An opened source file. The NetCDF library opens it again by name, so the file is opened
+/// first, here, and the library is handed `/proc/self/fd/<n>`: it reads the file that was
+/// opened (and checked, see [`crate::stores`]), even if the path names another file since.
+#[derive(Debug)]
+pub(crate) struct Source {
+    /// The path as the user gave it, for messages.
+    path: std::path::PathBuf,
+    file: std::fs::File,
+}
+
+impl Source {
+    /// Opens `path`, which must be a regular file (a FIFO or device would block or never end).
+    ///
+    /// # Errors
+    /// A sentence naming the file and the cause.
+    pub(crate) fn open(path: &Path) -> Result<Self, String> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let shown = path.display();
+        // Non-blocking, so that opening a FIFO does not wait for a writer.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| format!("{shown}: {e}"))?;
+        let meta = file.metadata().map_err(|e| format!("{shown}: {e}"))?;
+        if !meta.is_file() {
+            return Err(format!("{shown}: not a regular file"));
+        }
+        Ok(Source {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    /// The device and inode of the opened file.
+    pub(crate) fn identity(&self) -> Result<(u64, u64), String> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = self
+            .file
+            .metadata()
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        Ok((meta.dev(), meta.ino()))
+    }
+
+    /// The path the user gave.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The opened file as NetCDF.
+    fn netcdf(&self) -> Result<netcdf::File, String> {
+        use std::os::fd::AsRawFd;
+        let opened = std::path::PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()));
+        crate::crawl::open_netcdf(&opened).map_err(|e| format!("{}: {e}", self.path.display()))
+    }
+}
+
 /// Converts the NetCDF file `source` into the store directory `dir`.
 ///
 /// # Errors
 /// A reason for the store's failed status, naming the file and the cause.
 pub(crate) fn convert_file(
-    source: &Path,
+    source: &Source,
     dir: &Path,
     chunking: &Chunking,
     compressor: Compressor,
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
-    let shown = source.display();
-    let file = crate::crawl::open_netcdf(source).map_err(|e| format!("{shown}: {e}"))?;
+    let shown = source.path.display();
+    let file = source.netcdf()?;
     let layout = metadata::layout(&file, chunking, &compressor.codec())
         .map_err(|e| format!("{shown}: {e}"))?;
     write::write_metadata(&layout, dir)?;
@@ -72,15 +129,15 @@ pub(crate) fn convert_file(
 /// # Errors
 /// A sentence naming the file, and the variable and chunk, that could not be read.
 pub(crate) fn chunk_on_demand(
-    source: &Path,
+    source: &Source,
     chunking: &Chunking,
     compressor: Compressor,
     array: &str,
     index: &[u64],
     zarray: &Value,
 ) -> Result<Option<Vec<u8>>, String> {
-    let shown = source.display();
-    let file = crate::crawl::open_netcdf(source).map_err(|e| format!("{shown}: {e}"))?;
+    let shown = source.path.display();
+    let file = source.netcdf()?;
     let layout = metadata::layout(&file, chunking, &compressor.codec())
         .map_err(|e| format!("{shown}: {e}"))?;
     let (Some(written), Some(planned)) = (

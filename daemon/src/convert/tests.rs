@@ -207,7 +207,7 @@ fn a_converted_store_holds_the_source_values_in_every_chunk() {
         chunk_size_mib: 0.5,
     };
     let (layout, written) = convert_file(
-        &source,
+        &Source::open(&source).unwrap(),
         &store,
         &chunking,
         Compressor::Lz4,
@@ -260,7 +260,7 @@ fn a_source_that_is_not_netcdf_fails_with_a_reason_naming_it() {
     std::fs::write(&source, "not a netcdf file").unwrap();
     let stop = crate::jobs::Stop::default();
     let err = convert_file(
-        &source,
+        &Source::open(&source).unwrap(),
         &dir.path().join("s"),
         &map(1),
         Compressor::Lz4,
@@ -272,15 +272,20 @@ fn a_source_that_is_not_netcdf_fails_with_a_reason_naming_it() {
         "{err}"
     );
     let missing = dir.path().join("missing.nc");
-    let err = convert_file(
-        &missing,
-        &dir.path().join("s"),
-        &map(1),
-        Compressor::Lz4,
-        &stop,
-    )
-    .unwrap_err();
+    let err = Source::open(&missing).unwrap_err();
     assert!(err.contains("missing.nc"), "{err}");
+    // A FIFO is refused at once, not waited on.
+    let fifo = dir.path().join("fifo.nc");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let err = Source::open(&fifo).unwrap_err();
+    assert!(
+        err.contains("fifo.nc") && err.contains("not a regular file"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -289,6 +294,7 @@ fn chunks_computed_on_demand_are_the_chunks_the_conversion_writes() {
     let source = dir.path().join("a.nc");
     netcdf4(&source);
     let stop = crate::jobs::Stop::default();
+    let source = Source::open(&source).unwrap();
     for compressor in [Compressor::Lz4, Compressor::Zstd] {
         let store = dir.path().join(format!("{compressor:?}"));
         let chunking = map(1);
@@ -353,7 +359,8 @@ fn string_variables_become_vlen_utf8_arrays_with_every_string() {
     };
     let store = dir.path().join("store");
     let stop = crate::jobs::Stop::default();
-    let (layout, _) = convert_file(&source, &store, &chunking, Compressor::Lz4, &stop).unwrap();
+    let opened = Source::open(&source).unwrap();
+    let (layout, _) = convert_file(&opened, &store, &chunking, Compressor::Lz4, &stop).unwrap();
     let zarray = &layout.documents["codes/.zarray"];
     assert_eq!(zarray["dtype"], json!("|O"));
     assert_eq!(zarray["filters"], json!([{"id": "vlen-utf8"}]));

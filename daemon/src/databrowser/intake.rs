@@ -114,15 +114,16 @@ impl IntakeCatalogue {
         }
     }
 
-    /// The row of a record; `None` for a file without a store in a catalogue of stores.
-    fn entry(&self, record: &Record) -> Option<Value> {
+    /// The row of a record; `None` in a catalogue of stores for a file without a store, or
+    /// whose store has its row already (several records, users' own entries, name one file).
+    fn entry(&mut self, record: &Record) -> Option<Value> {
         let mut object = serde_json::Map::new();
-        let location = match &self.zarr {
-            Some(urls) => urls.get(&record.file)?,
-            None if self.uniq_key == "uri" => &record.uri,
-            None => &record.file,
+        let location = match &mut self.zarr {
+            Some(urls) => urls.remove(&record.file)?,
+            None if self.uniq_key == "uri" => record.uri.clone(),
+            None => record.file.clone(),
         };
-        object.insert(self.uniq_key.to_string(), Value::String(location.clone()));
+        object.insert(self.uniq_key.to_string(), Value::String(location));
         for (std, name) in &self.columns {
             if self.zarr.is_some() && *name == self.format {
                 object.insert(name.clone(), Value::String("zarr".into()));
@@ -158,8 +159,11 @@ impl IntakeCatalogue {
             return Ok(Some("\n  ]\n}\n".to_string()));
         }
         let mut out = String::new();
-        let entries: Vec<Value> = records.iter().filter_map(|r| self.entry(r)).collect();
-        for entry in entries {
+        for entry in records
+            .iter()
+            .filter_map(|r| self.entry(r))
+            .collect::<Vec<_>>()
+        {
             out.push_str(if self.first { "\n    " } else { ",\n    " });
             self.first = false;
             out.push_str(&entry.to_string());

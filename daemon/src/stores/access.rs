@@ -109,6 +109,27 @@ pub(crate) fn check(user: &str, sources: &[String], allowed_roots: &[PathBuf]) -
     Ok(())
 }
 
+/// Checks that `user` may read the opened `source`: as [`check`] for its path, and that the
+/// path still names the file that was opened. A conversion and a chunk computed on demand
+/// check again when they open the source, so a path changed since the request (a file
+/// replaced by a link to one the user may not read) gives them nothing.
+///
+/// # Errors
+/// As [`check`]; [`Error::SourceForbidden`] when the path names another file now.
+pub(crate) fn check_opened(
+    user: &str,
+    source: &crate::convert::Source,
+    allowed_roots: &[PathBuf],
+) -> Result<()> {
+    let path = source.path().to_string_lossy().into_owned();
+    check(user, std::slice::from_ref(&path), allowed_roots)?;
+    let named = std::fs::metadata(source.path()).map(|meta| (meta.dev(), meta.ino()));
+    match (named, source.identity()) {
+        (Ok(named), Ok(opened)) if named == opened => Ok(()),
+        _ => Err(forbidden(&path)),
+    }
+}
+
 /// Whether a local account may read `path`: search on every existing directory above it, and
 /// read on the file itself if it exists.
 fn readable(reader: &Reader, path: &Path) -> bool {

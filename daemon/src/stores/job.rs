@@ -47,15 +47,17 @@ impl Handler for ConvertJob {
         let dir = self.stores.dir(token);
         remove_dir(&dir);
         // One source per store until aggregation is implemented.
-        let source = PathBuf::from(&record.sources[0]);
-        tracing::info!(%token, source = %source.display(), "converting");
-        let converted = convert::convert_file(
-            &source,
-            &dir,
-            &record.chunking,
-            self.stores.config.compressor,
-            stop,
-        );
+        let path = PathBuf::from(&record.sources[0]);
+        tracing::info!(%token, source = %path.display(), "converting");
+        let converted = self.stores.open_source(&record).and_then(|source| {
+            convert::convert_file(
+                &source,
+                &dir,
+                &record.chunking,
+                self.stores.config.compressor,
+                stop,
+            )
+        });
         let (status, reason) = match converted {
             Ok((_, Written::Interrupted)) => return Ok(Outcome::Interrupted),
             Ok((_, Written::Complete)) => (Status::Ready, String::new()),

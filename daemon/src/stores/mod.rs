@@ -253,6 +253,24 @@ impl Stores {
         self.read(Some(&caller), token, key, now, wait)
     }
 
+    /// The source of a store, opened and checked again for its owner (see
+    /// [`access::check_opened`]): the conversion and chunks computed on demand read it.
+    ///
+    /// # Errors
+    /// A reason naming the file: it cannot be opened, is not a regular file, or its owner may
+    /// not read it (now).
+    pub(crate) fn open_source(
+        &self,
+        record: &StoreRecord,
+    ) -> std::result::Result<crate::convert::Source, String> {
+        // One source per store until aggregation is implemented.
+        let path = std::path::Path::new(&record.sources[0]);
+        let source = crate::convert::Source::open(path)?;
+        access::check_opened(&record.owner, &source, &self.config.allowed_roots)
+            .map_err(|e| e.to_string())?;
+        Ok(source)
+    }
+
     /// The directory of a store on the hot tier.
     pub fn dir(&self, token: Uuid) -> PathBuf {
         self.root.join(token.to_string())

@@ -131,8 +131,8 @@ fn parse_key(key: &str) -> Result<Key<'_>> {
 
 /// The metadata of one conversion of a store, as served.
 pub(super) struct Served {
-    /// The record's `updated` time of the conversion the metadata belongs to.
-    updated: i64,
+    /// The `.zmetadata` file it was read from.
+    file: FileIdentity,
     /// The `.zmetadata` file.
     consolidated: Vec<u8>,
     /// Its documents by key.
@@ -239,9 +239,11 @@ impl Stores {
     }
 
     /// A chunk the conversion of `record` has not written yet, computed from its source as
-    /// the conversion computes it ([`convert::chunk_on_demand`]). `None` when it cannot be:
-    /// the store was reconverted since `served` was read, or its source no longer gives the
-    /// served metadata, or cannot be read; the conversion then writes the chunk or fails.
+    /// the conversion computes it ([`convert::chunk_on_demand`]). `None` when it is not: the
+    /// chunk is too large to compute on a request ([`on_demand_cost_allowed`]), all slots are
+    /// busy, the source no longer gives the served metadata (it changed, or the store is being
+    /// reconverted with other options), its owner may no longer read it, or it cannot be
+    /// read. The conversion then writes the chunk or fails.
     fn chunk_on_demand(
         &self,
         record: &StoreRecord,
@@ -249,16 +251,23 @@ impl Stores {
         array: &str,
         index: &[u64],
     ) -> Option<Vec<u8>> {
-        let [source] = record.sources.as_slice() else {
-            return None;
-        };
-        if record.updated != served.updated {
+        if record.sources.len() != 1 {
             return None;
         }
         let zarray = served.documents.get(&format!("{array}/.zarray"))?;
+        if !on_demand_cost_allowed(zarray) {
+            return None;
+        }
         let _slot = OnDemandSlot::take(&self.on_demand)?;
+        let source = match self.open_source(record) {
+            Ok(source) => source,
+            Err(reason) => {
+                tracing::debug!(token = %record.token, %reason, "a chunk cannot be computed on demand");
+                return None;
+            }
+        };
         let computed = convert::chunk_on_demand(
-            std::path::Path::new(source),
+            &source,
             &record.chunking,
             self.config.compressor,
             array,
@@ -281,31 +290,41 @@ impl Stores {
     }
 
     /// The served metadata of the store's current conversion, if it is written.
+    ///
+    /// The cache is checked against the `.zmetadata` file on every call (one `stat`): each
+    /// conversion writes a new file (a rename), so metadata cached from an earlier conversion
+    /// (a reader that raced a `reload`) is never served for a later one.
     fn served(&self, record: &StoreRecord) -> Result<Option<Arc<Served>>> {
+        let path = self.dir(record.token).join(".zmetadata");
+        let failed = |e| Error::io(format!("read {}", path.display()), e);
+        let written = match std::fs::metadata(&path) {
+            Ok(meta) => FileIdentity::of(&meta),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(failed(e)),
+        };
         if let Some(served) = self.metadata.0.lock().get(&record.token)
-            && served.updated == record.updated
+            && served.file == written
         {
             return Ok(Some(Arc::clone(served)));
         }
-        let path = self.dir(record.token).join(".zmetadata");
-        let consolidated = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
+        // Read the file and its identity from one open file, so they agree.
+        let mut file = match std::fs::File::open(&path) {
+            Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(format!("read {}", path.display()), e)),
+            Err(e) => return Err(failed(e)),
         };
-        let corrupt = |reason: String| {
-            Error::io(
-                format!("read {}", path.display()),
-                std::io::Error::new(std::io::ErrorKind::InvalidData, reason),
-            )
-        };
+        let file_identity = FileIdentity::of(&file.metadata().map_err(failed)?);
+        let mut consolidated = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut consolidated).map_err(failed)?;
+        let corrupt =
+            |reason: String| failed(std::io::Error::new(std::io::ErrorKind::InvalidData, reason));
         let value: Value =
             serde_json::from_slice(&consolidated).map_err(|e| corrupt(e.to_string()))?;
         let Some(Value::Object(documents)) = value.get("metadata").cloned() else {
             return Err(corrupt("no metadata object".into()));
         };
         let served = Arc::new(Served {
-            updated: record.updated,
+            file: file_identity,
             consolidated,
             documents,
         });
@@ -314,6 +333,59 @@ impl Stores {
             .lock()
             .insert(record.token, Arc::clone(&served));
         Ok(Some(served))
+    }
+}
+
+/// What tells one written `.zmetadata` from another: device, inode, size and modification
+/// time (an inode number alone can be reused once the earlier file is removed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    modified: (i64, i64),
+}
+
+impl FileIdentity {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            modified: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
+}
+
+/// The largest chunk computed on demand, uncompressed.
+const ON_DEMAND_MAX_BYTES: u64 = 64 << 20;
+
+/// The most strings in a chunk computed on demand (strings are read one by one).
+const ON_DEMAND_MAX_STRINGS: u64 = 10_000;
+
+/// Whether a chunk of the array `zarray` describes is small enough to compute on a request:
+/// at most [`ON_DEMAND_MAX_BYTES`] uncompressed, or [`ON_DEMAND_MAX_STRINGS`] strings.
+fn on_demand_cost_allowed(zarray: &Value) -> bool {
+    let Some(chunks) = zarray["chunks"].as_array() else {
+        return false;
+    };
+    let elements = chunks
+        .iter()
+        .try_fold(1u64, |n, c| c.as_u64().and_then(|c| n.checked_mul(c)));
+    let Some(elements) = elements else {
+        return false;
+    };
+    match zarray["dtype"].as_str() {
+        Some("|O") => elements <= ON_DEMAND_MAX_STRINGS,
+        Some(dtype) => {
+            let item: u64 = dtype
+                .get(2..)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(u64::MAX);
+            elements.saturating_mul(item) <= ON_DEMAND_MAX_BYTES
+        }
+        None => false,
     }
 }
 
@@ -422,6 +494,22 @@ mod tests {
             let err = parse_key(key).unwrap_err();
             assert_eq!(err.kind(), kind, "{key:?}: {err}");
         }
+    }
+
+    #[test]
+    fn only_small_chunks_are_computed_on_demand() {
+        let allowed = |dtype: &str, chunks: serde_json::Value| {
+            on_demand_cost_allowed(&serde_json::json!({"dtype": dtype, "chunks": chunks}))
+        };
+        assert!(allowed("<f4", serde_json::json!([1, 180, 360])));
+        assert!(allowed("<f8", serde_json::json!([])));
+        assert!(allowed("<f4", serde_json::json!([16, 1024, 1024])));
+        assert!(!allowed("<f4", serde_json::json!([17, 1024, 1024])));
+        assert!(allowed("|O", serde_json::json!([10_000])));
+        assert!(!allowed("|O", serde_json::json!([10_001])));
+        assert!(!allowed("<f8", serde_json::json!([u64::MAX, 2])));
+        assert!(!allowed("<f8", serde_json::json!(null)));
+        assert!(!allowed("x", serde_json::json!([1])));
     }
 
     #[test]

@@ -12,12 +12,16 @@ fn caller(user: &str) -> Caller {
 }
 
 fn open(dir: &std::path::Path) -> (Arc<Queue>, Stores) {
+    open_with_roots(dir, vec!["/data".into()])
+}
+
+fn open_with_roots(dir: &std::path::Path, allowed_roots: Vec<PathBuf>) -> (Arc<Queue>, Stores) {
     let db = Arc::new(Db::open(dir).unwrap());
     let queue = Arc::new(Queue::open(Arc::clone(&db)).unwrap());
     let config = StoresConfig {
         workers: 1,
         max_ttl_seconds: MAX_TTL,
-        allowed_roots: vec!["/data".into()],
+        allowed_roots,
         unread_expiry_seconds: 30 * 86_400,
         compressor: crate::convert::Compressor::Lz4,
     };
@@ -271,4 +275,105 @@ fn only_owner_and_admins_read_a_private_store_and_anyone_a_public_one_until_it_e
             .readable(Some(&jane), public.token, NOW + 600)
             .is_ok()
     );
+}
+
+/// A NetCDF file with `tas(time=2, lat=3, lon=4)` all `value`.
+fn constant_file(path: &std::path::Path, value: f32) {
+    let mut file = netcdf::create(path).unwrap();
+    file.add_dimension("time", 2).unwrap();
+    file.add_dimension("lat", 3).unwrap();
+    file.add_dimension("lon", 4).unwrap();
+    let mut tas = file
+        .add_variable::<f32>("tas", &["time", "lat", "lon"])
+        .unwrap();
+    tas.put_values(&[value; 24], ..).unwrap();
+}
+
+#[test]
+fn a_source_replaced_by_a_link_after_the_request_gives_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (allowed, secret) = (dir.path().join("allowed"), dir.path().join("secret"));
+    std::fs::create_dir(&allowed).unwrap();
+    std::fs::create_dir(&secret).unwrap();
+    let (public, private) = (allowed.join("a.nc"), secret.join("b.nc"));
+    constant_file(&public, 1.0);
+    constant_file(&private, 42.0);
+    let (_queue, stores) = open_with_roots(&dir.path().join("db"), vec![allowed.clone()]);
+    let jane = caller("jane.doe@idp");
+    let body = format!(r#"{{"path": "{}"}}"#, public.display());
+    let [record] = stores
+        .request(&jane, &convert(&body), NOW)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    // The conversion has written the metadata and chunk 0 only.
+    let store = stores.dir(record.token);
+    let source = stores.open_source(&record).unwrap();
+    let stop = crate::jobs::Stop::default();
+    let compressor = crate::convert::Compressor::Lz4;
+    crate::convert::convert_file(&source, &store, &record.chunking, compressor, &stop).unwrap();
+    let written = std::fs::read(store.join("tas/1.0.0")).unwrap();
+    std::fs::remove_file(store.join("tas/1.0.0")).unwrap();
+    let read = |wait| stores.read(Some(&jane), record.token, "tas/1.0.0", NOW, wait);
+    let computed = read(std::time::Duration::ZERO).unwrap();
+    assert_eq!(
+        computed.bytes, written,
+        "computed on demand: the bytes the conversion writes"
+    );
+    // The same path now leads to a file jane may not read.
+    std::fs::remove_file(&public).unwrap();
+    std::os::unix::fs::symlink(&private, &public).unwrap();
+    let err = read(std::time::Duration::ZERO).unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::Unavailable, "{err}");
+    let reason = stores.open_source(&record).unwrap_err();
+    assert!(reason.contains("a.nc"), "{reason}");
+    // A file swapped between opening and checking is refused too.
+    std::fs::remove_file(&public).unwrap();
+    constant_file(&public, 1.0);
+    let opened = crate::convert::Source::open(&public).unwrap();
+    std::fs::rename(allowed.join("a.nc"), allowed.join("old.nc")).unwrap();
+    constant_file(&public, 2.0);
+    assert!(access::check_opened("jane.doe@idp", &opened, &[allowed]).is_err());
+}
+
+#[test]
+fn metadata_of_a_reconverted_store_is_never_the_earlier_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let path = data.join("a.nc");
+    constant_file(&path, 1.0);
+    let (_queue, stores) = open_with_roots(&dir.path().join("db"), vec![data.clone()]);
+    let jane = caller("jane.doe@idp");
+    let body = format!(r#"{{"path": "{}"}}"#, path.display());
+    let [record] = stores
+        .request(&jane, &convert(&body), NOW)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let store = stores.dir(record.token);
+    let stop = crate::jobs::Stop::default();
+    let compressor = crate::convert::Compressor::Lz4;
+    let zarray = || {
+        let bytes = stores
+            .read(
+                Some(&jane),
+                record.token,
+                "tas/.zarray",
+                NOW,
+                std::time::Duration::ZERO,
+            )
+            .unwrap()
+            .bytes;
+        serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()["chunks"].clone()
+    };
+    // Two conversions within the same second, as a reader racing a `reload` sees them.
+    for (primary, chunks) in [(1, [1, 3, 4]), (2, [2, 3, 4])] {
+        let mut chunking = record.chunking;
+        chunking.map_primary_chunksize = primary;
+        let source = stores.open_source(&record).unwrap();
+        std::fs::remove_dir_all(&store).ok();
+        crate::convert::convert_file(&source, &store, &chunking, compressor, &stop).unwrap();
+        assert_eq!(zarray(), serde_json::json!(chunks));
+    }
 }
