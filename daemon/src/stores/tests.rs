@@ -289,6 +289,17 @@ fn constant_file(path: &std::path::Path, value: f32) {
     tas.put_values(&[value; 24], ..).unwrap();
 }
 
+/// The store `caller` gets for the one file `path`.
+fn request_one(stores: &Stores, caller: &Caller, path: &std::path::Path) -> StoreRecord {
+    let body = format!(r#"{{"path": "{}"}}"#, path.display());
+    let [record] = stores
+        .request(caller, &convert(&body), NOW)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    record
+}
+
 #[test]
 fn a_source_replaced_by_a_link_after_the_request_gives_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -300,12 +311,7 @@ fn a_source_replaced_by_a_link_after_the_request_gives_nothing() {
     constant_file(&private, 42.0);
     let (_queue, stores) = open_with_roots(&dir.path().join("db"), vec![allowed.clone()]);
     let jane = caller("jane.doe@idp");
-    let body = format!(r#"{{"path": "{}"}}"#, public.display());
-    let [record] = stores
-        .request(&jane, &convert(&body), NOW)
-        .unwrap()
-        .try_into()
-        .unwrap();
+    let record = request_one(&stores, &jane, &public);
     // The conversion has written the metadata and chunk 0 only.
     let store = stores.dir(record.token);
     let source = stores.open_source(&record).unwrap();
@@ -345,12 +351,7 @@ fn metadata_of_a_reconverted_store_is_never_the_earlier_one() {
     constant_file(&path, 1.0);
     let (_queue, stores) = open_with_roots(&dir.path().join("db"), vec![data.clone()]);
     let jane = caller("jane.doe@idp");
-    let body = format!(r#"{{"path": "{}"}}"#, path.display());
-    let [record] = stores
-        .request(&jane, &convert(&body), NOW)
-        .unwrap()
-        .try_into()
-        .unwrap();
+    let record = request_one(&stores, &jane, &path);
     let store = stores.dir(record.token);
     let stop = crate::jobs::Stop::default();
     let compressor = crate::convert::Compressor::Lz4;
