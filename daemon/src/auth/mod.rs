@@ -15,6 +15,7 @@
 pub(crate) mod key;
 mod oidc;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use jsonwebtoken::errors::ErrorKind as JwtErrorKind;
@@ -113,6 +114,44 @@ pub struct Auth {
     config: AuthConfig,
     own: SigningKey,
     providers: Vec<Provider>,
+    /// Tokens verified lately: a client reading a store sends one token with every chunk,
+    /// and checking its signature each time was a fifth of the daemon's work.
+    verified: VerifiedTokens,
+}
+
+/// How long a verified token is taken as verified without checking its signature again:
+/// short, so that a provider's key rotation or a changed admin role takes effect soon.
+const VERIFIED_FOR: Duration = Duration::from_secs(60);
+
+/// The most tokens remembered; when full, all are forgotten.
+const VERIFIED_CAPACITY: usize = 4096;
+
+/// Verified tokens by the SHA-256 of the whole token: its holder, its expiry and when it was
+/// verified (Unix seconds).
+#[derive(Default)]
+struct VerifiedTokens(parking_lot::Mutex<HashMap<[u8; 32], (Caller, u64, u64)>>);
+
+impl VerifiedTokens {
+    fn digest(token: &str) -> [u8; 32] {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(token.as_bytes()).into()
+    }
+
+    /// The holder of `token` if it was verified less than [`VERIFIED_FOR`] ago and has not
+    /// expired at `now`.
+    fn get(&self, token: &str, now: u64) -> Option<Caller> {
+        let verified = self.0.lock();
+        let (caller, exp, at) = verified.get(&Self::digest(token))?;
+        (now < *exp && now < at + VERIFIED_FOR.as_secs()).then(|| caller.clone())
+    }
+
+    fn insert(&self, token: &str, caller: &Caller, exp: u64, now: u64) {
+        let mut verified = self.0.lock();
+        if verified.len() >= VERIFIED_CAPACITY {
+            verified.clear();
+        }
+        verified.insert(Self::digest(token), (caller.clone(), exp, now));
+    }
 }
 
 impl Auth {
@@ -132,6 +171,7 @@ impl Auth {
             config: config.auth.clone(),
             own,
             providers,
+            verified: VerifiedTokens::default(),
         })
     }
 
@@ -186,6 +226,10 @@ impl Auth {
     /// # Errors
     /// [`Error::Unauthenticated`] saying what is wrong with the token.
     pub async fn verify(&self, token: &str) -> Result<Caller> {
+        let now = jsonwebtoken::get_current_timestamp();
+        if let Some(caller) = self.verified.get(token, now) {
+            return Ok(caller);
+        }
         // Header and claims unverified, only to choose the key; `decode` below verifies.
         let unverified = jsonwebtoken::dangerous::insecure_decode::<Value>(token)
             .map_err(|_| Error::unauthenticated("the token is not a JWT"))?;
@@ -234,7 +278,11 @@ impl Auth {
                 _ => format!("invalid token: {e}"),
             })
         })?;
-        Caller::from_claims(&data.claims, &self.config.admin_roles)
+        let caller = Caller::from_claims(&data.claims, &self.config.admin_roles)?;
+        if let Some(exp) = data.claims.get("exp").and_then(Value::as_u64) {
+            self.verified.insert(token, &caller, exp, now);
+        }
+        Ok(caller)
     }
 
     async fn provider_for(&self, issuer: &str) -> Option<&Provider> {
@@ -294,6 +342,30 @@ mod tests {
         }
     }
 
+    #[test]
+    fn verified_tokens_are_remembered_until_expiry_and_only_briefly() {
+        let verified = VerifiedTokens::default();
+        let jane = Caller {
+            user: "jane".into(),
+            admin: false,
+        };
+        verified.insert("token-a", &jane, 1_000, 500);
+        assert_eq!(verified.get("token-a", 501), Some(jane.clone()));
+        assert_eq!(
+            verified.get("token-b", 501),
+            None,
+            "an exact token, not a prefix"
+        );
+        assert_eq!(verified.get("token-", 501), None);
+        assert_eq!(verified.get("token-a", 500 + VERIFIED_FOR.as_secs()), None);
+        verified.insert("token-c", &jane, 600, 590);
+        assert_eq!(verified.get("token-c", 600), None, "expired");
+        for n in 0..VERIFIED_CAPACITY {
+            verified.insert(&format!("t{n}"), &jane, 1_000, 500);
+        }
+        assert!(verified.0.lock().len() <= VERIFIED_CAPACITY);
+    }
+
     #[tokio::test]
     async fn issued_tokens_verify_and_tampering_is_caught() {
         let dir = tempfile::tempdir().unwrap();
@@ -330,7 +402,8 @@ mod tests {
         let err = auth.verify(&expired).await.unwrap_err();
         assert!(err.to_string().contains("expired"), "{err}");
 
-        let mut strict = auth;
+        // A daemon configured for another audience (its own cache: none of the above).
+        let mut strict = super::tests::auth(dir.path());
         strict.config.audience = "other".into();
         let err = strict.verify(&token).await.unwrap_err();
         assert!(err.to_string().contains("audience"), "{err}");

@@ -26,7 +26,9 @@ use crate::auth::Caller;
 use crate::convert;
 use crate::error::{Error, Fault, Missing, Result};
 
-/// How often a reader looks for a chunk that is being written.
+/// How often a reader looks for metadata or a chunk that is being written: soon at first (a
+/// store just requested has its metadata within milliseconds), then every 20 ms.
+const FIRST_POLL: Duration = Duration::from_millis(1);
 const POLL: Duration = Duration::from_millis(20);
 
 /// How long a client is told to wait before asking again for a chunk not yet written.
@@ -173,6 +175,7 @@ impl Stores {
         // Only users' reads count: the sweep removes stores nobody reads.
         self.reads.note(token, now);
         let deadline = Instant::now() + wait;
+        let mut interval = FIRST_POLL;
         let served = loop {
             let record = self.current(&record)?;
             match record.status {
@@ -191,7 +194,7 @@ impl Stores {
             if record.status != Status::Preparing {
                 return Err(missing(".zmetadata"));
             }
-            pause(deadline)?;
+            pause(deadline, &mut interval)?;
         };
         match parsed {
             Key::Consolidated => Ok(KeyBytes {
@@ -232,7 +235,7 @@ impl Stores {
                             return Ok(chunk(bytes));
                         }
                     }
-                    pause(deadline)?;
+                    pause(deadline, &mut interval)?;
                 }
             }
         }
@@ -409,12 +412,14 @@ impl Drop for OnDemandSlot<'_> {
     }
 }
 
-/// Waits one poll interval, or fails once `deadline` has passed.
-fn pause(deadline: Instant) -> Result<()> {
+/// Waits one poll interval, doubling `interval` up to [`POLL`], or fails once `deadline` has
+/// passed.
+fn pause(deadline: Instant, interval: &mut Duration) -> Result<()> {
     if Instant::now() >= deadline {
         return Err(Error::NotReady { retry: RETRY });
     }
-    std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
+    std::thread::sleep((*interval).min(deadline.saturating_duration_since(Instant::now())));
+    *interval = (*interval * 2).min(POLL);
     Ok(())
 }
 
