@@ -46,6 +46,11 @@ pub(crate) fn write_metadata(layout: &StoreLayout, dir: &Path) -> Result<(), Str
 /// Writes every chunk of every array of `layout` from `file` into `dir`, checking `stop`
 /// between chunks.
 ///
+/// Two threads share the work: this one reads chunks from the source (the NetCDF library
+/// takes one process-wide lock, so reads do not run in parallel anyway) while a second one
+/// compresses and writes the chunks read before, so decompressing the source and
+/// compressing the store overlap.
+///
 /// # Errors
 /// A sentence naming the variable and chunk that could not be read or written.
 pub(crate) fn write_chunks(
@@ -54,21 +59,53 @@ pub(crate) fn write_chunks(
     dir: &Path,
     stop: &Stop,
 ) -> Result<Written, String> {
-    for array in &layout.arrays {
-        let variable = file
-            .variable(&array.path)
-            .ok_or_else(|| format!("variable {:?} vanished from the source", array.path))?;
-        let encoder = Encoder::new(layout, array)?;
-        for index in chunk_indices(array) {
-            if stop.requested() {
-                return Ok(Written::Interrupted);
+    std::thread::scope(|scope| {
+        // A few chunks in flight: enough to keep both threads busy, little memory.
+        let (read, to_write) = std::sync::mpsc::sync_channel::<(usize, Vec<u64>, ChunkValues)>(2);
+        let writer = scope.spawn(move || -> Result<(), String> {
+            let mut encoder: Option<(usize, Encoder)> = None;
+            for (n, index, values) in to_write {
+                let array = &layout.arrays[n];
+                if encoder.as_ref().is_none_or(|(m, _)| *m != n) {
+                    encoder = Some((n, Encoder::new(layout, array)?));
+                }
+                let (_, current) = encoder.as_ref().expect("set above");
+                let encoded = current.encode(&index, values)?;
+                put_atomically(
+                    dir,
+                    &format!("{}/{}", array.path, chunk_key(&index)),
+                    &encoded,
+                )?;
             }
-            let encoded = encoder.encode(&index, chunk_values(&variable, array, &index)?)?;
-            let key = format!("{}/{}", array.path, chunk_key(&index));
-            put_atomically(dir, &key, &encoded)?;
-        }
-    }
-    Ok(Written::Complete)
+            Ok(())
+        });
+        let read_all = || -> Result<Written, String> {
+            for (n, array) in layout.arrays.iter().enumerate() {
+                let variable = file
+                    .variable(&array.path)
+                    .ok_or_else(|| format!("variable {:?} vanished from the source", array.path))?;
+                for index in chunk_indices(array) {
+                    if stop.requested() {
+                        return Ok(Written::Interrupted);
+                    }
+                    let values = chunk_values(&variable, array, &index)?;
+                    if read.send((n, index, values)).is_err() {
+                        // The writer stopped on an error, which its join gives.
+                        return Ok(Written::Complete);
+                    }
+                }
+            }
+            Ok(Written::Complete)
+        };
+        let written = read_all();
+        drop(read);
+        let wrote = writer
+            .join()
+            .map_err(|_| "the chunk writer panicked".to_string())?;
+        // A write error is the cause when both failed.
+        wrote?;
+        written
+    })
 }
 
 /// Encodes the chunks of one array with its codecs, as `zarrs` reads them.
