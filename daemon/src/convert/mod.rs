@@ -120,6 +120,21 @@ pub(crate) fn convert_file(
     Ok((layout, written))
 }
 
+/// The layout of the store converted from `source` with `chunking` and `compressor`: the
+/// metadata a conversion writes first, for a reader that comes before it.
+///
+/// # Errors
+/// A sentence naming the file and the cause.
+pub(crate) fn layout_on_demand(
+    source: &Source,
+    chunking: &Chunking,
+    compressor: Compressor,
+) -> Result<StoreLayout, String> {
+    let file = source.netcdf()?;
+    metadata::layout(&file, chunking, &compressor.codec())
+        .map_err(|e| format!("{}: {e}", source.path.display()))
+}
+
 /// The stored bytes of chunk `index` of the array `array` of the store converted from
 /// `source` with `chunking` and `compressor`, computed from the source, when the array's
 /// metadata is still `zarray` (the `.zarray` the store serves). `None` when the source no

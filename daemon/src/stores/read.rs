@@ -133,8 +133,8 @@ fn parse_key(key: &str) -> Result<Key<'_>> {
 
 /// The metadata of one conversion of a store, as served.
 pub(super) struct Served {
-    /// The `.zmetadata` file it was read from.
-    file: FileIdentity,
+    /// The `.zmetadata` file it was read from (none: computed on demand).
+    file: Option<FileIdentity>,
     /// The `.zmetadata` file.
     consolidated: Vec<u8>,
     /// Its documents by key.
@@ -194,6 +194,9 @@ impl Stores {
             if record.status != Status::Preparing {
                 return Err(missing(".zmetadata"));
             }
+            if let Some(served) = self.metadata_on_demand(&record) {
+                break Arc::new(served);
+            }
             pause(deadline, &mut interval)?;
         };
         match parsed {
@@ -237,6 +240,31 @@ impl Stores {
                     }
                     pause(deadline, &mut interval)?;
                 }
+            }
+        }
+    }
+
+    /// The metadata of a store whose conversion has not written it yet (it waits for a
+    /// worker), computed from its source as the conversion computes it: the same documents.
+    /// Not cached: the conversion writes them soon. `None` when it cannot be computed (as
+    /// [`Stores::chunk_on_demand`]).
+    fn metadata_on_demand(&self, record: &StoreRecord) -> Option<Served> {
+        if record.sources.len() != 1 {
+            return None;
+        }
+        let _slot = OnDemandSlot::take(&self.on_demand)?;
+        let layout = self.open_source(record).and_then(|source| {
+            convert::layout_on_demand(&source, &record.chunking, self.config.compressor)
+        });
+        match layout {
+            Ok(layout) => Some(Served {
+                file: None,
+                consolidated: layout.consolidated().to_string().into_bytes(),
+                documents: layout.documents,
+            }),
+            Err(reason) => {
+                tracing::debug!(token = %record.token, %reason, "metadata cannot be computed on demand");
+                None
             }
         }
     }
@@ -306,7 +334,7 @@ impl Stores {
             Err(e) => return Err(failed(e)),
         };
         if let Some(served) = self.metadata.0.lock().get(&record.token)
-            && served.file == written
+            && served.file == Some(written)
         {
             return Ok(Some(Arc::clone(served)));
         }
@@ -327,7 +355,7 @@ impl Stores {
             return Err(corrupt("no metadata object".into()));
         };
         let served = Arc::new(Served {
-            file: file_identity,
+            file: Some(file_identity),
             consolidated,
             documents,
         });

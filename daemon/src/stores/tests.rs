@@ -378,3 +378,41 @@ fn metadata_of_a_reconverted_store_is_never_the_earlier_one() {
         assert_eq!(zarray(), serde_json::json!(chunks));
     }
 }
+
+#[test]
+fn a_store_waiting_for_a_worker_is_read_from_its_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let path = data.join("a.nc");
+    constant_file(&path, 3.0);
+    let (_queue, stores) = open_with_roots(&dir.path().join("db"), vec![data.clone()]);
+    let jane = caller("jane.doe@idp");
+    let record = request_one(&stores, &jane, &path);
+    let read = |key| {
+        stores
+            .read(
+                Some(&jane),
+                record.token,
+                key,
+                NOW,
+                std::time::Duration::ZERO,
+            )
+            .unwrap()
+            .bytes
+    };
+    // No worker has run: metadata and chunks come from the source.
+    let metadata = read(".zmetadata");
+    let zarray = read("tas/.zarray");
+    let chunk = read("tas/1.0.0");
+    assert!(!stores.dir(record.token).exists());
+    // They are what the conversion then writes.
+    let store = dir.path().join("converted");
+    let source = stores.open_source(&record).unwrap();
+    let stop = crate::jobs::Stop::default();
+    let compressor = crate::convert::Compressor::Lz4;
+    crate::convert::convert_file(&source, &store, &record.chunking, compressor, &stop).unwrap();
+    assert_eq!(metadata, std::fs::read(store.join(".zmetadata")).unwrap());
+    assert_eq!(zarray, std::fs::read(store.join("tas/.zarray")).unwrap());
+    assert_eq!(chunk, std::fs::read(store.join("tas/1.0.0")).unwrap());
+}
