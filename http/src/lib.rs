@@ -24,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use svc_daemon::{API_PREFIX, Daemon};
 use tokio::net::TcpListener;
 use tower_http::compression::CompressionLayer;
+use tower_http::compression::predicate::{DefaultPredicate, NotForContentType, Predicate};
 use tower_http::cors::CorsLayer;
 use tower_http::trace::TraceLayer;
 
@@ -55,7 +56,10 @@ pub fn router(daemon: &Arc<Daemon>, public_base: &str) -> Router {
     }
     app.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(CompressionLayer::new().gzip(true))
+        // Zarr chunks are compressed already: gzip would cost CPU and save nothing.
+        .layer(CompressionLayer::new().gzip(true).compress_when(
+            DefaultPredicate::new().and(NotForContentType::const_new("application/octet-stream")),
+        ))
         .layer(CorsLayer::permissive())
         .layer(TraceLayer::new_for_http())
 }

@@ -118,6 +118,9 @@ def test_keys_and_refusals(daemon, portal, tmp_path):
     chunk = get("tas/0.0.0", headers=headers)
     assert chunk.status_code == 200 and chunk.headers["content-type"] == "application/octet-stream"
     assert chunk.content[:2] == b"\x02\x01", "Blosc header"
+    # Chunks are compressed already: sent as stored, whatever the client accepts.
+    assert "content-encoding" not in chunk.headers and "gzip" in chunk.request.headers["accept-encoding"]
+    assert int(chunk.headers["content-length"]) == len(chunk.content)
     etag = chunk.headers["etag"]
     assert get("tas/0.0.0", headers={**headers, "If-None-Match": etag}).status_code == 304
     assert requests.head(f"{url}/tas/0.0.0", headers=headers, timeout=10).status_code == 200
