@@ -46,10 +46,11 @@ pub(crate) fn write_metadata(layout: &StoreLayout, dir: &Path) -> Result<(), Str
 /// Writes every chunk of every array of `layout` from `file` into `dir`, checking `stop`
 /// between chunks.
 ///
-/// Two threads share the work: this one reads chunks from the source (the NetCDF library
-/// takes one process-wide lock, so reads do not run in parallel anyway) while a second one
-/// compresses and writes the chunks read before, so decompressing the source and
-/// compressing the store overlap.
+/// The work is shared: this thread reads chunks from the source (the NetCDF library takes
+/// one process-wide lock, so reads do not run in parallel anyway) while [`encoders`] threads
+/// compress and write the chunks read before, so decompressing the source and compressing
+/// the store overlap, and compression (the larger part for an uncompressed source) uses
+/// every core.
 ///
 /// # Errors
 /// A sentence naming the variable and chunk that could not be read or written.
@@ -59,26 +60,35 @@ pub(crate) fn write_chunks(
     dir: &Path,
     stop: &Stop,
 ) -> Result<Written, String> {
+    // A few chunks in flight: enough to keep every thread busy, little memory.
+    let (read, to_write) = std::sync::mpsc::sync_channel::<(usize, Vec<u64>, ChunkValues)>(4);
+    let to_write = std::sync::Mutex::new(to_write);
+    let to_write = &to_write;
     std::thread::scope(|scope| {
-        // A few chunks in flight: enough to keep both threads busy, little memory.
-        let (read, to_write) = std::sync::mpsc::sync_channel::<(usize, Vec<u64>, ChunkValues)>(2);
-        let writer = scope.spawn(move || -> Result<(), String> {
-            let mut encoder: Option<(usize, Encoder)> = None;
-            for (n, index, values) in to_write {
-                let array = &layout.arrays[n];
-                if encoder.as_ref().is_none_or(|(m, _)| *m != n) {
-                    encoder = Some((n, Encoder::new(layout, array)?));
-                }
-                let (_, current) = encoder.as_ref().expect("set above");
-                let encoded = current.encode(&index, values)?;
-                put_atomically(
-                    dir,
-                    &format!("{}/{}", array.path, chunk_key(&index)),
-                    &encoded,
-                )?;
-            }
-            Ok(())
-        });
+        let writers: Vec<_> = (0..encoders())
+            .map(|_| {
+                scope.spawn(move || -> Result<(), String> {
+                    let mut encoder: Option<(usize, Encoder)> = None;
+                    loop {
+                        let next = to_write
+                            .lock()
+                            .map_err(|_| "a chunk writer panicked")?
+                            .recv();
+                        let Ok((n, index, values)) = next else {
+                            return Ok(());
+                        };
+                        let array = &layout.arrays[n];
+                        if encoder.as_ref().is_none_or(|(m, _)| *m != n) {
+                            encoder = Some((n, Encoder::new(layout, array)?));
+                        }
+                        let (_, current) = encoder.as_ref().expect("set above");
+                        let encoded = current.encode(&index, values)?;
+                        let key = format!("{}/{}", array.path, chunk_key(&index));
+                        put_atomically(dir, &key, &encoded)?;
+                    }
+                })
+            })
+            .collect();
         let read_all = || -> Result<Written, String> {
             for (n, array) in layout.arrays.iter().enumerate() {
                 let variable = file
@@ -90,7 +100,7 @@ pub(crate) fn write_chunks(
                     }
                     let values = chunk_values(&variable, array, &index)?;
                     if read.send((n, index, values)).is_err() {
-                        // The writer stopped on an error, which its join gives.
+                        // Every writer stopped on an error, which its join gives.
                         return Ok(Written::Complete);
                     }
                 }
@@ -99,13 +109,19 @@ pub(crate) fn write_chunks(
         };
         let written = read_all();
         drop(read);
-        let wrote = writer
-            .join()
-            .map_err(|_| "the chunk writer panicked".to_string())?;
-        // A write error is the cause when both failed.
-        wrote?;
+        for writer in writers {
+            // A write error is the cause when reading failed too.
+            writer
+                .join()
+                .map_err(|_| "a chunk writer panicked".to_string())??;
+        }
         written
     })
+}
+
+/// The threads that compress and write one conversion's chunks: one per core, at most 4.
+fn encoders() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
 /// Encodes the chunks of one array with its codecs, as `zarrs` reads them.
