@@ -80,9 +80,9 @@ bench-stac: deps
 	cargo bench --workspace --all-targets --no-run
 	SVCD_BIN=$(RELEASE_SVCD) cargo bench --workspace --bench stac -- $(BENCH_ARGS)
 
-# The data-portal benchmark: conversion against xarray to_zarr, first chunk after load, and
-# chunk throughput with 16 clients against nginx, side by side in one run (sources are kept
-# in /var/tmp/portal-bench; BENCH_ARGS="--size-mib 64 --samples 10" for a quick run).
+# The data-portal benchmark: conversion against xarray, first chunk after load, chunk
+# throughput against nginx, side by side in one run (generated files are kept in
+# /var/tmp/portal-bench; BENCH_ARGS="--size-mib 64 --samples 10 --duration 3" for a quick run).
 .PHONY: bench-portal
 bench-portal: deps $(VENV)/.installed
 	cargo build --workspace --release

@@ -1,34 +1,67 @@
 #!/usr/bin/env python3
-"""The data portal, side by side in one run:
+"""The data portal, side by side in one run: svcd against xarray and against nginx.
 
-1. conversion throughput (MiB/s of source file bytes) of svcd against xarray `to_zarr`
-   (zarr-python 3, Zarr v2 output) on generated daily fields: 3-D (time, lat, lon) and 4-D
-   (time, plev, lat, lon) float32, NetCDF-4 with zlib and NetCDF-3 (64-bit offset), about
-   `--size-mib` in all. xarray writes the same chunks with the same compressor (read from each
-   svcd store's `.zarray`) and, like svcd, the raw values with their CF attributes undecoded
-   (`decode_cf=False`). One file at a time on both sides.
-2. first chunk after `load`: the time from a `databrowser/load/user?file=...` request to the
-   bytes of the first data chunk of the new store, p50 and p99 over `--samples` fresh files
-   (each sample converts a file no store holds yet).
-3. chunk throughput: `--clients` concurrent connections (wrk, 2 threads) reading every data
-   chunk of the largest converted store for `--duration` seconds: svcd (bearer token) against
-   nginx serving the same store directory as static files on 127.0.0.1.
+1. Conversion throughput, in MiB/s of source file bytes, on generated daily CMIP-like files
+   (about `--size-mib` in all, 1 GiB by default): 3-D fields (time, lat, lon) and 4-D fields
+   (time, plev, lat, lon), float32, NetCDF-4 (zlib level 4, one time step per HDF5 chunk) and
+   NetCDF-3 (64-bit offset), with CF attributes, noleap time in "days since", bounds and
+   coordinate variables. Values are smooth fields (latitude, season, pressure, waves) plus
+   noise at full float32 precision, not rounded: zlib shrinks them about 1.6 times, as it
+   does model output.
+   - svcd: `POST data-portal/zarr/convert` of one file, then `zarr-utils/status` polled until
+     the store is ready (status 0): the time from the request to ready.
+   - xarray: `xr.open_dataset(file, engine="netcdf4", decode_cf=False)` then
+     `to_zarr(dir, zarr_format=2, consolidated=True, encoding=...)`, with every array's chunks
+     and compressor taken from the `.zarray` of svcd's store of the same file (Blosc LZ4,
+     clevel 5, shuffle, given as `compressors` with zarr-python 3). `decode_cf=False` writes
+     the raw values with their CF attributes undecoded, as svcd keeps them (no masking, no
+     scaling, no time decoding), so both sides write the same arrays.
+   One file at a time on each side; each source is read once before each timed conversion,
+   so both start with it in the page cache. Reported per kind of file and in all, with the
+   ratio svcd/xarray (target >= 3).
+2. First chunk after load: the time from `GET databrowser/load/user?file=F` to having the
+   bytes of the first chunk (`tas/0.0.0`) of the store it answers, p50 and p99 over
+   `--samples` fresh conversions (target p50 < 20 ms). The samples are distinct files (one
+   month of daily 3-D data each, NetCDF-4 and NetCDF-3 in turn) added to the databrowser as
+   user data; no store holds them before their sample. After each sample (not timed) the
+   conversion is awaited and the store removed with `svcd store rm`.
+3. Chunk throughput: `--clients` connections (wrk, 2 threads, a Lua script cycling through
+   every data chunk of the largest converted store; the bearer token for svcd) for
+   `--duration` seconds against svcd's `data-portal/zarr/<token>.zarr/<key>` and against
+   nginx serving the same store directory (`<data_dir>/stores/<token>/`) as static files on
+   127.0.0.1 with its own minimal configuration. Requests/s and MiB/s (response bytes as
+   sent), and the ratio svcd/nginx (target >= 0.7).
 
-Needs `nginx` and `wrk` (Debian packages; installed with apt-get when missing) and the
-Python of `.venv-test` (xarray, zarr, netCDF4, requests).
+Every chunk request carries `Accept-Encoding: gzip, deflate` (`--accept-encoding`), as zarr's
+HTTP clients send it (fsspec over aiohttp, and requests); `--accept-encoding identity` asks
+for the bytes as stored. nginx's configuration leaves gzip off, as its default does.
 
-Run: make bench-portal, or
-.venv-test/bin/python bench/portal.py --svcd $CARGO_TARGET_DIR/release/svcd
-[--size-mib 1024] [--samples 50] [--duration 10] [--data /var/tmp/portal-bench] [--json F]
+svcd runs on a fresh data directory with an empty configuration file (the built-in
+defaults, e.g. 2 conversion workers; SVCD_* environment variables still apply, e.g.
+SVCD_STORES_WORKERS) and SVCD_STORES_ALLOWED_ROOTS set to `--data`. The generated files are
+kept in `--data` (default /var/tmp/portal-bench: `sources/<size>MiB/` and `load/`) and reused;
+everything else (svcd's data directory with its stores, xarray's stores, nginx's files) lives
+in a run directory under it that is removed at the end.
+
+Needs the Python of .venv-test (xarray, zarr 3, numcodecs, netCDF4, numpy, requests), and
+nginx and wrk (Debian packages; `apt-get install -y nginx wrk` is tried when run as root).
+
+Run: make bench-portal [BENCH_ARGS="--size-mib 64 --samples 10 --duration 3"], or
+.venv-test/bin/python bench/portal.py --svcd $CARGO_TARGET_DIR/release/svcd [--size-mib 1024]
+[--samples 50] [--duration 10] [--clients 16] [--data DIR] [--json FILE]
+Prints one table with every figure and ratio (and writes them as JSON with --json).
 """
 
 import argparse
-import getpass
+import collections
+import fcntl
 import json
+import math
 import os
+import re
 import shutil
 import signal
-import statistics
+import socket
 import subprocess
 import tempfile
 import time
@@ -38,316 +71,658 @@ import numpy as np
 import requests
 
 API = "/api/svc-nextgen"
+MIB = 2**20
+# Bump when the generated files change, so cached ones are written again.
+GENERATOR = 1
+NOLEAP_MONTHS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+PLEV8 = np.array([100000, 85000, 70000, 50000, 25000, 10000, 5000, 1000], dtype="f8")
+GRID_3D = (192, 384)  # about 0.94 degrees
+GRID_4D = (96, 192)  # about 1.9 degrees, on 8 pressure levels
+
+# name, label, NetCDF format, variable, 4-D
 KINDS = [
-    # name, NetCDF format, variable, shape of one time step
-    ("3d-nc4", "NETCDF4", "tas", (192, 384)),
-    ("4d-nc4", "NETCDF4", "ta", (8, 96, 192)),
-    ("3d-nc3", "NETCDF3_64BIT_OFFSET", "pr", (192, 384)),
-    ("4d-nc3", "NETCDF3_64BIT_OFFSET", "ua", (8, 96, 192)),
+    ("3d-nc4", "3-D NetCDF-4 zlib", "NETCDF4", "tas", False),
+    ("4d-nc4", "4-D NetCDF-4 zlib", "NETCDF4", "ta", True),
+    ("3d-nc3", "3-D NetCDF-3", "NETCDF3_64BIT_OFFSET", "tasmax", False),
+    ("4d-nc3", "4-D NetCDF-3", "NETCDF3_64BIT_OFFSET", "ua", True),
 ]
+VARIABLES = {
+    "tas": ("air_temperature", "Near-Surface Air Temperature", "K"),
+    "tasmax": ("air_temperature", "Daily Maximum Near-Surface Air Temperature", "K"),
+    "ta": ("air_temperature", "Air Temperature", "K"),
+    "ua": ("eastward_wind", "Eastward Wind", "m s-1"),
+}
 
 
-def field(step, shape, rng):
-    """A smooth daily field with weather-like noise, at the precision of a model output."""
-    grids = np.meshgrid(*[np.linspace(0, np.pi, n, dtype="f4") for n in shape], indexing="ij")
-    base = 250 + 40 * np.sin(grids[-2]) * np.cos(grids[-1] + step / 30)
-    if len(shape) == 3:
-        base = base - 6 * grids[0]
-    noise = rng.normal(0, 1.5, shape).astype("f4")
-    return np.round(base + noise, 2).astype("f4")
+# ---------------------------------------------------------------------------------------
+# Generated sources
 
 
-def generate(data, size_mib):
-    """Write the source files (kept in `data` and reused when they are there)."""
+def noleap_date(day):
+    """YYYYMMDD of `day` days after 2000-01-01 in the noleap calendar."""
+    year, day = divmod(day, 365)
+    for month, length in enumerate(NOLEAP_MONTHS, 1):
+        if day < length:
+            return f"{2000 + year:04d}{month:02d}{day + 1:02d}"
+        day -= length
+    raise AssertionError
+
+
+def field(variable, day, lat, lon, rng):
+    """One daily field: a smooth climate-like pattern plus weather noise, float32."""
+    phi = np.deg2rad(lat)[:, None]
+    lam = np.deg2rad(lon)[None, :]
+    season = np.cos(2 * np.pi * (day % 365 - 15) / 365)
+    wave = np.sin(3 * lam + 2 * np.pi * day / 12) * np.cos(phi)
+    if variable == "ua":
+        jet = 25 * np.exp(-(((np.rad2deg(phi) - 45) / 12) ** 2)) + 20 * np.exp(-(((np.rad2deg(phi) + 45) / 12) ** 2))
+        height = (1.2 - PLEV8 / 1e5)[:, None, None]
+        values = height * (jet + 3 * season * np.sin(phi))[None] + 6 * wave[None]
+        return (values + rng.normal(0, 2.5, values.shape)).astype("f4")
+    surface = 255 + 45 * np.cos(phi) ** 2 - 12 * season * np.sin(phi) + 4 * wave
+    if variable == "tasmax":
+        surface = surface + 6
+    if variable == "ta":
+        values = surface[None] * ((PLEV8 / 1e5) ** 0.19)[:, None, None]
+    else:
+        values = surface
+    return (values + rng.normal(0, 1.5, values.shape)).astype("f4")
+
+
+def write_netcdf(path, fmt, variable, four_d, first_day, days, grid, seed):
+    """A CMIP-like daily file of `days` days from `first_day`, written as `path`."""
     import netCDF4
 
-    data.mkdir(parents=True, exist_ok=True)
+    nlat, nlon = grid
+    lat = np.linspace(-90 + 90 / nlat, 90 - 90 / nlat, nlat)
+    lon = np.arange(nlon) * 360 / nlon
+    rng = np.random.default_rng(seed)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    with netCDF4.Dataset(partial, "w", format=fmt) as nc:
+        standard_name, long_name, units = VARIABLES[variable]
+        nc.setncatts({
+            "Conventions": "CF-1.7 CMIP-6.2",
+            "title": "BENCH-ESM output prepared for the svcd data-portal benchmark",
+            "institution": "svc-nextgen benchmark",
+            "source": "BENCH-ESM (synthetic)",
+            "experiment_id": "historical",
+            "frequency": "day",
+            "variable_id": variable,
+            "variant_label": "r1i1p1f1",
+            "grid_label": "gn",
+        })
+        nc.createDimension("time", None)
+        nc.createDimension("bnds", 2)
+        dims = ["time"]
+        if four_d:
+            nc.createDimension("plev", len(PLEV8))
+            plev = nc.createVariable("plev", "f8", ("plev",))
+            plev.setncatts({"units": "Pa", "axis": "Z", "positive": "down", "standard_name": "air_pressure", "long_name": "pressure"})
+            plev[:] = PLEV8
+            dims.append("plev")
+        for name, values, units_, axis, long in (("lat", lat, "degrees_north", "Y", "Latitude"), ("lon", lon, "degrees_east", "X", "Longitude")):
+            nc.createDimension(name, len(values))
+            coord = nc.createVariable(name, "f8", (name,))
+            coord.setncatts({"units": units_, "axis": axis, "standard_name": long.lower(), "long_name": long, "bounds": f"{name}_bnds"})
+            coord[:] = values
+            step = values[1] - values[0]
+            bounds = nc.createVariable(f"{name}_bnds", "f8", (name, "bnds"))
+            bounds[:] = np.stack([values - step / 2, values + step / 2], axis=1)
+            dims.append(name)
+        time_ = nc.createVariable("time", "f8", ("time",))
+        time_.setncatts({"units": "days since 2000-01-01 00:00:00", "calendar": "noleap", "axis": "T", "standard_name": "time", "long_name": "time", "bounds": "time_bnds"})
+        time_bnds = nc.createVariable("time_bnds", "f8", ("time", "bnds"))
+        shape = (len(PLEV8), nlat, nlon) if four_d else (nlat, nlon)
+        extra = {"zlib": True, "complevel": 4, "shuffle": True, "chunksizes": (1, *shape)} if fmt == "NETCDF4" else {}
+        data = nc.createVariable(variable, "f4", tuple(dims), fill_value=np.float32(1e20), **extra)
+        data.setncatts({"standard_name": standard_name, "long_name": long_name, "units": units, "cell_methods": "area: time: mean", "missing_value": np.float32(1e20)})
+        for start in range(0, days, 30):
+            count = min(30, days - start)
+            day0 = first_day + start
+            data[start:start + count] = np.stack([field(variable, day0 + i, lat, lon, rng) for i in range(count)])
+            time_[start:start + count] = np.arange(day0, day0 + count) + 0.5
+            time_bnds[start:start + count] = np.stack([np.arange(day0, day0 + count), np.arange(day0 + 1, day0 + count + 1)], axis=1)
+    partial.rename(path)
+
+
+def generate_sources(root, size_mib):
+    """The conversion sources, about `size_mib` MiB of files, a quarter per kind: files of
+    up to one year each. Kept in `root/sources/<size>MiB` and reused when complete."""
+    directory = root / "sources" / f"{size_mib}MiB"
+    manifest = directory / "manifest.json"
+    if manifest.exists():
+        listed = json.loads(manifest.read_text())
+        if listed.get("generator") == GENERATOR and all((directory / f["name"]).exists() and (directory / f["name"]).stat().st_size == f["bytes"] for f in listed["files"]):
+            return [(f["kind"], directory / f["name"], f["variable"]) for f in listed["files"]]
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    share = size_mib * MIB / len(KINDS)
     files = []
-    for name, fmt, var, shape in KINDS:
-        # NetCDF-4 files are compressed about 2x: give them twice the values.
-        share = size_mib * 2**20 / len(KINDS) * (2 if fmt == "NETCDF4" else 1)
-        steps = max(2, int(share // (4 * np.prod(shape))))
-        path = data / f"{name}-{steps}.nc"
-        files.append((name, path, var))
-        if path.exists():
-            continue
-        print(f"writing {path} ({steps} days)", flush=True)
-        rng = np.random.default_rng(len(name))
-        partial = path.with_suffix(".partial")
-        with netCDF4.Dataset(partial, "w", format=fmt) as nc:
-            nc.Conventions = "CF-1.8"
-            nc.createDimension("time", None)
-            dims = ["time"]
-            for dim, n in zip(["plev", "lat", "lon"][-len(shape):], shape):
-                nc.createDimension(dim, n)
-                coord = nc.createVariable(dim, "f8", (dim,))
-                coord[:] = np.linspace(-90, 90, n) if dim == "lat" else np.linspace(0, 360, n, endpoint=False) if dim == "lon" else np.linspace(100000, 10000, n)
-                coord.units = {"lat": "degrees_north", "lon": "degrees_east", "plev": "Pa"}[dim]
-                dims.append(dim)
-            time_var = nc.createVariable("time", "f8", ("time",))
-            time_var.units = "days since 2000-01-01"
-            time_var.calendar = "standard"
-            extra = {"zlib": True, "complevel": 4, "chunksizes": (1, *shape)} if fmt == "NETCDF4" else {}
-            values = nc.createVariable(var, "f4", tuple(dims), fill_value=np.float32(1e20), **extra)
-            values.units = "K"
-            values.standard_name = "air_temperature"
-            for start in range(0, steps, 10):
-                count = min(10, steps - start)
-                values[start:start + count] = np.stack([field(start + i, shape, rng) for i in range(count)])
-                time_var[start:start + count] = np.arange(start, start + count)
-        partial.rename(path)
-    return files
+    for number, (kind, _, fmt, variable, four_d) in enumerate(KINDS):
+        grid = GRID_4D if four_d else GRID_3D
+        per_day = 4 * np.prod(grid) * (len(PLEV8) if four_d else 1)
+        written, day = 0, 0
+        while written < 0.95 * share:
+            days = int(min(365, max(10, math.ceil((share - written) / per_day))))
+            name = f"{variable}_day_BENCH-ESM_historical_r1i1p1f1_gn_{noleap_date(day)}-{noleap_date(day + days - 1)}.nc"
+            path = directory / name
+            print(f"  writing {path} ({days} days)", flush=True)
+            write_netcdf(path, fmt, variable, four_d, day, days, grid, seed=1000 * number + day)
+            size = path.stat().st_size
+            per_day = size / days  # what compression gives, for the next file of this kind
+            written += size
+            day += days
+            files.append({"kind": kind, "name": name, "variable": variable, "bytes": size})
+    manifest.write_text(json.dumps({"generator": GENERATOR, "files": files}, indent=1))
+    return [(f["kind"], directory / f["name"], f["variable"]) for f in files]
 
 
-class Daemon:
-    """svcd serving a fresh data directory, with a token of one user."""
+def generate_samples(root, count):
+    """`count` distinct one-month files of daily 3-D `tas`, NetCDF-4 and NetCDF-3 in turn,
+    kept in `root/load` and reused."""
+    directory = root / "load"
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        fmt = "NETCDF4" if i % 2 == 0 else "NETCDF3_64BIT_OFFSET"
+        path = directory / f"tas_day_BENCH-ESM_sample{i:04d}_g{GENERATOR}_{'nc4' if i % 2 == 0 else 'nc3'}.nc"
+        if not path.exists():
+            write_netcdf(path, fmt, "tas", False, 31 * i, 31, GRID_3D, seed=7919 + i)
+        paths.append(path)
+    return paths
 
-    def __init__(self, binary, sources, work):
-        self.binary, self.data = binary, work / "svcd"
+
+def read_through(path):
+    """Read a file once, so it is in the page cache."""
+    with open(path, "rb") as f:
+        while f.read(16 * MIB):
+            pass
+
+
+def tree_bytes(path):
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+# ---------------------------------------------------------------------------------------
+# svcd
+
+
+class Svcd:
+    """svcd serving a fresh data directory, with a bearer token of one user."""
+
+    def __init__(self, binary, allowed_root, run, encoding):
+        self.binary = binary
+        self.data = run / "svcd"
         self.data.mkdir()
-        env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(sources))
-        self.log = open(self.data / "svcd.log", "w")
-        self.proc = subprocess.Popen([binary, "--data-dir", str(self.data), "serve", "--listen", "127.0.0.1:0"], stdout=self.log, stderr=self.log, env=env)
+        config = run / "svcd.toml"
+        config.write_text("# empty: the built-in defaults\n")
+        self.flags = ["--config", str(config), "--data-dir", str(self.data)]
+        self.env = {k: v for k, v in os.environ.items() if k != "SVCD_BIN"}
+        self.env["SVCD_STORES_ALLOWED_ROOTS"] = str(allowed_root)
+        self.log_path = self.data / "svcd.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([binary, *self.flags, "serve", "--listen", "127.0.0.1:0"], stdout=self.log, stderr=self.log, env=self.env)
+        try:
+            self.connect(encoding)
+        except BaseException:
+            self.stop()
+            raise
+
+    def connect(self, encoding):
         address = self.data / "svcd.addr"
         deadline = time.monotonic() + 60
         while not (address.exists() and address.read_text().endswith("\n")):
-            assert self.proc.poll() is None and time.monotonic() < deadline, "svcd did not start"
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"svcd did not start:\n{self.log_path.read_text()[-3000:]}")
             time.sleep(0.05)
         self.host = address.read_text().strip()
         self.base = f"http://{self.host}{API}"
-        token = subprocess.run([binary, "--data-dir", str(self.data), "token", "issue", "--user", "bench"], capture_output=True, text=True, check=True)
-        self.token = token.stdout.strip()
-        self.headers = {"Authorization": f"Bearer {self.token}"}
+        self.token = self.cli("token", "issue", "--user", "bench", "--ttl", "7d").strip()
         self.session = requests.Session()
-        self.session.headers.update(self.headers)
+        self.session.trust_env = False  # no proxy for 127.0.0.1
+        self.session.headers["Authorization"] = f"Bearer {self.token}"
+        self.session.headers["Accept-Encoding"] = encoding
+        ping = self.session.get(f"{self.base}/ping", timeout=10)
+        assert ping.status_code == 200, ping.text
+
+    def cli(self, *args):
+        result = subprocess.run([self.binary, *self.flags, *args], capture_output=True, text=True, env=self.env, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"svcd {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
 
     def convert(self, path):
         answer = self.session.post(f"{self.base}/data-portal/zarr/convert", json={"path": [str(path)]}, timeout=60)
-        answer.raise_for_status()
-        return answer.json()["urls"][0]
+        assert answer.status_code == 200, f"convert {path}: {answer.status_code} {answer.text}"
+        [url] = answer.json()["urls"]
+        return url
 
-    def wait_ready(self, url, timeout=3600):
-        deadline = time.monotonic() + timeout
+    def status(self, url):
+        answer = self.session.get(f"{self.base}/data-portal/zarr-utils/status", params={"url": url}, timeout=30)
+        assert answer.status_code == 200, f"status {url}: {answer.status_code} {answer.text}"
+        return answer.json()
+
+    def wait_ready(self, url, started, timeout=7200):
+        """Poll until the store is ready; the polls are at most 1% of the time waited apart."""
         while True:
-            status = self.session.get(f"{self.base}/data-portal/zarr-utils/status", params={"url": url}, timeout=30).json()
+            status = self.status(url)
             if status["status"] == 0:
                 return
-            assert status["status"] == 2 and time.monotonic() < deadline, f"{url}: {status}"
-            time.sleep(0.005)
+            elapsed = time.perf_counter() - started
+            if status["status"] != 2 or elapsed > timeout:
+                raise RuntimeError(f"{url}: {status} after {elapsed:.1f} s")
+            time.sleep(min(0.05, max(0.002, elapsed / 100)))
 
     def store_dir(self, url):
-        return self.data / "stores" / url.rsplit("/", 1)[1].removesuffix(".zarr")
+        return self.data / "stores" / self.token_of(url)
+
+    @staticmethod
+    def token_of(url):
+        return url.rstrip("/").rsplit("/", 1)[1].removesuffix(".zarr")
+
+    def problems(self):
+        """The warnings and errors svcd logged (HDF5's diagnostics count one per report)."""
+        self.log.flush()
+        text = re.sub(r"\x1b\[[0-9;]*m", "", self.log_path.read_text(errors="replace"))
+        return [line for line in text.splitlines() if " WARN " in line or " ERROR " in line or "panicked" in line or line.startswith("HDF5-DIAG")]
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=60)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
 
 
-def conversion(daemon, files, work):
-    """MiB/s of each file and in all, svcd and xarray."""
+# ---------------------------------------------------------------------------------------
+# 1. Conversion
+
+
+def xarray_encoding(store):
+    """Every array's chunks and compressor, as svcd wrote them, for xarray's to_zarr."""
+    import numcodecs
+
+    encoding = {}
+    for zarray in sorted(store.glob("*/.zarray")):
+        meta = json.loads(zarray.read_text())
+        compressor = meta["compressor"]
+        assert compressor["id"] == "blosc", compressor
+        encoding[zarray.parent.name] = {
+            "chunks": tuple(meta["chunks"]),
+            "compressors": [numcodecs.Blosc(cname=compressor["cname"], clevel=compressor["clevel"], shuffle=compressor["shuffle"], blocksize=compressor.get("blocksize", 0))],
+        }
+    return encoding
+
+
+def xarray_warm_up(run):
+    """One tiny to_zarr, so xarray's and zarr's first-use costs are not timed."""
     import numcodecs
     import xarray as xr
 
-    rows, stores = [], []
-    for name, path, var in files:
-        mib = path.stat().st_size / 2**20
-        start = time.perf_counter()
-        url = daemon.convert(path)
-        daemon.wait_ready(url)
-        svcd_s = time.perf_counter() - start
-        store = daemon.store_dir(url)
-        stores.append((mib, url, store, var))
-        encoding = {}
-        for zarray in store.glob("*/.zarray"):
-            meta = json.loads(zarray.read_text())
-            compressor = meta["compressor"]
-            encoding[zarray.parent.name] = {
-                "chunks": tuple(meta["chunks"]),
-                "compressors": [numcodecs.Blosc(cname=compressor["cname"], clevel=compressor["clevel"], shuffle=compressor["shuffle"])],
-            }
-        target = work / f"{name}.zarr"
-        start = time.perf_counter()
-        with xr.open_dataset(path, decode_cf=False) as ds:
-            ds.to_zarr(target, zarr_format=2, consolidated=True, encoding=encoding, mode="w")
-        xarray_s = time.perf_counter() - start
+    target = run / "warm-up.zarr"
+    ds = xr.Dataset({"x": (("t",), np.zeros(4, dtype="f4"))})
+    ds.to_zarr(target, zarr_format=2, consolidated=True, mode="w", encoding={"x": {"compressors": [numcodecs.Blosc(cname="lz4", clevel=5, shuffle=1)]}})
+    shutil.rmtree(target)
+
+
+def measure_conversion(svcd, sources, run):
+    """Per source file: bytes, svcd seconds, xarray seconds, both stores' bytes."""
+    import xarray as xr
+
+    xarray_warm_up(run)
+    rows = []
+    for kind, path, variable in sources:
+        size = path.stat().st_size
+        read_through(path)
+        started = time.perf_counter()
+        url = svcd.convert(path)
+        svcd.wait_ready(url, started)
+        svcd_s = time.perf_counter() - started
+        store = svcd.store_dir(url)
+        encoding = xarray_encoding(store)
+        assert variable in encoding, f"{store} has no {variable}"
+
+        target = run / "xarray.zarr"
+        read_through(path)
+        started = time.perf_counter()
+        with xr.open_dataset(path, engine="netcdf4", decode_cf=False) as ds:
+            ds.to_zarr(target, zarr_format=2, consolidated=True, mode="w", encoding=encoding)
+        xarray_s = time.perf_counter() - started
+        xarray_bytes = tree_bytes(target)
         shutil.rmtree(target)
-        rows.append((name, mib, svcd_s, xarray_s))
-        print(f"  {name}: {mib:.0f} MiB, svcd {mib / svcd_s:.0f} MiB/s, xarray {mib / xarray_s:.0f} MiB/s", flush=True)
-    total = sum(r[1] for r in rows)
-    rows.append(("all", total, sum(r[2] for r in rows), sum(r[3] for r in rows)))
-    return rows, max(stores)
+
+        rows.append({"kind": kind, "file": path.name, "variable": variable, "bytes": size, "svcd_s": svcd_s, "xarray_s": xarray_s, "url": url, "store": str(store), "svcd_store_bytes": tree_bytes(store), "xarray_store_bytes": xarray_bytes})
+        print(f"  {path.name}: {size / MIB:.1f} MiB, svcd {svcd_s:.2f} s ({size / MIB / svcd_s:.1f} MiB/s), xarray {xarray_s:.2f} s ({size / MIB / xarray_s:.1f} MiB/s)", flush=True)
+    return rows
 
 
-def first_chunk(daemon, sources, samples):
-    """Seconds from `load` to the bytes of the first data chunk, one fresh file per sample."""
-    import netCDF4
-
-    tiny = sources / "load"
-    tiny.mkdir(exist_ok=True)
-    entries = []
-    for i in range(samples):
-        path = tiny / f"sample-{i:04d}.nc"
-        if not path.exists():
-            with netCDF4.Dataset(path, "w") as nc:
-                nc.createDimension("time", None)
-                nc.createDimension("lat", 96)
-                nc.createDimension("lon", 192)
-                var = nc.createVariable("tas", "f4", ("time", "lat", "lon"), zlib=True)
-                var[:] = np.random.default_rng(i).normal(280, 5, (30, 96, 192)).astype("f4")
-        entries.append({"file": str(path), "variable": "tas", "time_frequency": "day", "time": "[2000-01-01T00:00:00Z TO 2000-01-30T00:00:00Z]"})
-    added = daemon.session.post(f"{daemon.base}/databrowser/userdata", json={"user_metadata": entries, "facets": {"project": "loadbench"}}, timeout=120)
-    added.raise_for_status()
-    times = []
-    for entry in entries:
-        start = time.perf_counter()
-        load = daemon.session.get(f"{daemon.base}/databrowser/load/user", params={"file": entry["file"]}, timeout=60)
-        load.raise_for_status()
-        [url] = load.text.split()
-        chunk = daemon.session.get(f"{url}/tas/0.0.0", timeout=60)
-        times.append(time.perf_counter() - start)
-        assert chunk.status_code == 200 and len(chunk.content) > 0, chunk.text
-    times.sort()
-    return times
+def conversion_summary(rows):
+    """MiB/s of svcd and xarray per kind and in all."""
+    groups = [(label, [r for r in rows if r["kind"] == kind]) for kind, label, *_ in KINDS]
+    groups.append(("all", rows))
+    summary = []
+    for label, members in groups:
+        if not members:
+            continue
+        size = sum(r["bytes"] for r in members)
+        svcd_s = sum(r["svcd_s"] for r in members)
+        xarray_s = sum(r["xarray_s"] for r in members)
+        summary.append({
+            "label": label,
+            "files": len(members),
+            "mib": size / MIB,
+            "svcd_mib_s": size / MIB / svcd_s,
+            "xarray_mib_s": size / MIB / xarray_s,
+            "ratio": xarray_s / svcd_s,
+            "svcd_store_mib": sum(r["svcd_store_bytes"] for r in members) / MIB,
+            "xarray_store_mib": sum(r["xarray_store_bytes"] for r in members) / MIB,
+        })
+    return summary
 
 
-WRK_SCRIPT = """
-local paths = {}
-for line in io.lines(os.getenv("WRK_PATHS")) do paths[#paths + 1] = line end
-local n = math.random(#paths)
-request = function()
+# ---------------------------------------------------------------------------------------
+# 2. First chunk after load
+
+
+def measure_first_chunk(svcd, samples):
+    """Seconds from each `load` request to its answer and to the first chunk's bytes."""
+    iso = lambda day: f"{noleap_date(day)[:4]}-{noleap_date(day)[4:6]}-{noleap_date(day)[6:]}T00:00:00Z"
+    entries = [{"file": str(path), "variable": "tas", "time_frequency": "day", "time": f"[{iso(31 * i)} TO {iso(31 * i + 30)}]"} for i, path in enumerate(samples)]
+    added = svcd.session.post(f"{svcd.base}/databrowser/userdata", json={"user_metadata": entries, "facets": {"project": "portal-bench"}}, timeout=300)
+    assert added.status_code == 202, f"userdata: {added.status_code} {added.text}"
+    load, first, converting = [], [], 0
+    for path in samples:
+        started = time.perf_counter()
+        answer = svcd.session.get(f"{svcd.base}/databrowser/load/user", params={"file": str(path)}, timeout=60)
+        answered = time.perf_counter()
+        assert answer.status_code == 200, f"load {path}: {answer.status_code} {answer.text}"
+        [url] = answer.text.split()
+        chunk = svcd.session.get(f"{url}/tas/0.0.0", timeout=60)
+        done = time.perf_counter()
+        assert chunk.status_code == 200 and chunk.content[:1] == b"\x02", f"{url}/tas/0.0.0: {chunk.status_code} {chunk.text[:300]}"
+        load.append(answered - started)
+        first.append(done - started)
+        # Not timed: was the store still being written, then wait for it and remove it.
+        converting += svcd.status(url)["status"] == 2
+        svcd.wait_ready(url, time.perf_counter(), timeout=600)
+        svcd.cli("store", "rm", svcd.token_of(url))
+    return {"load_s": load, "first_chunk_s": first, "still_converting": converting}
+
+
+def percentile(values, p):
+    """The nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+# ---------------------------------------------------------------------------------------
+# 3. Chunk throughput
+
+
+WRK_SCRIPT = r"""
+-- Cycles through the paths listed in $BENCH_PATHS (each thread from its own offset), with
+-- the bearer token of $BENCH_TOKEN when it is set and the Accept-Encoding header of
+-- $BENCH_ACCEPT_ENCODING; prints a JSON summary at the end.
+local threads = 0
+function setup(thread)
+  thread:set("offset", threads)
+  threads = threads + 1
+end
+
+function init(args)
+  paths = {}
+  for line in io.lines(os.getenv("BENCH_PATHS")) do paths[#paths + 1] = line end
+  local token = os.getenv("BENCH_TOKEN")
+  if token and token ~= "" then wrk.headers["Authorization"] = "Bearer " .. token end
+  local encoding = os.getenv("BENCH_ACCEPT_ENCODING")
+  if encoding and encoding ~= "" then wrk.headers["Accept-Encoding"] = encoding end
+  n = math.floor(offset * #paths / tonumber(os.getenv("BENCH_THREADS")))
+end
+
+function request()
   n = n % #paths + 1
   return wrk.format("GET", paths[n])
 end
-done = function(summary, latency, requests)
-  io.stderr:write(string.format('{"requests": %d, "bytes": %d, "seconds": %f, "errors": %d}\\n',
-    summary.requests, summary.bytes, summary.duration / 1e6,
-    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('BENCH-JSON {"requests": %d, "bytes": %d, "seconds": %.6f, "non_2xx": %d, "socket_errors": %d, "p50_ms": %.3f, "p99_ms": %.3f}\n',
+    summary.requests, summary.bytes, summary.duration / 1e6, e.status,
+    e.connect + e.read + e.write + e.timeout, latency:percentile(50) / 1e3, latency:percentile(99) / 1e3))
 end
 """
 
 
-def wrk(base, paths, headers, clients, duration, work):
-    listing = work / "paths.txt"
+def wrk(url, paths, token, clients, threads, duration, encoding, run):
+    listing = run / "paths.txt"
     listing.write_text("".join(f"{path}\n" for path in paths))
-    script = work / "paths.lua"
+    script = run / "chunks.lua"
     script.write_text(WRK_SCRIPT)
-    args = ["wrk", "-t", "2", "-c", str(clients), "-d", f"{duration}s", "-s", str(script)]
-    for key, value in headers.items():
-        args += ["-H", f"{key}: {value}"]
-    result = subprocess.run(args + [base], capture_output=True, text=True, env=dict(os.environ, WRK_PATHS=str(listing)), check=True)
-    summary = json.loads(result.stderr.strip().splitlines()[-1])
-    assert summary["errors"] == 0, result.stdout + result.stderr
-    return summary["requests"] / summary["seconds"], summary["bytes"] / summary["seconds"] / 2**20
+    env = dict(os.environ, BENCH_PATHS=str(listing), BENCH_TOKEN=token or "", BENCH_THREADS=str(threads), BENCH_ACCEPT_ENCODING=encoding)
+    args = ["wrk", "-t", str(threads), "-c", str(clients), "-d", f"{duration}s", "--timeout", "30s", "-s", str(script), url]
+    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=duration + 120)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("BENCH-JSON ")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"wrk failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    summary = json.loads(lines[-1].removeprefix("BENCH-JSON "))
+    summary["requests_s"] = summary["requests"] / summary["seconds"]
+    summary["mib_s"] = summary["bytes"] / summary["seconds"] / MIB
+    return summary
 
 
-def throughput(daemon, store, url, clients, duration, work):
-    """(requests/s, MiB/s) of svcd and of nginx over every data chunk of one store."""
-    var = store[3]
-    directory = store[2]
-    chunks = sorted(p.name for p in (directory / var).iterdir() if not p.name.startswith("."))
-    prefix = url.split(daemon.host, 1)[1]
-    svcd = wrk(f"http://{daemon.host}", [f"{prefix}/{var}/{c}" for c in chunks], daemon.headers, clients, duration, work)
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def nginx_binary():
+    """nginx, also where Debian puts it when /usr/sbin is not on the PATH."""
+    return shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
+
+
+def start_nginx(store, run):
+    """nginx serving `store` as static files on a free port of 127.0.0.1."""
     port = free_port()
-    conf = work / "nginx.conf"
-    conf.write_text(f"""
-daemon off;
-user {getpass.getuser()};
-worker_processes auto;
-pid {work}/nginx.pid;
-error_log {work}/nginx-error.log;
+    home = run / "nginx"
+    home.mkdir()
+    user = "user root root;\n" if os.geteuid() == 0 else ""
+    temp = "".join(f"  {name}_temp_path {home}/{name};\n" for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    conf = home / "nginx.conf"
+    conf.write_text(f"""daemon off;
+{user}worker_processes auto;
+pid {home}/nginx.pid;
+error_log {home}/error.log warn;
 events {{ worker_connections 1024; }}
 http {{
   access_log off;
   sendfile on;
   tcp_nopush on;
   keepalive_requests 1000000;
+  keepalive_timeout 60s;
+  types {{ }}
   default_type application/octet-stream;
-  server {{
+{temp}  server {{
     listen 127.0.0.1:{port};
-    root {directory};
+    root {store};
   }}
 }}
 """)
-    nginx = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(work)])
+    log = open(home / "stderr.log", "w")
+    proc = subprocess.Popen([nginx_binary(), "-p", f"{home}/", "-c", str(conf), "-e", str(home / "error.log")], stdout=log, stderr=log)
+    return proc, port, home
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def measure_throughput(svcd, row, clients, threads, duration, encoding, run):
+    """wrk over every data chunk of one store: svcd, then nginx on the same directory."""
+    store, variable, url = Path(row["store"]), row["variable"], row["url"]
+    chunks = sorted(p.name for p in (store / variable).iterdir() if not p.name.startswith("."))
+    chunk_bytes = sum((store / variable / c).stat().st_size for c in chunks)
+    prefix = url.split(svcd.host, 1)[1]
+    svcd_paths = [f"{prefix}/{variable}/{c}" for c in chunks]
+    static_paths = [f"/{variable}/{c}" for c in chunks]
+    # The same bytes on both sides.
+    expected = (store / variable / chunks[0]).read_bytes()
+    served = svcd.session.get(f"http://{svcd.host}{svcd_paths[0]}", headers={"Accept-Encoding": "identity"}, timeout=30)
+    assert served.status_code == 200 and served.content == expected, f"svcd answers {served.status_code} for {svcd_paths[0]}"
+
+    print(f"  svcd: {len(chunks)} chunks of {variable} ({chunk_bytes / MIB:.1f} MiB), {clients} connections, {duration} s", flush=True)
+    svcd_figures = wrk(f"http://{svcd.host}", svcd_paths, svcd.token, clients, threads, duration, encoding, run)
+
+    proc, port, home = start_nginx(store, run)
     try:
-        deadline = time.monotonic() + 10
+        session = requests.Session()
+        session.trust_env = False
+        deadline = time.monotonic() + 15
         while True:
             try:
-                requests.get(f"http://127.0.0.1:{port}/{var}/{chunks[0]}", timeout=1).raise_for_status()
-                break
+                answer = session.get(f"http://127.0.0.1:{port}{static_paths[0]}", headers={"Accept-Encoding": "identity"}, timeout=1)
+                if answer.status_code == 200 and answer.content == expected:
+                    break
             except requests.RequestException:
-                assert time.monotonic() < deadline, "nginx did not start"
-                time.sleep(0.1)
-        static = wrk(f"http://127.0.0.1:{port}", [f"/{var}/{c}" for c in chunks], {}, clients, duration, work)
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"nginx did not serve {store}:\n{(home / 'stderr.log').read_text()}{(home / 'error.log').read_text() if (home / 'error.log').exists() else ''}")
+            time.sleep(0.1)
+        print(f"  nginx on 127.0.0.1:{port}, the same chunks", flush=True)
+        nginx_figures = wrk(f"http://127.0.0.1:{port}", static_paths, None, clients, threads, duration, encoding, run)
     finally:
-        nginx.terminate()
-        nginx.wait(timeout=10)
-    return svcd, static, len(chunks)
+        stop(proc)
+    return {"store": row["file"], "variable": variable, "chunks": len(chunks), "chunk_mib": chunk_bytes / MIB, "clients": clients, "threads": threads, "duration_s": duration, "accept_encoding": encoding, "svcd": svcd_figures, "nginx": nginx_figures}
 
 
-def free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# ---------------------------------------------------------------------------------------
 
 
-def percentile(sorted_values, p):
-    return sorted_values[min(len(sorted_values) - 1, int(round(p / 100 * (len(sorted_values) - 1))))]
+def ensure_tools():
+    """nginx and wrk, installed with apt-get when missing and run as root."""
+    missing = [name for name, found in (("nginx", nginx_binary()), ("wrk", shutil.which("wrk"))) if not found]
+    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        print(f"installing {' '.join(missing)} with apt-get", flush=True)
+        if subprocess.run(["apt-get", "install", "-y", "-q", *missing], env=env, check=False).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], env=env, check=False)
+            subprocess.run(["apt-get", "install", "-y", "-q", *missing], env=env, check=False)
+        missing = [name for name, found in (("nginx", nginx_binary()), ("wrk", shutil.which("wrk"))) if not found]
+    if missing:
+        raise SystemExit(f"{' and '.join(missing)} not found: the chunk throughput needs nginx and wrk (Debian: apt-get install -y {' '.join(missing)})")
+
+
+def table(figures):
+    """One table: every figure, the ratio and the target."""
+    rows = []
+    for c in figures["conversion"]["summary"]:
+        name = f"convert {c['label']} ({c['files']} file{'s' if c['files'] > 1 else ''}, {c['mib']:.0f} MiB), MiB/s"
+        rows.append((name, f"{c['svcd_mib_s']:.1f}", f"xarray {c['xarray_mib_s']:.1f}", f"{c['ratio']:.2f}", ">= 3" if c["label"] == "all" else ""))
+    for c in figures["conversion"]["summary"]:
+        if c["label"] == "all":
+            rows.append(("  stores written, MiB", f"{c['svcd_store_mib']:.1f}", f"xarray {c['xarray_store_mib']:.1f}", f"{c['svcd_store_mib'] / c['xarray_store_mib']:.2f}", ""))
+    f = figures["first_chunk"]
+    n = len(f["first_chunk_s"])
+    rows.append((f"first chunk after load, p50 ms ({n} fresh)", f"{f['p50_ms']:.1f}", "", "", "< 20"))
+    rows.append(("first chunk after load, p99 ms", f"{f['p99_ms']:.1f}", "", "", ""))
+    rows.append(("  load answer alone, p50 / p99 ms", f"{f['load_p50_ms']:.1f} / {f['load_p99_ms']:.1f}", "", "", ""))
+    rows.append(("  stores still converting at the chunk", f"{f['still_converting']} of {n}", "", "", ""))
+    t = figures["throughput"]
+    s, g = t["svcd"], t["nginx"]
+    label = f"{t['clients']} clients, {t['chunks']} chunks"
+    rows.append(("chunk requests' Accept-Encoding", repr(t["accept_encoding"]), "", "", ""))
+    rows.append((f"chunks, {label}, requests/s", f"{s['requests_s']:.0f}", f"nginx {g['requests_s']:.0f}", f"{s['requests_s'] / g['requests_s']:.2f}", ">= 0.7"))
+    rows.append((f"chunks, {label}, MiB/s", f"{s['mib_s']:.1f}", f"nginx {g['mib_s']:.1f}", f"{s['mib_s'] / g['mib_s']:.2f}", ">= 0.7"))
+    rows.append(("  latency p50 / p99 ms", f"{s['p50_ms']:.1f} / {s['p99_ms']:.1f}", f"nginx {g['p50_ms']:.1f} / {g['p99_ms']:.1f}", "", ""))
+    rows.append(("  non-2xx answers / socket errors", f"{s['non_2xx']} / {s['socket_errors']}", f"nginx {g['non_2xx']} / {g['socket_errors']}", "", ""))
+    widths = [max(len(r[i]) for r in rows + [("measure", "svcd", "reference", "svcd/ref", "target")]) for i in range(5)]
+    header = ("measure", "svcd", "reference", "svcd/ref", "target")
+    line = lambda r: f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:>{widths[3]}}  {r[4]:<{widths[4]}}".rstrip()
+    print(line(header))
+    print("-" * len(line(header)))
+    for r in rows:
+        print(line(r))
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--svcd", default=os.environ.get("SVCD_BIN"), help="the svcd binary (a release build)")
-    parser.add_argument("--data", type=Path, default=Path("/var/tmp/portal-bench"), help="where the generated sources are kept")
-    parser.add_argument("--size-mib", type=int, default=1024, help="source files in all (default 1024)")
-    parser.add_argument("--samples", type=int, default=50, help="first-chunk samples (default 50)")
-    parser.add_argument("--duration", type=int, default=10, help="seconds of each throughput run (default 10)")
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--svcd", default=os.environ.get("SVCD_BIN"), help="the svcd binary, a release build (default: $SVCD_BIN)")
+    parser.add_argument("--data", type=Path, default=Path("/var/tmp/portal-bench"), help="where generated files are kept and the run directory is made (default /var/tmp/portal-bench)")
+    parser.add_argument("--size-mib", type=int, default=1024, help="conversion sources in all, MiB (default 1024)")
+    parser.add_argument("--samples", type=int, default=50, help="first-chunk-after-load samples (default 50)")
+    parser.add_argument("--duration", type=int, default=10, help="seconds of each chunk-throughput run (default 10)")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent connections of the chunk-throughput runs (default 16)")
+    parser.add_argument("--threads", type=int, default=2, help="wrk threads (default 2)")
+    parser.add_argument("--accept-encoding", default="gzip, deflate", help='the Accept-Encoding header of chunk requests (default "gzip, deflate", as fsspec and requests send it)')
+    parser.add_argument("--json", type=Path, help="also write every figure to this file")
     args = parser.parse_args()
-    assert args.svcd, "--svcd or SVCD_BIN"
-    for tool, package in (("nginx", "nginx"), ("wrk", "wrk")):
-        if not shutil.which(tool):
-            subprocess.run(["apt-get", "install", "-y", "-q", package], check=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
-    sources = args.data / "sources"
-    files = generate(sources, args.size_mib)
-    print(f"sources: {sum(p.stat().st_size for _, p, _ in files) / 2**20:.0f} MiB in {len(files)} files", flush=True)
-    with tempfile.TemporaryDirectory(dir=args.data) as scratch:
-        work = Path(scratch)
-        daemon = Daemon(args.svcd, args.data, work)
-        try:
-            print("conversion", flush=True)
-            rows, largest = conversion(daemon, files, work)
-            print("first chunk after load", flush=True)
-            first = first_chunk(daemon, sources, args.samples)
-            print("chunk throughput", flush=True)
-            svcd, static, chunk_count = throughput(daemon, largest, largest[1], args.clients, args.duration, work)
-        finally:
-            daemon.stop()
-    figures = {
-        "conversion": [{"source": n, "mib": m, "svcd_mib_s": m / s, "xarray_mib_s": m / x, "ratio": x / s} for n, m, s, x in rows],
-        "first_chunk_ms": {"p50": percentile(first, 50) * 1e3, "p99": percentile(first, 99) * 1e3, "samples": len(first)},
-        "throughput": {"clients": args.clients, "chunks": chunk_count, "svcd": {"requests_s": svcd[0], "mib_s": svcd[1]}, "nginx": {"requests_s": static[0], "mib_s": static[1]}},
-    }
+    if not args.svcd or not os.access(args.svcd, os.X_OK):
+        raise SystemExit(f"svcd binary not found: {args.svcd!r} (--svcd or SVCD_BIN)")
+    if args.samples < 1 or args.size_mib < 1 or args.duration < 1 or args.clients < 1:
+        raise SystemExit("--size-mib, --samples, --duration and --clients must be positive")
+    ensure_tools()
+    root = args.data.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+
+    print(f"sources ({args.size_mib} MiB) and load samples ({args.samples}) in {root}", flush=True)
+    with open(root / ".generating", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one run at a time writes the shared files
+        sources = generate_sources(root, args.size_mib)
+        samples = generate_samples(root, args.samples)
+    total = sum(p.stat().st_size for _, p, _ in sources)
+    print(f"  {len(sources)} sources, {total / MIB:.0f} MiB; {len(samples)} load samples, {sum(p.stat().st_size for p in samples) / MIB:.0f} MiB", flush=True)
+
+    figures = {"svcd": str(args.svcd), "size_mib": args.size_mib, "data": str(root), "accept_encoding": args.accept_encoding}
+    run = Path(tempfile.mkdtemp(prefix="run-", dir=root))
+    svcd = None
+    try:
+        svcd = Svcd(args.svcd, root, run, args.accept_encoding)
+        print(f"svcd on {svcd.host}, data directory {svcd.data}", flush=True)
+
+        print("1. conversion: svcd, then xarray, one file at a time", flush=True)
+        rows = measure_conversion(svcd, sources, run)
+        figures["conversion"] = {"files": rows, "summary": conversion_summary(rows)}
+
+        print(f"2. first chunk after load: {len(samples)} fresh stores", flush=True)
+        first = measure_first_chunk(svcd, samples)
+        first.update({
+            "p50_ms": percentile(first["first_chunk_s"], 50) * 1e3,
+            "p99_ms": percentile(first["first_chunk_s"], 99) * 1e3,
+            "load_p50_ms": percentile(first["load_s"], 50) * 1e3,
+            "load_p99_ms": percentile(first["load_s"], 99) * 1e3,
+        })
+        figures["first_chunk"] = first
+
+        print("3. chunk throughput: svcd, then nginx", flush=True)
+        largest = max(rows, key=lambda r: r["svcd_store_bytes"])
+        figures["throughput"] = measure_throughput(svcd, largest, args.clients, args.threads, args.duration, args.accept_encoding, run)
+        figures["svcd_log_problems"] = svcd.problems()
+    finally:
+        if svcd is not None:
+            svcd.stop()
+        shutil.rmtree(run, ignore_errors=True)
+
     print()
-    print("| conversion | MiB | svcd MiB/s | xarray MiB/s | svcd/xarray |")
-    print("|---|---|---|---|---|")
-    for row in figures["conversion"]:
-        print(f"| {row['source']} | {row['mib']:.0f} | {row['svcd_mib_s']:.1f} | {row['xarray_mib_s']:.1f} | {row['ratio']:.2f} |")
-    print()
-    f = figures["first_chunk_ms"]
-    print(f"first chunk after load ({f['samples']} fresh stores): p50 {f['p50']:.1f} ms, p99 {f['p99']:.1f} ms")
-    print()
-    t = figures["throughput"]
-    print(f"| {args.clients} clients, {chunk_count} chunks | requests/s | MiB/s |")
-    print("|---|---|---|")
-    print(f"| svcd | {t['svcd']['requests_s']:.0f} | {t['svcd']['mib_s']:.0f} |")
-    print(f"| nginx | {t['nginx']['requests_s']:.0f} | {t['nginx']['mib_s']:.0f} |")
-    print(f"| svcd/nginx | {t['svcd']['requests_s'] / t['nginx']['requests_s']:.2f} | {t['svcd']['mib_s'] / t['nginx']['mib_s']:.2f} |")
+    table(figures)
+    problems = figures["svcd_log_problems"]
+    if problems:
+        print(f"\nsvcd logged {len(problems)} warnings or errors:")
+        for line, count in collections.Counter(re.sub(r"^\S+Z ", "", line) for line in problems).most_common(10):
+            print(f"  {count} x {line}")
+    print(f"\n{root} holds {tree_bytes(root) / MIB:.0f} MiB (generated files, kept for the next run)")
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+        args.json.write_text(json.dumps(figures, indent=1))
+        print(f"figures written to {args.json}")
 
 
 if __name__ == "__main__":
