@@ -64,27 +64,41 @@ pub(crate) fn write_chunks(
     let (read, to_write) = std::sync::mpsc::sync_channel::<(usize, Vec<u64>, ChunkValues)>(4);
     let to_write = std::sync::Mutex::new(to_write);
     let to_write = &to_write;
+    // Set by a writer that failed: reading stops, and every writer only drains the channel,
+    // so the reader never waits on a full channel nobody empties.
+    let failed = &std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
         let writers: Vec<_> = (0..encoders())
             .map(|_| {
                 scope.spawn(move || -> Result<(), String> {
                     let mut encoder: Option<(usize, Encoder)> = None;
+                    let mut error = None;
                     loop {
+                        // A writer that panicked poisons the lock: the others still drain.
                         let next = to_write
                             .lock()
-                            .map_err(|_| "a chunk writer panicked")?
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
                             .recv();
                         let Ok((n, index, values)) = next else {
-                            return Ok(());
+                            return error.map_or(Ok(()), Err);
                         };
-                        let array = &layout.arrays[n];
-                        if encoder.as_ref().is_none_or(|(m, _)| *m != n) {
-                            encoder = Some((n, Encoder::new(layout, array)?));
+                        if failed.load(std::sync::atomic::Ordering::Acquire) {
+                            continue;
                         }
-                        let (_, current) = encoder.as_ref().expect("set above");
-                        let encoded = current.encode(&index, values)?;
-                        let key = format!("{}/{}", array.path, chunk_key(&index));
-                        put_atomically(dir, &key, &encoded)?;
+                        let array = &layout.arrays[n];
+                        let written = (|| {
+                            if encoder.as_ref().is_none_or(|(m, _)| *m != n) {
+                                encoder = Some((n, Encoder::new(layout, array)?));
+                            }
+                            let (_, current) = encoder.as_ref().expect("set above");
+                            let encoded = current.encode(&index, values)?;
+                            let key = format!("{}/{}", array.path, chunk_key(&index));
+                            put_atomically(dir, &key, &encoded)
+                        })();
+                        if let Err(e) = written {
+                            failed.store(true, std::sync::atomic::Ordering::Release);
+                            error = Some(e);
+                        }
                     }
                 })
             })
@@ -98,11 +112,13 @@ pub(crate) fn write_chunks(
                     if stop.requested() {
                         return Ok(Written::Interrupted);
                     }
-                    let values = chunk_values(&variable, array, &index)?;
-                    if read.send((n, index, values)).is_err() {
-                        // Every writer stopped on an error, which its join gives.
+                    if failed.load(std::sync::atomic::Ordering::Acquire) {
+                        // The writer's error, which its join gives, ends the conversion.
                         return Ok(Written::Complete);
                     }
+                    let values = chunk_values(&variable, array, &index)?;
+                    read.send((n, index, values))
+                        .map_err(|_| "the chunk writers stopped".to_string())?;
                 }
             }
             Ok(Written::Complete)
