@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use svc_daemon::{ConvertRequest, Error, Fault, KeyKind, Missing, ShareRequest, Status};
+use svc_daemon::{ConvertRequest, Error, Fault, KeyKind, Missing, ShareRequest};
 use uuid::Uuid;
 
 use crate::AppState;
@@ -219,9 +219,7 @@ async fn serve_key(
         .daemon
         .run(move |daemon| {
             let stores = daemon.stores();
-            let bytes = stores.read(caller.as_ref(), token, &key, now(), wait)?;
-            let ready = stores.record(token)?.map(|r| r.status) == Some(Status::Ready);
-            Ok((bytes, ready))
+            stores.read(caller.as_ref(), token, &key, now(), wait)
         })
         .await?;
     Ok(key_response(read, &headers))
@@ -229,16 +227,15 @@ async fn serve_key(
 
 /// The answer to a key read: its media type, and for a chunk of a finished store an `ETag`,
 /// immutable caching and 304 for a matching `If-None-Match`.
-fn key_response((key_bytes, ready): (svc_daemon::KeyBytes, bool), headers: &HeaderMap) -> Response {
+fn key_response(key_bytes: svc_daemon::KeyBytes, headers: &HeaderMap) -> Response {
     let media = match key_bytes.kind {
         KeyKind::Metadata => "application/json",
         KeyKind::Chunk => "application/octet-stream",
     };
     let mut response_headers = HeaderMap::new();
     response_headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
-    if key_bytes.kind == KeyKind::Chunk && ready {
-        let etag = format!("\"{:032x}\"", xxhash_rust::xxh3::xxh3_128(&key_bytes.bytes));
-        let etag = HeaderValue::from_str(&etag).expect("hex digits are a header value");
+    if let Some(etag) = &key_bytes.etag {
+        let etag = HeaderValue::from_str(etag).expect("hex digits are a header value");
         response_headers.insert(
             header::CACHE_CONTROL,
             HeaderValue::from_static("private, max-age=31536000, immutable"),
@@ -297,9 +294,7 @@ async fn read_shared(
             .daemon
             .run(move |daemon| {
                 let stores = daemon.stores();
-                let bytes = stores.read_shared(&sig, token, &key, now(), wait)?;
-                let ready = stores.record(token)?.map(|r| r.status) == Some(Status::Ready);
-                Ok((bytes, ready))
+                stores.read_shared(&sig, token, &key, now(), wait)
             })
             .await?;
         Ok(key_response(read, &headers))

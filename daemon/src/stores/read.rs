@@ -55,6 +55,9 @@ pub struct KeyBytes {
     pub kind: KeyKind,
     /// Its content.
     pub bytes: Vec<u8>,
+    /// For a chunk of a ready store, which never changes until the store is converted again:
+    /// an entity tag (quoted) naming this chunk of this conversion.
+    pub etag: Option<String>,
 }
 
 /// A store key, parsed.
@@ -189,20 +192,22 @@ impl Stores {
                 Status::Ready | Status::Preparing | Status::Archived => {}
             }
             if let Some(served) = self.served(&record)? {
-                break served;
+                break (served, record.status);
             }
             if record.status != Status::Preparing {
                 return Err(missing(".zmetadata"));
             }
             if let Some(served) = self.metadata_on_demand(&record) {
-                break Arc::new(served);
+                break (Arc::new(served), record.status);
             }
             pause(deadline, &mut interval)?;
         };
+        let (served, status) = served;
         match parsed {
             Key::Consolidated => Ok(KeyBytes {
                 kind: KeyKind::Metadata,
                 bytes: served.consolidated.clone(),
+                etag: None,
             }),
             Key::Document(document) => served
                 .documents
@@ -210,19 +215,27 @@ impl Stores {
                 .map(|value| KeyBytes {
                     kind: KeyKind::Metadata,
                     bytes: value.to_string().into_bytes(),
+                    etag: None,
                 })
                 .ok_or_else(|| missing(key)),
             Key::Chunk { array, index } => {
                 check_chunk(&served.documents, array, &index, key)?;
                 let path = self.dir(token).join(key);
-                let chunk = |bytes| KeyBytes {
+                let chunk = |bytes, etag| KeyBytes {
                     kind: KeyKind::Chunk,
                     bytes,
+                    etag,
+                };
+                // Chunks of a ready store are immutable until a reload, which writes a new
+                // `.zmetadata`: its identity names the conversion.
+                let etag = match (status, served.file) {
+                    (Status::Ready, Some(file)) => Some(file.etag(token, key)),
+                    _ => None,
                 };
                 let mut computed = false;
                 loop {
                     match std::fs::read(&path) {
-                        Ok(bytes) => return Ok(chunk(bytes)),
+                        Ok(bytes) => return Ok(chunk(bytes, etag)),
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                         Err(e) => return Err(Error::io(format!("read {}", path.display()), e)),
                     }
@@ -235,7 +248,7 @@ impl Stores {
                         computed = true;
                         if let Some(bytes) = self.chunk_on_demand(&current, &served, array, &index)
                         {
-                            return Ok(chunk(bytes));
+                            return Ok(chunk(bytes, None));
                         }
                     }
                     pause(deadline, &mut interval)?;
@@ -378,6 +391,19 @@ struct FileIdentity {
 }
 
 impl FileIdentity {
+    /// The entity tag of `key` of the store `token` converted with this `.zmetadata`.
+    fn etag(self, token: Uuid, key: &str) -> String {
+        let mut named = Vec::with_capacity(64 + key.len());
+        named.extend_from_slice(token.as_bytes());
+        for n in [self.dev, self.ino, self.size] {
+            named.extend_from_slice(&n.to_le_bytes());
+        }
+        named.extend_from_slice(&self.modified.0.to_le_bytes());
+        named.extend_from_slice(&self.modified.1.to_le_bytes());
+        named.extend_from_slice(key.as_bytes());
+        format!("\"{:032x}\"", xxhash_rust::xxh3::xxh3_128(&named))
+    }
+
     fn of(meta: &std::fs::Metadata) -> Self {
         use std::os::unix::fs::MetadataExt;
         FileIdentity {
