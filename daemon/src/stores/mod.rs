@@ -161,8 +161,8 @@ pub struct Stores {
     share_key: share::ShareKey,
     /// Reads since the last sweep.
     reads: sweep::Reads,
-    /// Chunks being computed on demand, at most [`read::ON_DEMAND_AT_ONCE`].
-    on_demand: std::sync::atomic::AtomicUsize,
+    /// Chunks and metadata being computed on demand.
+    on_demand: read::OnDemand,
 }
 
 /// A pre-signed share of a store (spec 2, endpoint 5).
@@ -197,7 +197,7 @@ impl Stores {
             metadata: read::MetadataCache::default(),
             share_key: share::ShareKey::open(share_key)?,
             reads: sweep::Reads::default(),
-            on_demand: std::sync::atomic::AtomicUsize::new(0),
+            on_demand: read::OnDemand::default(),
         })
     }
 

@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -38,6 +37,9 @@ const RETRY: Duration = Duration::from_secs(2);
 /// 512), so many clients opening a store being converted must not each compute one: beyond
 /// this they wait for the conversion instead.
 pub(super) const ON_DEMAND_AT_ONCE: usize = 4;
+
+/// Chunks computed on demand at once for the stores of one owner.
+const ON_DEMAND_PER_OWNER: usize = 2;
 
 /// What a key of a store holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,7 +267,7 @@ impl Stores {
         if record.sources.len() != 1 {
             return None;
         }
-        let _slot = OnDemandSlot::take(&self.on_demand)?;
+        let _slot = self.on_demand.take(&record.owner)?;
         let layout = self.open_source(record).and_then(|source| {
             convert::layout_on_demand(&source, &record.chunking, self.config.compressor)
         });
@@ -302,7 +304,7 @@ impl Stores {
         if !on_demand_cost_allowed(zarray) {
             return None;
         }
-        let _slot = OnDemandSlot::take(&self.on_demand)?;
+        let _slot = self.on_demand.take(&record.owner)?;
         let source = match self.open_source(record) {
             Ok(source) => source,
             Err(reason) => {
@@ -446,23 +448,44 @@ fn on_demand_cost_allowed(zarray: &Value) -> bool {
     }
 }
 
-/// One of the [`ON_DEMAND_AT_ONCE`] computations of a chunk, given back when dropped.
-struct OnDemandSlot<'a>(&'a AtomicUsize);
+/// The computations on demand under way, by the owner of the store they are for.
+#[derive(Default)]
+pub(super) struct OnDemand(Mutex<HashMap<String, usize>>);
 
-impl<'a> OnDemandSlot<'a> {
-    /// A slot, if one is free.
-    fn take(busy: &'a AtomicUsize) -> Option<Self> {
-        busy.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < ON_DEMAND_AT_ONCE).then_some(n + 1)
+impl OnDemand {
+    /// A slot for a store of `owner`, if the owner has fewer than [`ON_DEMAND_PER_OWNER`]
+    /// and all together fewer than [`ON_DEMAND_AT_ONCE`]: one user opening many stores being
+    /// converted cannot take every slot.
+    fn take(&self, owner: &str) -> Option<OnDemandSlot<'_>> {
+        let mut busy = self.0.lock();
+        let total: usize = busy.values().sum();
+        let mine = busy.get(owner).copied().unwrap_or(0);
+        if total >= ON_DEMAND_AT_ONCE || mine >= ON_DEMAND_PER_OWNER {
+            return None;
+        }
+        *busy.entry(owner.to_string()).or_default() += 1;
+        Some(OnDemandSlot {
+            slots: self,
+            owner: owner.to_string(),
         })
-        .ok()
-        .map(|_| OnDemandSlot(busy))
     }
+}
+
+/// One computation on demand, given back when dropped.
+struct OnDemandSlot<'a> {
+    slots: &'a OnDemand,
+    owner: String,
 }
 
 impl Drop for OnDemandSlot<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        let mut busy = self.slots.0.lock();
+        if let Some(mine) = busy.get_mut(&self.owner) {
+            *mine -= 1;
+            if *mine == 0 {
+                busy.remove(&self.owner);
+            }
+        }
     }
 }
 
@@ -572,15 +595,20 @@ mod tests {
     }
 
     #[test]
-    fn on_demand_slots_are_bounded_and_given_back() {
-        let busy = AtomicUsize::new(0);
-        let slots: Vec<_> = (0..ON_DEMAND_AT_ONCE)
-            .map(|_| OnDemandSlot::take(&busy).expect("a free slot"))
+    fn on_demand_slots_are_bounded_per_owner_and_in_all() {
+        let slots = OnDemand::default();
+        let jane: Vec<_> = (0..ON_DEMAND_PER_OWNER)
+            .map(|_| slots.take("jane").expect("a free slot"))
             .collect();
-        assert!(OnDemandSlot::take(&busy).is_none());
-        drop(slots);
-        assert_eq!(busy.load(Ordering::SeqCst), 0);
-        assert!(OnDemandSlot::take(&busy).is_some());
+        assert!(slots.take("jane").is_none(), "jane has her share");
+        let others: Vec<_> = (0..ON_DEMAND_AT_ONCE - ON_DEMAND_PER_OWNER)
+            .map(|n| slots.take(&format!("user{n}")).expect("a free slot"))
+            .collect();
+        assert!(slots.take("john").is_none(), "all slots busy");
+        drop(jane);
+        assert!(slots.take("john").is_some());
+        drop(others);
+        assert!(slots.0.lock().is_empty(), "every slot given back");
     }
 
     #[test]
