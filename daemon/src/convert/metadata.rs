@@ -241,9 +241,8 @@ impl Scope<'_> {
             } else {
                 format!("{}/{name}", groups.join("/"))
             };
+            // Without `_FillValue`, null (for a string array too, as xarray writes it).
             let fill_value = match variable.attribute_value("_FillValue") {
-                // A string array's fill value is null, as xarray writes it.
-                _ if dtype == Dtype::String => Value::Null,
                 Some(value) => {
                     let value = value.map_err(|e| format!("{path}: _FillValue: {e}"))?;
                     fill_value(&value, dtype)
