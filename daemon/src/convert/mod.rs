@@ -91,11 +91,20 @@ impl Source {
         &self.path
     }
 
-    /// The opened file as NetCDF.
-    fn netcdf(&self) -> Result<netcdf::File, String> {
+    /// The opened file as NetCDF, and the layout of its store with `chunking` and
+    /// `compressor`: what a conversion and every on-demand computation start from.
+    fn layout(
+        &self,
+        chunking: &Chunking,
+        compressor: Compressor,
+    ) -> Result<(netcdf::File, StoreLayout), String> {
         use std::os::fd::AsRawFd;
+        let shown = self.path.display();
         let opened = std::path::PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()));
-        crate::crawl::open_netcdf(&opened).map_err(|e| format!("{}: {e}", self.path.display()))
+        let file = crate::crawl::open_netcdf(&opened).map_err(|e| format!("{shown}: {e}"))?;
+        let layout = metadata::layout(&file, chunking, &compressor.codec())
+            .map_err(|e| format!("{shown}: {e}"))?;
+        Ok((file, layout))
     }
 }
 
@@ -110,13 +119,10 @@ pub(crate) fn convert_file(
     compressor: Compressor,
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
-    let shown = source.path.display();
-    let file = source.netcdf()?;
-    let layout = metadata::layout(&file, chunking, &compressor.codec())
-        .map_err(|e| format!("{shown}: {e}"))?;
+    let (file, layout) = source.layout(chunking, compressor)?;
     write::write_metadata(&layout, dir)?;
-    let written =
-        write::write_chunks(&file, &layout, dir, stop).map_err(|e| format!("{shown}: {e}"))?;
+    let written = write::write_chunks(&file, &layout, dir, stop)
+        .map_err(|e| format!("{}: {e}", source.path.display()))?;
     Ok((layout, written))
 }
 
@@ -130,9 +136,9 @@ pub(crate) fn layout_on_demand(
     chunking: &Chunking,
     compressor: Compressor,
 ) -> Result<StoreLayout, String> {
-    let file = source.netcdf()?;
-    metadata::layout(&file, chunking, &compressor.codec())
-        .map_err(|e| format!("{}: {e}", source.path.display()))
+    source
+        .layout(chunking, compressor)
+        .map(|(_, layout)| layout)
 }
 
 /// The stored bytes of chunk `index` of the array `array` of the store converted from
@@ -151,10 +157,7 @@ pub(crate) fn chunk_on_demand(
     index: &[u64],
     zarray: &Value,
 ) -> Result<Option<Vec<u8>>, String> {
-    let shown = source.path.display();
-    let file = source.netcdf()?;
-    let layout = metadata::layout(&file, chunking, &compressor.codec())
-        .map_err(|e| format!("{shown}: {e}"))?;
+    let (file, layout) = source.layout(chunking, compressor)?;
     let (Some(written), Some(planned)) = (
         layout.documents.get(&format!("{array}/.zarray")),
         layout.arrays.iter().find(|a| a.path == array),
@@ -174,8 +177,8 @@ pub(crate) fn chunk_on_demand(
         index
     };
     let encoder = write::Encoder::new(&layout, planned)?;
-    let values =
-        write::chunk_values(&variable, planned, index).map_err(|e| format!("{shown}: {e}"))?;
+    let values = write::chunk_values(&variable, planned, index)
+        .map_err(|e| format!("{}: {e}", source.path.display()))?;
     encoder.encode(index, values).map(Some)
 }
 

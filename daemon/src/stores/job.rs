@@ -4,7 +4,6 @@
 //! idempotent) and records the outcome: ready, or failed with the reason, its partial data
 //! removed.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use uuid::Uuid;
@@ -46,9 +45,7 @@ impl Handler for ConvertJob {
         }
         let dir = self.stores.dir(token);
         remove_dir(&dir);
-        // One source per store until aggregation is implemented.
-        let path = PathBuf::from(&record.sources[0]);
-        tracing::info!(%token, source = %path.display(), "converting");
+        tracing::info!(%token, sources = ?record.sources, "converting");
         let converted = self.stores.open_source(&record).and_then(|source| {
             convert::convert_file(
                 &source,
