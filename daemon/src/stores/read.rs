@@ -175,19 +175,18 @@ impl Stores {
         now: i64,
         wait: Duration,
     ) -> Result<KeyBytes> {
-        let record = self.readable(caller, token, now)?;
+        let mut record = self.readable(caller, token, now)?;
         let parsed = parse_key(key)?;
         // Only users' reads count: the sweep removes stores nobody reads.
         self.reads.note(token, now);
         let deadline = Instant::now() + wait;
         let mut interval = FIRST_POLL;
         let served = loop {
-            let record = self.current(&record)?;
             match record.status {
                 Status::Failed => {
                     return Err(Error::StoreFailed {
                         token: token.to_string(),
-                        reason: record.reason,
+                        reason: record.reason.clone(),
                     });
                 }
                 Status::Gone => return Err(Error::NotFound(Missing::Store(token.to_string()))),
@@ -203,6 +202,7 @@ impl Stores {
                 break (Arc::new(served), record.status);
             }
             pause(deadline, &mut interval)?;
+            record = self.current(&record)?;
         };
         let (served, status) = served;
         match parsed {
@@ -259,37 +259,50 @@ impl Stores {
         }
     }
 
-    /// The metadata of a store whose conversion has not written it yet (it waits for a
-    /// worker), computed from its source as the conversion computes it: the same documents.
-    /// Not cached: the conversion writes them soon. `None` when it cannot be computed (as
-    /// [`Stores::chunk_on_demand`]).
-    fn metadata_on_demand(&self, record: &StoreRecord) -> Option<Served> {
+    /// Computes something of `record`'s store from its source, on a request: with one of the
+    /// owner's on-demand slots and the source opened and checked again for the owner
+    /// ([`Stores::open_source`]). `None` when it cannot be: no slot is free, the source
+    /// cannot be read, or its owner may no longer read it; `compute` says `None` too. What
+    /// fails is logged (the conversion then gives the answer, or fails with the reason).
+    fn on_demand<T>(
+        &self,
+        record: &StoreRecord,
+        compute: impl FnOnce(&convert::Source) -> std::result::Result<Option<T>, String>,
+    ) -> Option<T> {
         if record.sources.len() != 1 {
             return None;
         }
         let _slot = self.on_demand.take(&record.owner)?;
-        let layout = self.open_source(record).and_then(|source| {
-            convert::layout_on_demand(&source, &record.chunking, self.config.compressor)
-        });
-        match layout {
-            Ok(layout) => Some(Served {
-                file: None,
-                consolidated: layout.consolidated().to_string().into_bytes(),
-                documents: layout.documents,
-            }),
+        match self.open_source(record).and_then(|source| compute(&source)) {
+            Ok(computed) => computed,
             Err(reason) => {
-                tracing::debug!(token = %record.token, %reason, "metadata cannot be computed on demand");
+                tracing::debug!(token = %record.token, %reason, "cannot compute on demand");
                 None
             }
         }
     }
 
+    /// The metadata of a store whose conversion has not written it yet (it waits for a
+    /// worker), computed from its source as the conversion computes it: the same documents.
+    /// Not cached: the conversion writes them soon. `None` as [`Stores::on_demand`].
+    fn metadata_on_demand(&self, record: &StoreRecord) -> Option<Served> {
+        self.on_demand(record, |source| {
+            let layout =
+                convert::layout_on_demand(source, &record.chunking, self.config.compressor)?;
+            Ok(Some(Served {
+                file: None,
+                consolidated: layout.consolidated().to_string().into_bytes(),
+                documents: layout.documents,
+            }))
+        })
+    }
+
     /// A chunk the conversion of `record` has not written yet, computed from its source as
     /// the conversion computes it ([`convert::chunk_on_demand`]). `None` when it is not: the
-    /// chunk is too large to compute on a request ([`on_demand_cost_allowed`]), all slots are
-    /// busy, the source no longer gives the served metadata (it changed, or the store is being
-    /// reconverted with other options), its owner may no longer read it, or it cannot be
-    /// read. The conversion then writes the chunk or fails.
+    /// chunk is too large to compute on a request ([`on_demand_cost_allowed`]), the source no
+    /// longer gives the served metadata (it changed, or the store is being reconverted with
+    /// other options), or as [`Stores::on_demand`]. The conversion then writes the chunk or
+    /// fails.
     fn chunk_on_demand(
         &self,
         record: &StoreRecord,
@@ -297,36 +310,20 @@ impl Stores {
         array: &str,
         index: &[u64],
     ) -> Option<Vec<u8>> {
-        if record.sources.len() != 1 {
-            return None;
-        }
         let zarray = served.documents.get(&format!("{array}/.zarray"))?;
         if !on_demand_cost_allowed(zarray) {
             return None;
         }
-        let _slot = self.on_demand.take(&record.owner)?;
-        let source = match self.open_source(record) {
-            Ok(source) => source,
-            Err(reason) => {
-                tracing::debug!(token = %record.token, %reason, "a chunk cannot be computed on demand");
-                return None;
-            }
-        };
-        let computed = convert::chunk_on_demand(
-            &source,
-            &record.chunking,
-            self.config.compressor,
-            array,
-            index,
-            zarray,
-        );
-        match computed {
-            Ok(bytes) => bytes,
-            Err(reason) => {
-                tracing::debug!(token = %record.token, %reason, "a chunk cannot be computed on demand");
-                None
-            }
-        }
+        self.on_demand(record, |source| {
+            convert::chunk_on_demand(
+                source,
+                &record.chunking,
+                self.config.compressor,
+                array,
+                index,
+                zarray,
+            )
+        })
     }
 
     /// The record as it is stored now.
