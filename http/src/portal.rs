@@ -4,8 +4,8 @@
 //!   body is empty; answers `{"urls": [...]}`, one store URL per source.
 //! - `GET|HEAD P/data-portal/zarr/{token}.zarr/{key}`: a key of a store through
 //!   `Stores::read`, the daemon's one read path. Metadata is `application/json`, chunks
-//!   `application/octet-stream`; a chunk of a finished store carries an `ETag` (its content
-//!   hash) and `Cache-Control: immutable`, and `If-None-Match` gives 304. `timeout` (seconds,
+//!   `application/octet-stream`; a chunk of a finished store carries an `ETag` (naming the
+//!   store's conversion and the key) and `Cache-Control: immutable`, and `If-None-Match` gives 304. `timeout` (seconds,
 //!   0 to 1500, default 30) bounds the wait for a chunk still being written.
 //! - `GET P/data-portal/zarr-utils/status`: `{"status", "reason"}` of the store named by
 //!   `url=<store URL>` or `token=<uuid>`.
@@ -195,34 +195,48 @@ fn wait(pairs: &[(String, String)]) -> Result<Duration, ApiError> {
 }
 
 async fn read_key(
-    state: State<AppState>,
-    caller: MaybeAuthenticated,
-    path: PathParams<(String, String)>,
-    pairs: QueryPairs,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    serve_key(state, caller, path, pairs, headers)
-        .await
-        .map_err(|e| e.at(Endpoint::StoreKey))
-}
-
-async fn serve_key(
     State(state): State<AppState>,
     MaybeAuthenticated(caller): MaybeAuthenticated,
     PathParams((store, key)): PathParams<(String, String)>,
     QueryPairs(pairs): QueryPairs,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let token = store_token(&store)?;
-    let wait = wait(&pairs)?;
-    let read = state
-        .daemon
-        .run(move |daemon| {
-            let stores = daemon.stores();
-            stores.read(caller.as_ref(), token, &key, now(), wait)
-        })
-        .await?;
-    Ok(key_response(read, &headers))
+    answer_key(
+        &state,
+        &store,
+        &pairs,
+        &headers,
+        move |stores, token, now, wait| stores.read(caller.as_ref(), token, &key, now, wait),
+    )
+    .await
+}
+
+/// The answer of both key routes: the store and the wait the request names, `read` on the
+/// blocking pool, and its bytes as [`key_response`]; errors as a store key's.
+async fn answer_key(
+    state: &AppState,
+    store: &str,
+    pairs: &[(String, String)],
+    headers: &HeaderMap,
+    read: impl FnOnce(
+        &svc_daemon::Stores,
+        Uuid,
+        i64,
+        Duration,
+    ) -> svc_daemon::Result<svc_daemon::KeyBytes>
+    + Send
+    + 'static,
+) -> Result<Response, ApiError> {
+    let answer = async {
+        let token = store_token(store)?;
+        let wait = wait(pairs)?;
+        let bytes = state
+            .daemon
+            .run(move |daemon| read(daemon.stores(), token, now(), wait))
+            .await?;
+        Ok(key_response(bytes, headers))
+    };
+    answer.await.map_err(|e: ApiError| e.at(Endpoint::StoreKey))
 }
 
 /// The answer to a key read: its media type, and for a chunk of a finished store an `ETag`,
@@ -287,19 +301,14 @@ async fn read_shared(
     QueryPairs(pairs): QueryPairs,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let answer = async {
-        let token = store_token(&store)?;
-        let wait = wait(&pairs)?;
-        let read = state
-            .daemon
-            .run(move |daemon| {
-                let stores = daemon.stores();
-                stores.read_shared(&sig, token, &key, now(), wait)
-            })
-            .await?;
-        Ok(key_response(read, &headers))
-    };
-    answer.await.map_err(|e: ApiError| e.at(Endpoint::StoreKey))
+    answer_key(
+        &state,
+        &store,
+        &pairs,
+        &headers,
+        move |stores, token, now, wait| stores.read_shared(&sig, token, &key, now, wait),
+    )
+    .await
 }
 
 /// The store a `zarr-utils` request names: `token=<uuid>` or `url=<store URL>`.
