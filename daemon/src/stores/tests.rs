@@ -300,6 +300,26 @@ fn request_one(stores: &Stores, caller: &Caller, path: &std::path::Path) -> Stor
     record
 }
 
+/// Jane's store of a constant file `data/a.nc` under `dir`, `data` an allowed root.
+fn one_store(dir: &std::path::Path, value: f32) -> (Stores, Caller, StoreRecord) {
+    let data = dir.join("data");
+    std::fs::create_dir(&data).unwrap();
+    let path = data.join("a.nc");
+    constant_file(&path, value);
+    let (_queue, stores) = open_with_roots(&dir.join("db"), vec![data]);
+    let jane = caller("jane.doe@idp");
+    let record = request_one(&stores, &jane, &path);
+    (stores, jane, record)
+}
+
+/// Converts the store's source into `dir` as its conversion job does (with `chunking`).
+fn convert_into(stores: &Stores, record: &StoreRecord, chunking: &Chunking, dir: &std::path::Path) {
+    let source = stores.open_source(record).unwrap();
+    let stop = crate::jobs::Stop::default();
+    let compressor = crate::convert::Compressor::Lz4;
+    crate::convert::convert_file(&source, dir, chunking, compressor, &stop).unwrap();
+}
+
 #[test]
 fn a_source_replaced_by_a_link_after_the_request_gives_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -314,10 +334,7 @@ fn a_source_replaced_by_a_link_after_the_request_gives_nothing() {
     let record = request_one(&stores, &jane, &public);
     // The conversion has written the metadata and chunk 0 only.
     let store = stores.dir(record.token);
-    let source = stores.open_source(&record).unwrap();
-    let stop = crate::jobs::Stop::default();
-    let compressor = crate::convert::Compressor::Lz4;
-    crate::convert::convert_file(&source, &store, &record.chunking, compressor, &stop).unwrap();
+    convert_into(&stores, &record, &record.chunking, &store);
     let written = std::fs::read(store.join("tas/1.0.0")).unwrap();
     std::fs::remove_file(store.join("tas/1.0.0")).unwrap();
     let read = |wait| stores.read(Some(&jane), record.token, "tas/1.0.0", NOW, wait);
@@ -345,16 +362,8 @@ fn a_source_replaced_by_a_link_after_the_request_gives_nothing() {
 #[test]
 fn metadata_of_a_reconverted_store_is_never_the_earlier_one() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    let path = data.join("a.nc");
-    constant_file(&path, 1.0);
-    let (_queue, stores) = open_with_roots(&dir.path().join("db"), vec![data.clone()]);
-    let jane = caller("jane.doe@idp");
-    let record = request_one(&stores, &jane, &path);
+    let (stores, jane, record) = one_store(dir.path(), 1.0);
     let store = stores.dir(record.token);
-    let stop = crate::jobs::Stop::default();
-    let compressor = crate::convert::Compressor::Lz4;
     let zarray = || {
         let bytes = stores
             .read(
@@ -372,9 +381,8 @@ fn metadata_of_a_reconverted_store_is_never_the_earlier_one() {
     for (primary, chunks) in [(1, [1, 3, 4]), (2, [2, 3, 4])] {
         let mut chunking = record.chunking;
         chunking.map_primary_chunksize = primary;
-        let source = stores.open_source(&record).unwrap();
         std::fs::remove_dir_all(&store).ok();
-        crate::convert::convert_file(&source, &store, &chunking, compressor, &stop).unwrap();
+        convert_into(&stores, &record, &chunking, &store);
         assert_eq!(zarray(), serde_json::json!(chunks));
     }
 }
@@ -382,13 +390,7 @@ fn metadata_of_a_reconverted_store_is_never_the_earlier_one() {
 #[test]
 fn a_store_waiting_for_a_worker_is_read_from_its_source() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    let path = data.join("a.nc");
-    constant_file(&path, 3.0);
-    let (_queue, stores) = open_with_roots(&dir.path().join("db"), vec![data.clone()]);
-    let jane = caller("jane.doe@idp");
-    let record = request_one(&stores, &jane, &path);
+    let (stores, jane, record) = one_store(dir.path(), 3.0);
     let read = |key| {
         stores
             .read(
@@ -408,10 +410,7 @@ fn a_store_waiting_for_a_worker_is_read_from_its_source() {
     assert!(!stores.dir(record.token).exists());
     // They are what the conversion then writes.
     let store = dir.path().join("converted");
-    let source = stores.open_source(&record).unwrap();
-    let stop = crate::jobs::Stop::default();
-    let compressor = crate::convert::Compressor::Lz4;
-    crate::convert::convert_file(&source, &store, &record.chunking, compressor, &stop).unwrap();
+    convert_into(&stores, &record, &record.chunking, &store);
     assert_eq!(metadata, std::fs::read(store.join(".zmetadata")).unwrap());
     assert_eq!(zarray, std::fs::read(store.join("tas/.zarray")).unwrap());
     assert_eq!(chunk, std::fs::read(store.join("tas/1.0.0")).unwrap());
