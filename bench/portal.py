@@ -29,8 +29,10 @@
    every data chunk of the largest converted store; the bearer token for svcd) for
    `--duration` seconds against svcd's `data-portal/zarr/<token>.zarr/<key>` and against
    nginx serving the same store directory (`<data_dir>/stores/<token>/`) as static files on
-   127.0.0.1 with its own minimal configuration. Requests/s and MiB/s (response bytes as
-   sent), and the ratio svcd/nginx (target >= 0.7).
+   127.0.0.1 with its own minimal configuration (`sendfile on`), the two in turn for
+   `--rounds` rounds (default 3), so that the machine's noise falls on both alike.
+   Requests/s and MiB/s (response bytes as sent), medians of the rounds, and the ratio
+   svcd/nginx (target >= 0.7), also per round.
 
 Every chunk request carries `Accept-Encoding: gzip, deflate` (`--accept-encoding`), as zarr's
 HTTP clients send it (fsspec over aiohttp, and requests); `--accept-encoding identity` asks
@@ -48,7 +50,7 @@ nginx and wrk (Debian packages; `apt-get install -y nginx wrk` is tried when run
 
 Run: make bench-portal [BENCH_ARGS="--size-mib 64 --samples 10 --duration 3"], or
 .venv-test/bin/python bench/portal.py --svcd $CARGO_TARGET_DIR/release/svcd [--size-mib 1024]
-[--samples 50] [--duration 10] [--clients 16] [--data DIR] [--json FILE]
+[--samples 50] [--duration 10] [--rounds 3] [--clients 16] [--data DIR] [--json FILE]
 Prints one table with every figure and ratio (and writes them as JSON with --json).
 """
 
@@ -375,7 +377,12 @@ def measure_conversion(svcd, sources, run):
 
     xarray_warm_up(run)
     rows = []
-    for kind, path, variable in sources:
+    # xarray's stores are kept until every file is converted: removing thousands of chunk
+    # files just before the other side creates its own makes the file system's inode
+    # allocation slower for that side (ext4 skips inodes freed moments ago).
+    xarray_stores = run / "xarray"
+    xarray_stores.mkdir()
+    for number, (kind, path, variable) in enumerate(sources):
         size = path.stat().st_size
         read_through(path)
         started = time.perf_counter()
@@ -386,17 +393,17 @@ def measure_conversion(svcd, sources, run):
         encoding = xarray_encoding(store)
         assert variable in encoding, f"{store} has no {variable}"
 
-        target = run / "xarray.zarr"
+        target = xarray_stores / f"{number}.zarr"
         read_through(path)
         started = time.perf_counter()
         with xr.open_dataset(path, engine="netcdf4", decode_cf=False) as ds:
             ds.to_zarr(target, zarr_format=2, consolidated=True, mode="w", encoding=encoding)
         xarray_s = time.perf_counter() - started
         xarray_bytes = tree_bytes(target)
-        shutil.rmtree(target)
 
         rows.append({"kind": kind, "file": path.name, "variable": variable, "bytes": size, "svcd_s": svcd_s, "xarray_s": xarray_s, "url": url, "store": str(store), "svcd_store_bytes": tree_bytes(store), "xarray_store_bytes": xarray_bytes})
         print(f"  {path.name}: {size / MIB:.1f} MiB, svcd {svcd_s:.2f} s ({size / MIB / svcd_s:.1f} MiB/s), xarray {xarray_s:.2f} s ({size / MIB / xarray_s:.1f} MiB/s)", flush=True)
+    shutil.rmtree(xarray_stores)
     return rows
 
 
@@ -567,8 +574,10 @@ def stop(proc):
             proc.wait()
 
 
-def measure_throughput(svcd, row, clients, threads, duration, encoding, run):
-    """wrk over every data chunk of one store: svcd, then nginx on the same directory."""
+def measure_throughput(svcd, row, clients, threads, duration, rounds, encoding, run):
+    """wrk over every data chunk of one store, svcd and nginx (on the same directory) in
+    turn, `rounds` times: the machine's noise then falls on both sides alike, and the
+    medians of the rounds are reported."""
     store, variable, url = Path(row["store"]), row["variable"], row["url"]
     chunks = sorted(p.name for p in (store / variable).iterdir() if not p.name.startswith("."))
     chunk_bytes = sum((store / variable / c).stat().st_size for c in chunks)
@@ -579,9 +588,6 @@ def measure_throughput(svcd, row, clients, threads, duration, encoding, run):
     expected = (store / variable / chunks[0]).read_bytes()
     served = svcd.session.get(f"http://{svcd.host}{svcd_paths[0]}", headers={"Accept-Encoding": "identity"}, timeout=30)
     assert served.status_code == 200 and served.content == expected, f"svcd answers {served.status_code} for {svcd_paths[0]}"
-
-    print(f"  svcd: {len(chunks)} chunks of {variable} ({chunk_bytes / MIB:.1f} MiB), {clients} connections, {duration} s", flush=True)
-    svcd_figures = wrk(f"http://{svcd.host}", svcd_paths, svcd.token, clients, threads, duration, encoding, run)
 
     proc, port, home = start_nginx(store, run)
     try:
@@ -598,11 +604,18 @@ def measure_throughput(svcd, row, clients, threads, duration, encoding, run):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"nginx did not serve {store}:\n{(home / 'stderr.log').read_text()}{(home / 'error.log').read_text() if (home / 'error.log').exists() else ''}")
             time.sleep(0.1)
-        print(f"  nginx on 127.0.0.1:{port}, the same chunks", flush=True)
-        nginx_figures = wrk(f"http://127.0.0.1:{port}", static_paths, None, clients, threads, duration, encoding, run)
+        print(f"  {len(chunks)} chunks of {variable} ({chunk_bytes / MIB:.1f} MiB), {clients} connections, {rounds} rounds of {duration} s each, nginx on 127.0.0.1:{port}", flush=True)
+        svcd_rounds, nginx_rounds = [], []
+        for n in range(rounds):
+            svcd_rounds.append(wrk(f"http://{svcd.host}", svcd_paths, svcd.token, clients, threads, duration, encoding, run))
+            nginx_rounds.append(wrk(f"http://127.0.0.1:{port}", static_paths, None, clients, threads, duration, encoding, run))
+            print(f"  round {n + 1}: svcd {svcd_rounds[-1]['requests_s']:.0f}/s, nginx {nginx_rounds[-1]['requests_s']:.0f}/s", flush=True)
     finally:
         stop(proc)
-    return {"store": row["file"], "variable": variable, "chunks": len(chunks), "chunk_mib": chunk_bytes / MIB, "clients": clients, "threads": threads, "duration_s": duration, "accept_encoding": encoding, "svcd": svcd_figures, "nginx": nginx_figures}
+    median = lambda runs: {key: percentile([r[key] for r in runs], 50) for key in runs[0]}
+    return {"store": row["file"], "variable": variable, "chunks": len(chunks), "chunk_mib": chunk_bytes / MIB, "clients": clients, "threads": threads, "duration_s": duration, "rounds": rounds, "accept_encoding": encoding,
+            "svcd": median(svcd_rounds), "nginx": median(nginx_rounds), "svcd_rounds": svcd_rounds, "nginx_rounds": nginx_rounds,
+            "round_ratios": [s["requests_s"] / g["requests_s"] for s, g in zip(svcd_rounds, nginx_rounds)]}
 
 
 # ---------------------------------------------------------------------------------------
@@ -639,9 +652,10 @@ def table(figures):
     rows.append(("  stores still converting at the chunk", f"{f['still_converting']} of {n}", "", "", ""))
     t = figures["throughput"]
     s, g = t["svcd"], t["nginx"]
-    label = f"{t['clients']} clients, {t['chunks']} chunks"
+    label = f"{t['clients']} clients, {t['chunks']} chunks, median of {t['rounds']}"
     rows.append(("chunk requests' Accept-Encoding", repr(t["accept_encoding"]), "", "", ""))
     rows.append((f"chunks, {label}, requests/s", f"{s['requests_s']:.0f}", f"nginx {g['requests_s']:.0f}", f"{s['requests_s'] / g['requests_s']:.2f}", ">= 0.7"))
+    rows.append(("  ratio of requests/s, each round", " ".join(f"{r:.2f}" for r in t["round_ratios"]), "", "", ""))
     rows.append((f"chunks, {label}, MiB/s", f"{s['mib_s']:.1f}", f"nginx {g['mib_s']:.1f}", f"{s['mib_s'] / g['mib_s']:.2f}", ">= 0.7"))
     rows.append(("  latency p50 / p99 ms", f"{s['p50_ms']:.1f} / {s['p99_ms']:.1f}", f"nginx {g['p50_ms']:.1f} / {g['p99_ms']:.1f}", "", ""))
     rows.append(("  non-2xx answers / socket errors", f"{s['non_2xx']} / {s['socket_errors']}", f"nginx {g['non_2xx']} / {g['socket_errors']}", "", ""))
@@ -661,6 +675,7 @@ def main():
     parser.add_argument("--size-mib", type=int, default=1024, help="conversion sources in all, MiB (default 1024)")
     parser.add_argument("--samples", type=int, default=50, help="first-chunk-after-load samples (default 50)")
     parser.add_argument("--duration", type=int, default=10, help="seconds of each chunk-throughput run (default 10)")
+    parser.add_argument("--rounds", type=int, default=3, help="chunk-throughput rounds, svcd then nginx in each (default 3)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent connections of the chunk-throughput runs (default 16)")
     parser.add_argument("--threads", type=int, default=2, help="wrk threads (default 2)")
     parser.add_argument("--accept-encoding", default="gzip, deflate", help='the Accept-Encoding header of chunk requests (default "gzip, deflate", as fsspec and requests send it)')
@@ -668,8 +683,8 @@ def main():
     args = parser.parse_args()
     if not args.svcd or not os.access(args.svcd, os.X_OK):
         raise SystemExit(f"svcd binary not found: {args.svcd!r} (--svcd or SVCD_BIN)")
-    if args.samples < 1 or args.size_mib < 1 or args.duration < 1 or args.clients < 1:
-        raise SystemExit("--size-mib, --samples, --duration and --clients must be positive")
+    if args.samples < 1 or args.size_mib < 1 or args.duration < 1 or args.rounds < 1 or args.clients < 1:
+        raise SystemExit("--size-mib, --samples, --duration, --rounds and --clients must be positive")
     ensure_tools()
     root = args.data.resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -703,9 +718,9 @@ def main():
         })
         figures["first_chunk"] = first
 
-        print("3. chunk throughput: svcd, then nginx", flush=True)
+        print("3. chunk throughput: svcd and nginx in turn", flush=True)
         largest = max(rows, key=lambda r: r["svcd_store_bytes"])
-        figures["throughput"] = measure_throughput(svcd, largest, args.clients, args.threads, args.duration, args.accept_encoding, run)
+        figures["throughput"] = measure_throughput(svcd, largest, args.clients, args.threads, args.duration, args.rounds, args.accept_encoding, run)
         figures["svcd_log_problems"] = svcd.problems()
     finally:
         if svcd is not None:

@@ -6,6 +6,7 @@
 
 pub(crate) mod metadata;
 pub(crate) mod plan;
+pub(crate) mod stored;
 pub(crate) mod write;
 
 use std::path::Path;
@@ -91,6 +92,12 @@ impl Source {
         &self.path
     }
 
+    /// The opened file's path for a library that opens files by name: `/proc/self/fd/<n>`.
+    fn opened(&self) -> std::path::PathBuf {
+        use std::os::fd::AsRawFd;
+        std::path::PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+
     /// The opened file as NetCDF, and the layout of its store with `chunking` and
     /// `compressor`: what a conversion and every on-demand computation start from.
     fn layout(
@@ -98,10 +105,9 @@ impl Source {
         chunking: &Chunking,
         compressor: Compressor,
     ) -> Result<(netcdf::File, StoreLayout), String> {
-        use std::os::fd::AsRawFd;
         let shown = self.path.display();
-        let opened = std::path::PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()));
-        let file = crate::crawl::open_netcdf(&opened).map_err(|e| format!("{shown}: {e}"))?;
+        let file =
+            crate::crawl::open_netcdf(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
         let layout = metadata::layout(&file, chunking, &compressor.codec())
             .map_err(|e| format!("{shown}: {e}"))?;
         Ok((file, layout))
@@ -121,7 +127,8 @@ pub(crate) fn convert_file(
 ) -> Result<(StoreLayout, Written), String> {
     let (file, layout) = source.layout(chunking, compressor)?;
     write::write_metadata(&layout, dir)?;
-    let written = write::write_chunks(&file, &layout, dir, stop)
+    let stored = stored::StoredFile::open(&source.opened());
+    let written = write::write_chunks(&file, stored.as_ref(), &source.file, &layout, dir, stop)
         .map_err(|e| format!("{}: {e}", source.path.display()))?;
     Ok((layout, written))
 }

@@ -392,3 +392,202 @@ fn string_variables_become_vlen_utf8_arrays_with_every_string() {
         write::ChunkValues::Fixed(_) => panic!("strings are read as strings"),
     }
 }
+
+/// A NetCDF-4 file whose variables are stored in every way the daemon decodes itself:
+/// chunk shapes that do not divide the dimensions, deflate with and without shuffle, no
+/// filters, big- and little-endian, one- to eight-byte types, and a variable with chunks
+/// never written.
+fn stored_chunks(path: &Path) {
+    let mut file = netcdf::create_with(path, Options::NETCDF4).unwrap();
+    file.add_unlimited_dimension("time").unwrap();
+    file.add_dimension("lat", 5).unwrap();
+    file.add_dimension("lon", 6).unwrap();
+    let dims = ["time", "lat", "lon"];
+    let mut a = file.add_variable::<f32>("a", &dims).unwrap();
+    a.set_chunking(&[2, 3, 4]).unwrap();
+    a.set_compression(4, true).unwrap();
+    let values: Vec<f32> = (0..7 * 30).map(|v| v as f32 * 1.25 - 40.0).collect();
+    a.put_values(&values, [0..7, 0..5, 0..6]).unwrap();
+    let mut b = file.add_variable::<i16>("b", &dims).unwrap();
+    b.set_chunking(&[3, 5, 6]).unwrap();
+    b.set_compression(1, false).unwrap();
+    b.set_endianness(netcdf::Endianness::Big).unwrap();
+    let values: Vec<i16> = (0..7 * 30).map(|v| (v * 97 % 2000 - 1000) as i16).collect();
+    b.put_values(&values, [0..7, 0..5, 0..6]).unwrap();
+    let mut c = file.add_variable::<f64>("c", &["time", "lat"]).unwrap();
+    c.set_chunking(&[1, 5]).unwrap();
+    c.set_endianness(netcdf::Endianness::Big).unwrap();
+    let values: Vec<f64> = (0..7 * 5).map(|v| f64::from(v).sqrt()).collect();
+    c.put_values(&values, [0..7, 0..5]).unwrap();
+    let mut d = file.add_variable::<u8>("d", &["lat", "lon"]).unwrap();
+    d.set_chunking(&[5, 6]).unwrap();
+    d.set_compression(9, true).unwrap();
+    let values: Vec<u8> = (0..30).collect();
+    d.put_values(&values, ..).unwrap();
+    let mut e = file.add_variable::<i64>("e", &["lat", "lon"]).unwrap();
+    e.set_chunking(&[2, 2]).unwrap();
+    e.set_compression(2, true).unwrap();
+    e.set_fill_value(-9_i64).unwrap();
+    e.put_values(&[1_i64, 2, 3, 4], [0..2, 0..2]).unwrap();
+    file.close().unwrap();
+}
+
+#[test]
+fn stored_chunks_decode_to_the_values_the_netcdf_library_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stored.nc");
+    stored_chunks(&path);
+    let source = Source::open(&path).unwrap();
+    let (file, layout) = source.layout(&map(1), Compressor::Lz4).unwrap();
+    let stored = stored::StoredFile::open(&source.opened()).expect("a NetCDF-4 file");
+    let (mut decoded, mut by_library) = (0, 0);
+    for planned in &layout.arrays {
+        let variable = file.variable(&planned.path).unwrap();
+        let Some(array) = stored.array(planned) else {
+            assert_eq!(
+                planned.path, "time",
+                "only the coordinate is not stored chunked"
+            );
+            continue;
+        };
+        // Store chunks smaller than, larger than and across the stored ones, and equal to
+        // each variable's stored chunks (the first two numbers for the 2-d ones).
+        let rank = planned.shape.len();
+        let plans: [&[u64]; 9] = [
+            &[1, 1, 1],
+            &[3, 2, 5],
+            &[7, 5, 6],
+            &[4, 4, 4],
+            &[2, 3, 4],
+            &[3, 5, 6],
+            &[1, 5, 6],
+            &[5, 6, 6],
+            &[2, 2, 2],
+        ];
+        for chunks in plans {
+            let mut planned = planned.clone();
+            planned.chunks = chunks[..rank].to_vec();
+            for index in write::chunk_indices(&planned) {
+                let write::ChunkValues::Fixed(expected) =
+                    write::chunk_values(&variable, &planned, &index).unwrap()
+                else {
+                    panic!("numbers");
+                };
+                match array.pieces(&planned, &index) {
+                    Some(pieces) => {
+                        decoded += 1;
+                        let values = pieces.values(&source.file).unwrap();
+                        assert_eq!(values, expected, "{} chunk {index:?}", planned.path);
+                    }
+                    None => {
+                        by_library += 1;
+                        assert_eq!(planned.path, "e", "{} chunk {index:?}", planned.path);
+                    }
+                }
+            }
+        }
+    }
+    assert!(decoded > 400, "{decoded} chunks decoded");
+    // `e` has one stored chunk of nine written: the store chunks that need another one are
+    // read through the library, which gives them the fill value.
+    assert!(by_library > 10, "{by_library} chunks read by the library");
+}
+
+#[test]
+fn a_netcdf3_file_has_no_stored_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("classic.nc");
+    let mut file = netcdf::create_with(&path, Options::_64BIT_OFFSET).unwrap();
+    file.add_dimension("x", 2).unwrap();
+    file.add_variable::<f32>("v", &["x"]).unwrap();
+    file.close().unwrap();
+    let source = Source::open(&path).unwrap();
+    assert!(stored::StoredFile::open(&source.opened()).is_none());
+}
+
+/// HDF5's shuffle of `values` as `N`-byte elements.
+fn shuffle<const N: usize>(values: &[u8]) -> Vec<u8> {
+    (0..N)
+        .flat_map(|byte| values.iter().skip(byte).step_by(N).copied())
+        .collect()
+}
+
+/// Writes the stored chunk at `origin` of `dataset` as `bytes`, with the filters whose bits
+/// are set in `filter_mask` marked as not applied, as the HDF5 library lets a writer do.
+#[allow(unsafe_code)]
+fn write_stored_chunk(
+    dataset: &hdf5_metno::Dataset,
+    origin: &[u64],
+    filter_mask: u32,
+    bytes: &[u8],
+) {
+    // SAFETY: the dataset is open, `origin` has one coordinate per dimension, and `bytes` is
+    // a live buffer of the length given; the call is made under the library's lock.
+    let status = hdf5_metno::sync::sync(|| unsafe {
+        hdf5_metno_sys::h5d::H5Dwrite_chunk(
+            dataset.id(),
+            hdf5_metno_sys::h5p::H5P_DEFAULT,
+            filter_mask,
+            origin.as_ptr(),
+            bytes.len(),
+            bytes.as_ptr().cast(),
+        )
+    });
+    assert!(status >= 0, "H5Dwrite_chunk");
+}
+
+#[test]
+fn stored_chunks_with_filters_skipped_decode_too() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("masked.h5");
+    let values: Vec<f32> = (0..36).map(|v| v as f32 / 3.0).collect();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    {
+        let file = hdf5_metno::File::create(&path).unwrap();
+        let dataset = file
+            .new_dataset::<f32>()
+            .chunk([2, 6])
+            .shuffle()
+            .deflate(4)
+            .shape([6, 6])
+            .create("v")
+            .unwrap();
+        let deflate = |bytes: &[u8]| {
+            let mut encoder =
+                flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(4));
+            encoder.write_all(bytes).unwrap();
+            encoder.finish().unwrap()
+        };
+        let rows = |first: usize| &bytes[first * 24..(first + 2) * 24];
+        // Both filters; deflate (position 1) skipped; both skipped.
+        write_stored_chunk(&dataset, &[0, 0], 0, &deflate(&shuffle::<4>(rows(0))));
+        write_stored_chunk(&dataset, &[2, 0], 0b10, &shuffle::<4>(rows(2)));
+        write_stored_chunk(&dataset, &[4, 0], 0b11, rows(4));
+    }
+    let source = Source::open(&path).unwrap();
+    let (file, layout) = source.layout(&map(1), Compressor::Lz4).unwrap();
+    let stored = stored::StoredFile::open(&source.opened()).expect("an HDF5 file");
+    let planned = layout.arrays.iter().find(|a| a.path == "v").unwrap();
+    let variable = file.variable("v").unwrap();
+    let mut all = Vec::new();
+    let array = stored.array(planned).expect("shuffle and deflate");
+    for chunks in [[2, 6], [3, 4], [6, 6]] {
+        let mut planned = planned.clone();
+        planned.chunks = chunks.to_vec();
+        for index in write::chunk_indices(&planned) {
+            let write::ChunkValues::Fixed(expected) =
+                write::chunk_values(&variable, &planned, &index).unwrap()
+            else {
+                panic!("numbers");
+            };
+            let decoded = array.pieces(&planned, &index).unwrap().values(&source.file);
+            assert_eq!(decoded.unwrap(), expected, "chunk {index:?} of {chunks:?}");
+            if chunks == [6, 6] {
+                all = expected;
+            }
+        }
+    }
+    // The library read what was written, so both sides decoded the filters as they should.
+    assert_eq!(all, bytes);
+}

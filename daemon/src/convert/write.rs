@@ -1,6 +1,7 @@
 //! Writes a store: its metadata documents first (so it opens while its data is being written),
-//! then every chunk of every array, read from the source hyperslab by hyperslab and encoded by
-//! `zarrs` with the array's compressor.
+//! then every chunk of every array, read from the source hyperslab by hyperslab (or decoded
+//! from its stored chunks, [`super::stored`]) and encoded by `zarrs` with the array's
+//! compressor.
 //!
 //! Every chunk is written, also one that holds only the fill value: a reader then never meets
 //! a missing chunk in a finished store, and while the store is being written a missing chunk
@@ -18,6 +19,7 @@ use zarrs::metadata::v2::ArrayMetadataV2;
 use zarrs::storage::store::MemoryStore;
 
 use super::metadata::{ArrayLayout, Dtype, StoreLayout};
+use super::stored::{Pieces, StoredFile};
 use crate::jobs::Stop;
 
 /// How writing a store ended.
@@ -46,30 +48,55 @@ pub(crate) fn write_metadata(layout: &StoreLayout, dir: &Path) -> Result<(), Str
 /// Writes every chunk of every array of `layout` from `file` into `dir`, checking `stop`
 /// between chunks.
 ///
-/// The work is shared: this thread reads chunks from the source (the NetCDF library takes
-/// one process-wide lock, so reads do not run in parallel anyway) while [`encoders`] threads
-/// compress and write the chunks read before, so decompressing the source and compressing
-/// the store overlap, and compression (the larger part for an uncompressed source) uses
-/// every core.
+/// The work is shared by three kinds of thread:
+/// - this one reads chunks from the source (the NetCDF library takes one process-wide lock,
+///   so its reads do not run in parallel anyway); for a NetCDF-4 variable whose stored
+///   chunks the daemon decodes itself (`stored`, read from `raw`, the opened source) it only
+///   says where they are;
+/// - [`encoders`] threads inflate those, and compress every chunk with the array's codecs,
+///   so the source's decompression and the store's compression use every core;
+/// - one thread creates the chunk files: creating files in one directory from several
+///   threads at once makes them wait on the directory's lock (with ext4, more than twice as
+///   long in all as one thread creating them in turn).
+///
+/// A few chunks are in flight between them, so memory stays bounded.
 ///
 /// # Errors
 /// A sentence naming the variable and chunk that could not be read or written.
 pub(crate) fn write_chunks(
     file: &netcdf::File,
+    stored: Option<&StoredFile>,
+    raw: &std::fs::File,
     layout: &StoreLayout,
     dir: &Path,
     stop: &Stop,
 ) -> Result<Written, String> {
     // A few chunks in flight: enough to keep every thread busy, little memory.
-    let (read, to_write) = std::sync::mpsc::sync_channel::<(usize, Vec<u64>, ChunkValues)>(4);
+    let (read, to_write) = std::sync::mpsc::sync_channel::<(usize, Vec<u64>, ChunkRead)>(4);
     let to_write = std::sync::Mutex::new(to_write);
     let to_write = &to_write;
     // Set by a writer that failed: reading stops, and every writer only drains the channel,
     // so the reader never waits on a full channel nobody empties.
     let failed = &std::sync::atomic::AtomicBool::new(false);
+    // Encoded chunks on their way to the one thread that creates the files.
+    let (encoded, to_store) = std::sync::mpsc::sync_channel::<(String, Vec<u8>)>(4);
     std::thread::scope(|scope| {
+        let storer = scope.spawn(move || -> Result<(), String> {
+            let mut error = None;
+            for (key, bytes) in to_store {
+                if failed.load(std::sync::atomic::Ordering::Acquire) {
+                    continue;
+                }
+                if let Err(e) = put_atomically(dir, &key, &bytes) {
+                    failed.store(true, std::sync::atomic::Ordering::Release);
+                    error = Some(e);
+                }
+            }
+            error.map_or(Ok(()), Err)
+        });
         let writers: Vec<_> = (0..encoders())
             .map(|_| {
+                let encoded = encoded.clone();
                 scope.spawn(move || -> Result<(), String> {
                     let mut encoder: Option<(usize, Encoder)> = None;
                     let mut error = None;
@@ -79,7 +106,7 @@ pub(crate) fn write_chunks(
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner)
                             .recv();
-                        let Ok((n, index, values)) = next else {
+                        let Ok((n, index, read)) = next else {
                             return error.map_or(Ok(()), Err);
                         };
                         if failed.load(std::sync::atomic::Ordering::Acquire) {
@@ -91,9 +118,19 @@ pub(crate) fn write_chunks(
                                 encoder = Some((n, Encoder::new(layout, array)?));
                             }
                             let (_, current) = encoder.as_ref().expect("set above");
-                            let encoded = current.encode(&index, values)?;
+                            let values = match read {
+                                ChunkRead::Values(values) => values,
+                                ChunkRead::Stored(pieces) => {
+                                    ChunkValues::Fixed(pieces.values(raw).map_err(|e| {
+                                        format!("{} chunk {index:?}: {e}", array.path)
+                                    })?)
+                                }
+                            };
+                            let bytes = current.encode(&index, values)?;
                             let key = format!("{}/{}", array.path, chunk_key(&index));
-                            put_atomically(dir, &key, &encoded)
+                            encoded
+                                .send((key, bytes))
+                                .map_err(|_| "the chunk storer stopped".to_string())
                         })();
                         if let Err(e) = written {
                             failed.store(true, std::sync::atomic::Ordering::Release);
@@ -108,6 +145,7 @@ pub(crate) fn write_chunks(
                 let variable = file
                     .variable(&array.path)
                     .ok_or_else(|| format!("variable {:?} vanished from the source", array.path))?;
+                let stored_array = stored.and_then(|stored| stored.array(array));
                 for index in chunk_indices(array) {
                     if stop.requested() {
                         return Ok(Written::Interrupted);
@@ -116,7 +154,13 @@ pub(crate) fn write_chunks(
                         // The writer's error, which its join gives, ends the conversion.
                         return Ok(Written::Complete);
                     }
-                    let values = chunk_values(&variable, array, &index)?;
+                    let values = match stored_array
+                        .as_ref()
+                        .and_then(|stored| stored.pieces(array, &index))
+                    {
+                        Some(pieces) => ChunkRead::Stored(pieces),
+                        None => ChunkRead::Values(chunk_values(&variable, array, &index)?),
+                    };
                     read.send((n, index, values))
                         .map_err(|_| "the chunk writers stopped".to_string())?;
                 }
@@ -125,12 +169,17 @@ pub(crate) fn write_chunks(
         };
         let written = read_all();
         drop(read);
+        drop(encoded);
+        // A write error is the cause when reading failed too.
+        let stored = storer
+            .join()
+            .map_err(|_| "the chunk storer panicked".to_string());
         for writer in writers {
-            // A write error is the cause when reading failed too.
             writer
                 .join()
                 .map_err(|_| "a chunk writer panicked".to_string())??;
         }
+        stored??;
         written
     })
 }
@@ -264,6 +313,14 @@ pub(crate) fn chunk_indices(array: &ArrayLayout) -> impl Iterator<Item = Vec<u64
     })
 }
 
+/// A chunk as the reader hands it to the encoders.
+enum ChunkRead {
+    /// Its values, read by the NetCDF library.
+    Values(ChunkValues),
+    /// Where its stored chunks are, for the encoder to decode.
+    Stored(Pieces),
+}
+
 /// The values of one chunk, uncompressed.
 pub(crate) enum ChunkValues {
     /// Fixed-size elements, in C order.
@@ -383,7 +440,8 @@ fn pad(raw: &[u8], counts: &[u64], full: &[u64], item: usize) -> Vec<u8> {
     out
 }
 
-fn to_usize(n: u64) -> usize {
+/// A count of elements or bytes of one chunk, which fits in memory.
+pub(super) fn to_usize(n: u64) -> usize {
     usize::try_from(n).expect("chunk sizes fit in memory")
 }
 

@@ -17,9 +17,15 @@ const SLICE_VALUES: usize = 1 << 20;
 
 /// Opens `path` read-only.
 ///
+/// The HDF5 library below prints a report on standard error for every error it meets, also
+/// for the ones the NetCDF library expects and handles (probing for an attribute that is not
+/// there). Those reports are turned off for the calling thread first: the daemon reports
+/// what fails itself, naming the file.
+///
 /// # Errors
 /// `not a NetCDF file: ...` when the format is unknown, `cannot open NetCDF file: ...` otherwise.
 pub(crate) fn open(path: &Path) -> Result<File, String> {
+    hdf5_metno::silence_errors(true);
     netcdf::open(path).map_err(|e| match e {
         netcdf::Error::Netcdf(NC_ENOTNC) => format!("not a NetCDF file: {e}"),
         _ => format!("cannot open NetCDF file: {e}"),

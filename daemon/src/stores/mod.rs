@@ -156,7 +156,7 @@ pub struct Stores {
     /// The hot tier: one directory per store below it.
     root: PathBuf,
     /// The metadata of stores being read.
-    metadata: read::MetadataCache,
+    cache: read::ReadCache,
     /// Signs share URLs.
     share_key: share::ShareKey,
     /// Reads since the last sweep.
@@ -194,7 +194,7 @@ impl Stores {
             queue,
             config,
             root,
-            metadata: read::MetadataCache::default(),
+            cache: read::ReadCache::default(),
             share_key: share::ShareKey::open(share_key)?,
             reads: sweep::Reads::default(),
             on_demand: read::OnDemand::default(),
@@ -393,7 +393,7 @@ impl Stores {
     pub fn remove(&self, token: Uuid, reason: &str, now: i64) -> Result<StoreRecord> {
         let batch = self.outcome(token, Status::Gone, reason, now)?;
         self.db.write(batch)?;
-        self.metadata.forget(token);
+        self.cache.forget(token);
         let dir = self.dir(token);
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {}

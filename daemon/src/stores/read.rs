@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -55,8 +56,9 @@ pub enum KeyKind {
 pub struct KeyBytes {
     /// What the key holds.
     pub kind: KeyKind,
-    /// Its content.
-    pub bytes: Vec<u8>,
+    /// Its content: shared, so metadata is handed out without a copy and a chunk file's
+    /// pages go from the page cache to the socket without one (see [`read_chunk_file`]).
+    pub bytes: Bytes,
     /// For a chunk of a ready store, which never changes until the store is converted again:
     /// an entity tag (quoted) naming this chunk of this conversion.
     pub etag: Option<String>,
@@ -141,19 +143,58 @@ pub(super) struct Served {
     /// The `.zmetadata` file it was read from (none: computed on demand).
     file: Option<FileIdentity>,
     /// The `.zmetadata` file.
-    consolidated: Vec<u8>,
+    consolidated: Bytes,
     /// Its documents by key.
     documents: Map<String, Value>,
 }
 
-/// Metadata of stores by token, loaded from the hot tier once per conversion.
-#[derive(Default)]
-pub(super) struct MetadataCache(Mutex<HashMap<Uuid, Arc<Served>>>);
+/// What the read path keeps of the stores being read.
+pub(super) struct ReadCache {
+    /// Metadata by store, loaded from the hot tier once per conversion.
+    metadata: Mutex<HashMap<Uuid, Arc<Served>>>,
+    /// Mapped chunk files of ready stores by store and key, with the conversion they belong
+    /// to (its `.zmetadata`): a chunk read again is served without opening, mapping and
+    /// unmapping its file, which is most of the daemon's own work per chunk request.
+    /// Weighed by bytes, at most [`MAPPED_CHUNK_BYTES`].
+    chunks: quick_cache::sync::Cache<(Uuid, String), (FileIdentity, Bytes), ByLength>,
+}
 
-impl MetadataCache {
+/// The most bytes of chunk files kept mapped. They are the page cache's pages, not copies;
+/// the bound keeps a removed or reconverted store's files from being held for long.
+const MAPPED_CHUNK_BYTES: u64 = 1 << 30;
+
+/// Weighs a mapped chunk by its length.
+#[derive(Clone)]
+pub(super) struct ByLength;
+
+impl quick_cache::Weighter<(Uuid, String), (FileIdentity, Bytes)> for ByLength {
+    fn weight(&self, _key: &(Uuid, String), value: &(FileIdentity, Bytes)) -> u64 {
+        value.1.len() as u64
+    }
+}
+
+impl Default for ReadCache {
+    fn default() -> Self {
+        ReadCache {
+            metadata: Mutex::default(),
+            // The item estimate sizes the cache's tables: chunks of 1 MiB and more.
+            chunks: quick_cache::sync::Cache::with_weighter(1024, MAPPED_CHUNK_BYTES, ByLength),
+        }
+    }
+}
+
+impl ReadCache {
     /// Drops what is cached of a store.
     pub(super) fn forget(&self, token: Uuid) {
-        self.0.lock().remove(&token);
+        self.metadata.lock().remove(&token);
+        self.chunks.retain(|(store, _), _| *store != token);
+    }
+
+    /// The mapping kept of chunk `key` of `token` from the conversion `conversion`.
+    fn mapped(&self, token: Uuid, key: &str, conversion: FileIdentity) -> Option<Bytes> {
+        self.chunks
+            .get(&(token, key.to_string()))
+            .and_then(|(kept, bytes)| (kept == conversion).then_some(bytes))
     }
 }
 
@@ -216,7 +257,7 @@ impl Stores {
                 .get(document)
                 .map(|value| KeyBytes {
                     kind: KeyKind::Metadata,
-                    bytes: value.to_string().into_bytes(),
+                    bytes: Bytes::from(value.to_string()),
                     etag: None,
                 })
                 .ok_or_else(|| missing(key)),
@@ -230,14 +271,30 @@ impl Stores {
                 };
                 // Chunks of a ready store are immutable until a reload, which writes a new
                 // `.zmetadata`: its identity names the conversion.
-                let etag = match (status, served.file) {
-                    (Status::Ready, Some(file)) => Some(file.etag(token, key)),
+                let conversion = match (status, served.file) {
+                    (Status::Ready, Some(file)) => Some(file),
                     _ => None,
                 };
+                let etag = conversion.map(|file| file.etag(token, key));
+                if let Some(conversion) = conversion
+                    && let Some(bytes) = self.cache.mapped(token, key, conversion)
+                {
+                    return Ok(chunk(bytes, etag));
+                }
                 let mut computed = false;
                 loop {
-                    match std::fs::read(&path) {
-                        Ok(bytes) => return Ok(chunk(bytes, etag)),
+                    let keep = conversion.filter(|_| self.may_keep_mapped(token, &path));
+                    match read_chunk_file(&path) {
+                        Ok(bytes) => {
+                            if let Some(conversion) = keep
+                                && bytes.len() as u64 >= MAP_FROM_BYTES
+                            {
+                                self.cache
+                                    .chunks
+                                    .insert((token, key.to_string()), (conversion, bytes.clone()));
+                            }
+                            return Ok(chunk(bytes, etag));
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                         Err(e) => return Err(Error::io(format!("read {}", path.display()), e)),
                     }
@@ -250,13 +307,25 @@ impl Stores {
                         computed = true;
                         if let Some(bytes) = self.chunk_on_demand(&current, &served, array, &index)
                         {
-                            return Ok(chunk(bytes, None));
+                            return Ok(chunk(Bytes::from(bytes), None));
                         }
                     }
                     pause(deadline, &mut interval)?;
                 }
             }
         }
+    }
+
+    /// Whether the chunk file at `path` of the ready store `token`, once mapped, may be kept
+    /// as the chunk of the conversion whose `.zmetadata` the reader saw: when it is large
+    /// enough to be mapped and the store is ready now. This is asked after that metadata was
+    /// seen and before the file is opened: a reload marks the store preparing before it
+    /// writes new metadata, so a store ready now has finished the conversion that wrote the
+    /// metadata seen, and the file opened next is that conversion's chunk (or a later
+    /// conversion's, which the reader would have read anyway).
+    fn may_keep_mapped(&self, token: Uuid, path: &std::path::Path) -> bool {
+        std::fs::metadata(path).is_ok_and(|meta| meta.len() >= MAP_FROM_BYTES)
+            && matches!(self.record(token), Ok(Some(record)) if record.status == Status::Ready)
     }
 
     /// Computes something of `record`'s store from its source, on a request: with one of the
@@ -291,7 +360,7 @@ impl Stores {
                 convert::layout_on_demand(source, &record.chunking, self.config.compressor)?;
             Ok(Some(Served {
                 file: None,
-                consolidated: layout.consolidated().to_string().into_bytes(),
+                consolidated: Bytes::from(layout.consolidated().to_string()),
                 documents: layout.documents,
             }))
         })
@@ -345,7 +414,7 @@ impl Stores {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(failed(e)),
         };
-        if let Some(served) = self.metadata.0.lock().get(&record.token)
+        if let Some(served) = self.cache.metadata.lock().get(&record.token)
             && served.file == Some(written)
         {
             return Ok(Some(Arc::clone(served)));
@@ -368,11 +437,11 @@ impl Stores {
         };
         let served = Arc::new(Served {
             file: Some(file_identity),
-            consolidated,
+            consolidated: Bytes::from(consolidated),
             documents,
         });
-        self.metadata
-            .0
+        self.cache
+            .metadata
             .lock()
             .insert(record.token, Arc::clone(&served));
         Ok(Some(served))
@@ -412,6 +481,39 @@ impl FileIdentity {
             modified: (meta.mtime(), meta.mtime_nsec()),
         }
     }
+}
+
+/// Chunk files from this size on are mapped rather than read: mapping costs a few system
+/// calls, copying costs per byte.
+pub(super) const MAP_FROM_BYTES: u64 = 64 << 10;
+
+/// The bytes of the chunk file at `path`. A large one is mapped, not read: its pages go from
+/// the page cache straight to the socket, where reading them would copy each chunk once more
+/// into the process (the larger part of the daemon's work when serving chunks).
+///
+/// A mapped file that shrinks while mapped would fault its reader (SIGBUS). The hot tier
+/// never changes a written file: every chunk and document is written to a temporary file and
+/// renamed into place ([`crate::convert`]), and removing a store unlinks its files; a mapping
+/// keeps the pages of a file that was replaced or unlinked. Whatever writes into the hot tier
+/// must keep to that.
+fn read_chunk_file(path: &std::path::Path) -> std::io::Result<Bytes> {
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    if size < MAP_FROM_BYTES {
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        std::io::Read::read_to_end(&mut &file, &mut bytes)?;
+        return Ok(Bytes::from(bytes));
+    }
+    map_read_only(&file).map(Bytes::from_owner)
+}
+
+/// Maps `file` read-only, its pages loaded at once (one fault-free pass when sent).
+#[allow(unsafe_code)]
+fn map_read_only(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: the mapping is read-only and private to this process, and files of the hot
+    // tier are never truncated or written in place (see `read_chunk_file`), so the mapped
+    // bytes stay valid and unchanged for as long as the mapping lives.
+    unsafe { memmap2::MmapOptions::new().populate().map(file) }
 }
 
 /// The largest chunk computed on demand, uncompressed.

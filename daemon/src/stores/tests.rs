@@ -415,3 +415,70 @@ fn a_store_waiting_for_a_worker_is_read_from_its_source() {
     assert_eq!(zarray, std::fs::read(store.join("tas/.zarray")).unwrap());
     assert_eq!(chunk, std::fs::read(store.join("tas/1.0.0")).unwrap());
 }
+
+/// A NetCDF file with `tas(time=2, lat=128, lon=256)` of noise from `seed`: chunks of about
+/// 128 KiB that Blosc cannot shrink much, large enough to be served mapped.
+fn noisy_file(path: &std::path::Path, seed: u32) {
+    let mut file = netcdf::create(path).unwrap();
+    file.add_dimension("time", 2).unwrap();
+    file.add_dimension("lat", 128).unwrap();
+    file.add_dimension("lon", 256).unwrap();
+    let mut state = seed.wrapping_mul(2_654_435_761).max(1);
+    let values: Vec<f32> = (0..2 * 128 * 256)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state as f32
+        })
+        .collect();
+    file.add_variable::<f32>("tas", &["time", "lat", "lon"])
+        .unwrap()
+        .put_values(&values, ..)
+        .unwrap();
+}
+
+#[test]
+fn a_mapped_chunk_of_a_reconverted_store_is_never_the_earlier_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let source = data.join("a.nc");
+    noisy_file(&source, 1);
+    let (_queue, stores) = open_with_roots(&dir.path().join("db"), vec![data]);
+    let jane = caller("jane.doe@idp");
+    let record = request_one(&stores, &jane, &source);
+    let store = stores.dir(record.token);
+    let read = || {
+        stores
+            .read(
+                Some(&jane),
+                record.token,
+                "tas/0.0.0",
+                NOW,
+                std::time::Duration::ZERO,
+            )
+            .unwrap()
+    };
+    for seed in [1, 2] {
+        noisy_file(&source, seed);
+        std::fs::remove_dir_all(&store).ok();
+        convert_into(&stores, &record, &record.chunking, &store);
+        stores
+            .db
+            .write(
+                stores
+                    .outcome(record.token, Status::Ready, "", NOW)
+                    .unwrap(),
+            )
+            .unwrap();
+        let written = std::fs::read(store.join("tas/0.0.0")).unwrap();
+        assert!(written.len() as u64 >= super::read::MAP_FROM_BYTES);
+        // Read twice: the second comes from the mapping kept by the first.
+        for _ in 0..2 {
+            let chunk = read();
+            assert_eq!(chunk.bytes, written, "seed {seed}");
+            assert!(chunk.etag.is_some());
+        }
+    }
+}

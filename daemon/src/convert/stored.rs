@@ -1,0 +1,396 @@
+//! Chunks of NetCDF-4 variables read as the HDF5 library stored them, so that decompressing
+//! them runs on every core.
+//!
+//! The NetCDF library reads one hyperslab at a time under a process-wide lock, and inflating
+//! zlib chunks is the larger part of converting a compressed NetCDF-4 file. For a variable
+//! whose stored chunks the daemon can decode itself (chunked, only `shuffle` and `deflate`
+//! filters, fixed-size numbers), the conversion's reader thread only looks up where the
+//! stored chunks that cover a store chunk are ([`StoredArray::pieces`], a B-tree lookup under
+//! the HDF5 lock); the encoder threads read those bytes from the opened file, inflate,
+//! unshuffle, put them in the machine's byte order and cut the store chunk out of them
+//! ([`Pieces::values`]), with no lock held. The values are the bytes the NetCDF library
+//! gives for the same hyperslab, so the store is the same either way (tested chunk by chunk).
+//!
+//! What does not qualify takes the NetCDF library's path: other filters or a checksum,
+//! strings, chars, a variable whose stored extent is not its NetCDF shape (an unlimited
+//! dimension another variable made longer), and a store chunk that covers a stored chunk
+//! never written (whose values are the fill value, which the library supplies).
+
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use hdf5_metno as hdf5;
+
+use super::metadata::{ArrayLayout, Dtype};
+use super::write::to_usize;
+
+/// A NetCDF-4 source opened with the HDF5 library, to look up its stored chunks.
+pub(crate) struct StoredFile {
+    file: hdf5::File,
+}
+
+impl StoredFile {
+    /// The HDF5 file behind `opened` (a `/proc/self/fd/<n>` path), or `None` when it is not
+    /// one (a NetCDF-3 file) or the library cannot open it.
+    pub(crate) fn open(opened: &std::path::Path) -> Option<Self> {
+        if !looks_like_hdf5(opened) {
+            return None;
+        }
+        hdf5::File::open(opened)
+            .ok()
+            .map(|file| StoredFile { file })
+    }
+
+    /// How to read the stored chunks of `array`, when the daemon can decode them.
+    pub(crate) fn array(&self, array: &ArrayLayout) -> Option<StoredArray> {
+        let item = match array.dtype {
+            Dtype::Int(_) | Dtype::Float(_) => usize::try_from(array.dtype.size()).ok()?,
+            Dtype::Char | Dtype::String => return None,
+        };
+        if array.shape.is_empty() {
+            return None;
+        }
+        let mut name = String::new();
+        for group in &array.groups {
+            name.push('/');
+            name.push_str(group);
+        }
+        name.push('/');
+        name.push_str(&array.variable);
+        let dataset = self.file.dataset(&name).ok()?;
+        let stored_chunk: Vec<u64> = dataset.chunk()?.into_iter().map(|n| n as u64).collect();
+        let extent: Vec<u64> = dataset.shape().into_iter().map(|n| n as u64).collect();
+        if extent != array.shape || stored_chunk.len() != array.shape.len() {
+            return None;
+        }
+        let datatype = dataset.dtype().ok()?;
+        if datatype.size() != item {
+            return None;
+        }
+        let big_endian = match datatype.byte_order() {
+            hdf5::datatype::ByteOrder::LittleEndian => false,
+            hdf5::datatype::ByteOrder::BigEndian => true,
+            _ if item == 1 => false,
+            _ => return None,
+        };
+        let mut pipeline = Vec::new();
+        for filter in dataset.filters() {
+            pipeline.push(match filter {
+                hdf5::filters::Filter::Shuffle => Stage::Shuffle,
+                hdf5::filters::Filter::Deflate(_) => Stage::Deflate,
+                _ => return None,
+            });
+        }
+        Some(StoredArray {
+            dataset,
+            layout: Arc::new(Layout {
+                stored_chunk,
+                pipeline,
+                item,
+                big_endian,
+            }),
+        })
+    }
+}
+
+/// Whether the file starts with the HDF5 signature at offset 0 (where NetCDF-4 files have
+/// it). Checked first so the library is not asked to open a NetCDF-3 file.
+fn looks_like_hdf5(path: &std::path::Path) -> bool {
+    let mut start = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut start))
+        .is_ok_and(|()| start == *b"\x89HDF\r\n\x1a\n")
+}
+
+/// A filter a stored chunk went through, in the order they were applied when writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Shuffle,
+    Deflate,
+}
+
+/// What every stored chunk of one variable shares.
+#[derive(Debug)]
+struct Layout {
+    /// The stored chunk shape, in elements.
+    stored_chunk: Vec<u64>,
+    /// Filters, in the order they were applied.
+    pipeline: Vec<Stage>,
+    /// Bytes per element.
+    item: usize,
+    /// Whether elements are stored big-endian.
+    big_endian: bool,
+}
+
+/// The stored chunks of one variable.
+pub(crate) struct StoredArray {
+    dataset: hdf5::Dataset,
+    layout: Arc<Layout>,
+}
+
+impl StoredArray {
+    /// Where the stored chunks that cover chunk `index` of `array` (whose chunk shape is the
+    /// store's, not the source's) are, or `None` when one of them was never written.
+    pub(crate) fn pieces(&self, array: &ArrayLayout, index: &[u64]) -> Option<Pieces> {
+        let rank = array.shape.len();
+        let start: Vec<u64> = index
+            .iter()
+            .zip(&array.chunks)
+            .map(|(i, c)| i * c)
+            .collect();
+        let count: Vec<u64> = (0..rank)
+            .map(|d| array.chunks[d].min(array.shape[d].saturating_sub(start[d])))
+            .collect();
+        let stored = &self.layout.stored_chunk;
+        // The stored chunks' grid indices, first and last, along each dimension.
+        let first: Vec<u64> = (0..rank).map(|d| start[d] / stored[d]).collect();
+        let last: Vec<u64> = (0..rank)
+            .map(|d| (start[d] + count[d].max(1) - 1) / stored[d])
+            .collect();
+        let mut pieces = Vec::new();
+        let mut at = first.clone();
+        loop {
+            let origin: Vec<u64> = at.iter().zip(stored).map(|(i, c)| i * c).collect();
+            pieces.push(Piece {
+                location: chunk_location(&self.dataset, &origin)?,
+                origin,
+            });
+            // The next grid index in C order, or the end.
+            let mut d = rank;
+            loop {
+                if d == 0 {
+                    return Some(Pieces {
+                        layout: Arc::clone(&self.layout),
+                        start,
+                        count,
+                        chunk: array.chunks.clone(),
+                        pieces,
+                    });
+                }
+                d -= 1;
+                if at[d] < last[d] {
+                    at[d] += 1;
+                    break;
+                }
+                at[d] = first[d];
+            }
+        }
+    }
+}
+
+/// Where a stored chunk is in the file.
+#[derive(Debug, Clone, Copy)]
+struct Location {
+    address: u64,
+    size: u64,
+    /// Bit `i` set: the filter at position `i` of the pipeline was not applied.
+    filter_mask: u32,
+}
+
+/// The location of the stored chunk whose first element is at `origin`, or `None` when it
+/// was never written (or the library cannot say).
+#[allow(unsafe_code)]
+fn chunk_location(dataset: &hdf5::Dataset, origin: &[u64]) -> Option<Location> {
+    let mut filter_mask = 0;
+    let mut address = 0;
+    let mut size = 0;
+    // SAFETY: `dataset` is an open dataset for as long as it is borrowed; `origin` holds one
+    // coordinate per dimension of it (checked by the caller against its shape), which is
+    // what the function reads; the three out-pointers are to live locals. The call is made
+    // under the library's lock, which every other HDF5 and NetCDF call of the process takes.
+    let status = hdf5::sync::sync(|| unsafe {
+        hdf5_metno_sys::h5d::H5Dget_chunk_info_by_coord(
+            dataset.id(),
+            origin.as_ptr(),
+            &mut filter_mask,
+            &mut address,
+            &mut size,
+        )
+    });
+    (status >= 0 && address != hdf5_metno_sys::h5::HADDR_UNDEF && size > 0).then_some(Location {
+        address,
+        size,
+        filter_mask,
+    })
+}
+
+/// One stored chunk that a store chunk needs.
+#[derive(Debug)]
+struct Piece {
+    /// Its first element's position in the variable.
+    origin: Vec<u64>,
+    location: Location,
+}
+
+/// The stored chunks that make one store chunk, and where it lies in them.
+#[derive(Debug)]
+pub(crate) struct Pieces {
+    layout: Arc<Layout>,
+    /// The store chunk's first element, its extent inside the variable, and its full shape.
+    start: Vec<u64>,
+    count: Vec<u64>,
+    chunk: Vec<u64>,
+    pieces: Vec<Piece>,
+}
+
+impl Pieces {
+    /// The store chunk's values in C order and the machine's byte order, zeros past the
+    /// variable's edges: the bytes [`super::write::chunk_values`] gives for it.
+    ///
+    /// # Errors
+    /// A sentence saying which stored chunk could not be read or decoded.
+    pub(crate) fn values(&self, file: &std::fs::File) -> Result<Vec<u8>, String> {
+        let layout = &*self.layout;
+        let item = layout.item;
+        let rank = self.chunk.len();
+        let stored_len = to_usize(layout.stored_chunk.iter().product::<u64>()) * item;
+        // A store chunk that is one whole stored chunk (the common case: a plan of one time
+        // step per chunk over a file stored that way) is the decoded chunk as it is.
+        let whole = matches!(&self.pieces[..], [piece] if piece.origin == self.start)
+            && self.count == layout.stored_chunk
+            && self.chunk == layout.stored_chunk;
+        let total: u64 = self.chunk.iter().product();
+        let mut out = if whole {
+            Vec::new()
+        } else {
+            vec![0u8; to_usize(total) * item]
+        };
+        for piece in &self.pieces {
+            let failed = |why: &dyn std::fmt::Display| {
+                format!(
+                    "stored chunk at {:?} (byte {} of the file): {why}",
+                    piece.origin, piece.location.address
+                )
+            };
+            let mut bytes = vec![0u8; to_usize(piece.location.size)];
+            file.read_exact_at(&mut bytes, piece.location.address)
+                .map_err(|e| failed(&e))?;
+            for (position, stage) in layout.pipeline.iter().enumerate().rev() {
+                if piece.location.filter_mask & (1 << position) != 0 {
+                    continue;
+                }
+                bytes = match stage {
+                    Stage::Deflate => inflate(&bytes, stored_len).map_err(|e| failed(&e))?,
+                    Stage::Shuffle => unshuffle(&bytes, item),
+                };
+            }
+            if bytes.len() != stored_len {
+                return Err(failed(&format_args!(
+                    "{} bytes decoded, {stored_len} expected",
+                    bytes.len()
+                )));
+            }
+            if layout.big_endian {
+                for element in bytes.chunks_exact_mut(item) {
+                    element.reverse();
+                }
+            }
+            if whole {
+                return Ok(bytes);
+            }
+            self.place(&bytes, &piece.origin, &mut out, rank);
+        }
+        Ok(out)
+    }
+
+    /// Copies the part of the stored chunk `bytes` (first element at `origin`) that lies in
+    /// the store chunk into `out`, row by row along the last dimension.
+    fn place(&self, bytes: &[u8], origin: &[u64], out: &mut [u8], rank: usize) {
+        let stored = &self.layout.stored_chunk;
+        let item = self.layout.item as u64;
+        let low: Vec<u64> = (0..rank).map(|d| origin[d].max(self.start[d])).collect();
+        let high: Vec<u64> = (0..rank)
+            .map(|d| (origin[d] + stored[d]).min(self.start[d] + self.count[d]))
+            .collect();
+        if (0..rank).any(|d| low[d] >= high[d]) {
+            return;
+        }
+        let strides = |shape: &[u64]| {
+            let mut strides = vec![1u64; rank];
+            for d in (0..rank - 1).rev() {
+                strides[d] = strides[d + 1] * shape[d + 1];
+            }
+            strides
+        };
+        let (from_strides, to_strides) = (strides(stored), strides(&self.chunk));
+        let row = to_usize((high[rank - 1] - low[rank - 1]) * item);
+        let mut at = low.clone();
+        loop {
+            let from: u64 = (0..rank)
+                .map(|d| (at[d] - origin[d]) * from_strides[d])
+                .sum();
+            let to: u64 = (0..rank)
+                .map(|d| (at[d] - self.start[d]) * to_strides[d])
+                .sum();
+            let (from, to) = (to_usize(from * item), to_usize(to * item));
+            out[to..to + row].copy_from_slice(&bytes[from..from + row]);
+            // The next row: the dimensions before the last, in C order.
+            let mut d = rank - 1;
+            loop {
+                if d == 0 {
+                    return;
+                }
+                d -= 1;
+                at[d] += 1;
+                if at[d] < high[d] {
+                    break;
+                }
+                at[d] = low[d];
+            }
+        }
+    }
+}
+
+/// Inflates a zlib stream of `expected` bytes.
+fn inflate(compressed: &[u8], expected: usize) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(expected);
+    flate2::read::ZlibDecoder::new(compressed).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// Undoes HDF5's byte shuffle: the bytes were stored as all elements' first bytes, then all
+/// second bytes, and so on (a tail that is not a whole element stays as it is).
+fn unshuffle(shuffled: &[u8], item: usize) -> Vec<u8> {
+    match item {
+        2 => unshuffle_items::<2>(shuffled),
+        4 => unshuffle_items::<4>(shuffled),
+        8 => unshuffle_items::<8>(shuffled),
+        // One-byte elements are stored as they are.
+        _ => shuffled.to_vec(),
+    }
+}
+
+/// [`unshuffle`] for `N`-byte elements: one element at a time from the `N` byte planes, so
+/// the compiler keeps every plane's position in a register.
+fn unshuffle_items<const N: usize>(shuffled: &[u8]) -> Vec<u8> {
+    let elements = shuffled.len() / N;
+    let planes: [&[u8]; N] =
+        std::array::from_fn(|byte| &shuffled[byte * elements..(byte + 1) * elements]);
+    let mut out = Vec::with_capacity(shuffled.len());
+    // The element index picks one byte from each of the `N` planes.
+    #[allow(clippy::needless_range_loop)]
+    for element in 0..elements {
+        let bytes: [u8; N] = std::array::from_fn(|byte| planes[byte][element]);
+        out.extend_from_slice(&bytes);
+    }
+    out.extend_from_slice(&shuffled[elements * N..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unshuffle_reverses_the_byte_planes() {
+        // Two 4-byte elements 0x01020304 and 0x05060708 (as bytes), shuffled.
+        let shuffled = [1, 5, 2, 6, 3, 7, 4, 8, 9];
+        assert_eq!(unshuffle(&shuffled, 4), [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(unshuffle(&[1, 3, 2, 4], 2), [1, 2, 3, 4]);
+        let wide: Vec<u8> = (0..16).collect();
+        let shuffled: Vec<u8> = (0..8).flat_map(|b| [b, b + 8]).collect();
+        assert_eq!(unshuffle(&shuffled, 8), wide);
+        assert_eq!(unshuffle(&[1, 2, 3], 1), [1, 2, 3]);
+    }
+}
