@@ -25,6 +25,10 @@ use hdf5_metno as hdf5;
 use super::metadata::{ArrayLayout, Dtype};
 use super::write::to_usize;
 
+/// The largest stored chunk decoded by the daemon, in bytes of values: as large as the
+/// largest store chunk (`chunk_size` up to 512 MiB).
+const MAX_STORED_CHUNK_BYTES: u64 = 512 << 20;
+
 /// A NetCDF-4 source opened with the HDF5 library, to look up its stored chunks.
 pub(crate) struct StoredFile {
     file: hdf5::File,
@@ -62,6 +66,14 @@ impl StoredFile {
         let stored_chunk: Vec<u64> = dataset.chunk()?.into_iter().map(|n| n as u64).collect();
         let extent: Vec<u64> = dataset.shape().into_iter().map(|n| n as u64).collect();
         if extent != array.shape || stored_chunk.len() != array.shape.len() {
+            return None;
+        }
+        // A stored chunk is decoded whole: one larger than a store chunk can be (a file's
+        // claim, not to be trusted) goes through the library instead.
+        let stored_bytes = stored_chunk
+            .iter()
+            .try_fold(item as u64, |bytes, n| bytes.checked_mul(*n))?;
+        if stored_bytes > MAX_STORED_CHUNK_BYTES {
             return None;
         }
         let datatype = dataset.dtype().ok()?;
@@ -263,6 +275,14 @@ impl Pieces {
                     piece.origin, piece.location.address
                 )
             };
+            // Deflate never grows data by more than a few bytes per 16 KiB block: a larger
+            // size is a damaged or hostile file, and is not allocated.
+            if piece.location.size > (stored_len + stored_len / 64 + 1024) as u64 {
+                return Err(failed(&format_args!(
+                    "{} bytes stored for {stored_len} bytes of values",
+                    piece.location.size
+                )));
+            }
             let mut bytes = vec![0u8; to_usize(piece.location.size)];
             file.read_exact_at(&mut bytes, piece.location.address)
                 .map_err(|e| failed(&e))?;
@@ -342,10 +362,13 @@ impl Pieces {
     }
 }
 
-/// Inflates a zlib stream of `expected` bytes.
+/// Inflates a zlib stream of `expected` bytes, stopping one byte past them (a stream that
+/// inflates to more is refused by the caller's length check, not followed).
 fn inflate(compressed: &[u8], expected: usize) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(expected);
-    flate2::read::ZlibDecoder::new(compressed).read_to_end(&mut out)?;
+    flate2::read::ZlibDecoder::new(compressed)
+        .take(expected as u64 + 1)
+        .read_to_end(&mut out)?;
     Ok(out)
 }
 
@@ -381,6 +404,16 @@ fn unshuffle_items<const N: usize>(shuffled: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inflating_stops_past_the_expected_length() {
+        use std::io::Write;
+        let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(6));
+        encoder.write_all(&[7u8; 100_000]).unwrap();
+        let bomb = encoder.finish().unwrap();
+        assert_eq!(inflate(&bomb, 100_000).unwrap().len(), 100_000);
+        assert_eq!(inflate(&bomb, 10).unwrap().len(), 11);
+    }
 
     #[test]
     fn unshuffle_reverses_the_byte_planes() {
