@@ -19,6 +19,11 @@
    One file at a time on each side; each source is read once before each timed conversion,
    so both start with it in the page cache. Reported per kind of file and in all, with the
    ratio svcd/xarray (target >= 3).
+   With svcd's fast path, NetCDF-4 variables stored one time step per chunk (as these are)
+   are copied with their zlib chunks, and xarray is given the same zlib and shuffle.
+1b. Fast path: `--fast-mib` MiB (1 GiB by default) of such NetCDF-4 files, kept in
+   `sources/<size>MiB-nc4/`: svcd's conversion against `cp` of the same file, both after
+   reading the file once (a warm page cache), in MiB/s of source (target >= 0.5 of cp).
 2. First chunk after load: the time from `GET databrowser/load/user?file=F` to having the
    bytes of the first chunk (`tas/0.0.0`) of the store it answers, p50 and p99 over
    `--samples` fresh conversions (target p50 < 20 ms). The samples are distinct files (one
@@ -187,10 +192,11 @@ def write_netcdf(path, fmt, variable, four_d, first_day, days, grid, seed):
     partial.rename(path)
 
 
-def generate_sources(root, size_mib):
-    """The conversion sources, about `size_mib` MiB of files, a quarter per kind: files of
-    up to one year each. Kept in `root/sources/<size>MiB` and reused when complete."""
-    directory = root / "sources" / f"{size_mib}MiB"
+def generate_sources(root, size_mib, kinds=KINDS, label=""):
+    """The conversion sources, about `size_mib` MiB of files, an equal share per kind of
+    `kinds`: files of up to one year each. Kept in `root/sources/<size>MiB<label>` and reused
+    when complete."""
+    directory = root / "sources" / f"{size_mib}MiB{label}"
     manifest = directory / "manifest.json"
     if manifest.exists():
         listed = json.loads(manifest.read_text())
@@ -199,9 +205,9 @@ def generate_sources(root, size_mib):
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
-    share = size_mib * MIB / len(KINDS)
+    share = size_mib * MIB / len(kinds)
     files = []
-    for number, (kind, _, fmt, variable, four_d) in enumerate(KINDS):
+    for number, (kind, _, fmt, variable, four_d) in enumerate(kinds):
         grid = GRID_4D if four_d else GRID_3D
         per_day = 4 * np.prod(grid) * (len(PLEV8) if four_d else 1)
         written, day = 0, 0
@@ -316,6 +322,15 @@ class Svcd:
                 raise RuntimeError(f"{url}: {status} after {elapsed:.1f} s")
             time.sleep(min(0.05, max(0.002, elapsed / 100)))
 
+    def timed_conversion(self, path):
+        """The store URL of `path` and the seconds from the request to its being ready, the
+        file read once before (in the page cache)."""
+        read_through(path)
+        started = time.perf_counter()
+        url = self.convert(path)
+        self.wait_ready(url, started)
+        return url, time.perf_counter() - started
+
     def store_dir(self, url):
         return self.data / "stores" / self.token_of(url)
 
@@ -384,11 +399,7 @@ def measure_conversion(svcd, sources, run):
     xarray_stores.mkdir()
     for number, (kind, path, variable) in enumerate(sources):
         size = path.stat().st_size
-        read_through(path)
-        started = time.perf_counter()
-        url = svcd.convert(path)
-        svcd.wait_ready(url, started)
-        svcd_s = time.perf_counter() - started
+        url, svcd_s = svcd.timed_conversion(path)
         store = svcd.store_dir(url)
         encoding = xarray_encoding(store)
         assert variable in encoding, f"{store} has no {variable}"
@@ -405,6 +416,31 @@ def measure_conversion(svcd, sources, run):
         print(f"  {path.name}: {size / MIB:.1f} MiB, svcd {svcd_s:.2f} s ({size / MIB / svcd_s:.1f} MiB/s), xarray {xarray_s:.2f} s ({size / MIB / xarray_s:.1f} MiB/s)", flush=True)
     shutil.rmtree(xarray_stores)
     return rows
+
+
+def measure_fast_path(svcd, sources, run):
+    """NetCDF-4 files whose stored chunks are the store's chunks, so svcd copies them: svcd's
+    conversion against `cp` of the same file, each after reading the file once (a warm page
+    cache for both)."""
+    rows = []
+    copies = run / "cp"
+    copies.mkdir()
+    for number, (kind, path, variable) in enumerate(sources):
+        size = path.stat().st_size
+        url, svcd_s = svcd.timed_conversion(path)
+        zarray = json.loads((svcd.store_dir(url) / variable / ".zarray").read_text())
+        assert zarray["compressor"]["id"] == "zlib", f"{path.name}: {variable} was not copied: {zarray['compressor']}"
+        read_through(path)
+        started = time.perf_counter()
+        subprocess.run(["cp", str(path), str(copies / f"{number}.nc")], check=True)
+        cp_s = time.perf_counter() - started
+        rows.append({"file": path.name, "bytes": size, "svcd_s": svcd_s, "cp_s": cp_s})
+        print(f"  {path.name}: {size / MIB:.1f} MiB, svcd {svcd_s:.2f} s ({size / MIB / svcd_s:.1f} MiB/s), cp {cp_s:.2f} s ({size / MIB / cp_s:.1f} MiB/s)", flush=True)
+    shutil.rmtree(copies)
+    size = sum(r["bytes"] for r in rows) / MIB
+    svcd_s = sum(r["svcd_s"] for r in rows)
+    cp_s = sum(r["cp_s"] for r in rows)
+    return {"files": rows, "mib": size, "svcd_mib_s": size / svcd_s, "cp_mib_s": size / cp_s, "ratio": cp_s / svcd_s}
 
 
 def conversion_summary(rows):
@@ -644,6 +680,8 @@ def table(figures):
     for c in figures["conversion"]["summary"]:
         if c["label"] == "all":
             rows.append(("  stores written, MiB", f"{c['svcd_store_mib']:.1f}", f"xarray {c['xarray_store_mib']:.1f}", f"{c['svcd_store_mib'] / c['xarray_store_mib']:.2f}", ""))
+    fast = figures["fast_path"]
+    rows.append((f"fast path: NetCDF-4 chunks copied ({len(fast['files'])} files, {fast['mib']:.0f} MiB), MiB/s", f"{fast['svcd_mib_s']:.1f}", f"cp {fast['cp_mib_s']:.1f}", f"{fast['ratio']:.2f}", ">= 0.5"))
     f = figures["first_chunk"]
     n = len(f["first_chunk_s"])
     rows.append((f"first chunk after load, p50 ms ({n} fresh)", f"{f['p50_ms']:.1f}", "", "", "< 20"))
@@ -673,6 +711,7 @@ def main():
     parser.add_argument("--svcd", default=os.environ.get("SVCD_BIN"), help="the svcd binary, a release build (default: $SVCD_BIN)")
     parser.add_argument("--data", type=Path, default=Path("/var/tmp/portal-bench"), help="where generated files are kept and the run directory is made (default /var/tmp/portal-bench)")
     parser.add_argument("--size-mib", type=int, default=1024, help="conversion sources in all, MiB (default 1024)")
+    parser.add_argument("--fast-mib", type=int, default=1024, help="NetCDF-4 sources of the fast-path run, MiB (default 1024)")
     parser.add_argument("--samples", type=int, default=50, help="first-chunk-after-load samples (default 50)")
     parser.add_argument("--duration", type=int, default=10, help="seconds of each chunk-throughput run (default 10)")
     parser.add_argument("--rounds", type=int, default=3, help="chunk-throughput rounds, svcd then nginx in each (default 3)")
@@ -683,7 +722,7 @@ def main():
     args = parser.parse_args()
     if not args.svcd or not os.access(args.svcd, os.X_OK):
         raise SystemExit(f"svcd binary not found: {args.svcd!r} (--svcd or SVCD_BIN)")
-    if args.samples < 1 or args.size_mib < 1 or args.duration < 1 or args.rounds < 1 or args.clients < 1:
+    if args.samples < 1 or args.size_mib < 1 or args.fast_mib < 1 or args.duration < 1 or args.rounds < 1 or args.clients < 1:
         raise SystemExit("--size-mib, --samples, --duration, --rounds and --clients must be positive")
     ensure_tools()
     root = args.data.resolve()
@@ -693,6 +732,8 @@ def main():
     with open(root / ".generating", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one run at a time writes the shared files
         sources = generate_sources(root, args.size_mib)
+        nc4_kinds = [k for k in KINDS if k[2] == "NETCDF4"]
+        fast_sources = generate_sources(root, args.fast_mib, kinds=nc4_kinds, label="-nc4")
         samples = generate_samples(root, args.samples)
     total = sum(p.stat().st_size for _, p, _ in sources)
     print(f"  {len(sources)} sources, {total / MIB:.0f} MiB; {len(samples)} load samples, {sum(p.stat().st_size for p in samples) / MIB:.0f} MiB", flush=True)
@@ -707,6 +748,9 @@ def main():
         print("1. conversion: svcd, then xarray, one file at a time", flush=True)
         rows = measure_conversion(svcd, sources, run)
         figures["conversion"] = {"files": rows, "summary": conversion_summary(rows)}
+
+        print(f"1b. fast path: svcd copying stored chunks, then cp, one file at a time", flush=True)
+        figures["fast_path"] = measure_fast_path(svcd, fast_sources, run)
 
         print(f"2. first chunk after load: {len(samples)} fresh stores", flush=True)
         first = measure_first_chunk(svcd, samples)

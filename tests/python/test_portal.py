@@ -463,3 +463,69 @@ def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path
             assert proc.wait(timeout=30) == 0
     finally:
         subprocess.run(["umount", str(tier)], check=False)
+
+
+def write_stored_chunks_source(path):
+    """A NetCDF-4 file whose variables are stored one time step per chunk, compressed, as
+    model output mostly is: little- and big-endian, with and without shuffle, and one
+    variable never written (its chunk holds the fill value)."""
+    import netCDF4
+
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("lat", 6)
+        nc.createDimension("lon", 8)
+        time = nc.createVariable("time", "f8", ("time",))
+        time.units = "days since 2000-01-01"
+        time[:] = np.arange(4.0)
+        shape = (4, 6, 8)
+        chunks = (1, 6, 8)
+        tas = nc.createVariable("tas", "f4", ("time", "lat", "lon"), zlib=True, complevel=4, shuffle=True, chunksizes=chunks, fill_value=np.float32(1e20))
+        values = np.random.default_rng(1).normal(280, 10, shape).astype("f4")
+        values[1, 2, 3] = np.nan
+        tas[:] = np.ma.masked_where(values > 300, values)
+        pr = nc.createVariable("pr", ">i2", ("time", "lat", "lon"), zlib=True, complevel=1, shuffle=False, chunksizes=chunks, endian="big", fill_value=np.int16(-32767))
+        pr.scale_factor = 0.5
+        pr.set_auto_maskandscale(False)
+        pr[:] = (np.arange(4 * 6 * 8).reshape(shape) * 37 % 2000 - 1000).astype("i2")
+        ps = nc.createVariable("ps", ">f8", ("time", "lat", "lon"), zlib=True, complevel=9, shuffle=True, chunksizes=chunks, endian="big")
+        ps[:] = np.linspace(90000, 105000, 4 * 6 * 8).reshape(shape)
+        orog = nc.createVariable("orog", "f4", ("lat", "lon"), zlib=True, shuffle=True, chunksizes=(6, 8), fill_value=np.float32(-1))
+        orog.units = "m"
+
+
+def test_stored_chunks_are_copied_and_read_as_the_source(daemon, portal, tmp_path):
+    _, _, headers = portal
+    source = daemon.data / "sources" / "stored.nc"
+    write_stored_chunks_source(source)
+    answer = requests.post(f"{daemon.base}/data-portal/zarr/convert", json={"path": [str(source)]}, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    [url] = answer.json()["urls"]
+    assert wait_ready(daemon.base, headers, url) == {"status": 0, "reason": ""}
+    zarray = lambda name: requests.get(f"{url}/{name}/.zarray", headers=headers, timeout=10).json()
+    # Copied: the source's own chunks, declared as they are stored.
+    assert zarray("tas")["compressor"] == {"id": "zlib", "level": 4}
+    assert zarray("tas")["filters"] == [{"id": "shuffle", "elementsize": 4}]
+    assert zarray("pr")["compressor"] == {"id": "zlib", "level": 1} and zarray("pr")["filters"] is None
+    assert zarray("pr")["dtype"] == ">i2" and zarray("ps")["dtype"] == ">f8"
+    assert zarray("orog")["compressor"]["id"] == "zlib"
+    # The coordinate is not stored compressed: encoded as every other array.
+    assert zarray("time")["compressor"]["id"] == "blosc"
+    for decode_cf in (True, False):
+        served = xr.open_zarr(url, storage_options={"headers": headers}, consolidated=True, decode_cf=decode_cf).load()
+        with xr.open_dataset(source, engine="netcdf4", decode_cf=decode_cf) as expected:
+            for name, variable in expected.load().variables.items():
+                np.testing.assert_array_equal(served[name].values, variable.values, err_msg=f"{name} decode_cf={decode_cf}")
+    assert np.isnan(served["tas"].values[1, 2, 3])
+    page = requests.get(f"{daemon.base}/data-portal/zarr-utils/html", params={"url": url}, headers=headers, timeout=10)
+    assert page.status_code == 200
+    assert page.text.count("copied from the source file") == 4, page.text
+    # zarr-python 2 decodes the same chunks.
+    import os
+    import subprocess
+    from pathlib import Path
+
+    token = headers["Authorization"].removeprefix("Bearer ")
+    reader = Path(__file__).parent / "zarr2_reader.py"
+    result = subprocess.run([os.environ["ZARR2_PYTHON"], str(reader), url, token, str(source)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr

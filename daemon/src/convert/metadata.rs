@@ -22,6 +22,7 @@ use netcdf::{AttributeValue, Variable};
 use serde_json::{Map, Value, json};
 
 use super::plan::{self, DataVar, Dim};
+use super::stored::{Copied, StoredFile};
 use crate::stores::request::Chunking;
 
 /// The element type of an array.
@@ -107,6 +108,9 @@ pub(crate) struct ArrayLayout {
     pub(crate) shape: Vec<u64>,
     /// Chunk shape (empty for a 0-d variable).
     pub(crate) chunks: Vec<u64>,
+    /// How its chunks are declared when they are the source's stored chunks, copied as they
+    /// are (none: decoded and encoded with the store's compressor).
+    pub(crate) copied: Option<Copied>,
 }
 
 /// The metadata of a store and the layout of its arrays.
@@ -129,12 +133,15 @@ impl StoreLayout {
 }
 
 /// Builds the layout of the store converted from `file` with `chunking`, compressing chunks
-/// with `compressor` (a numcodecs configuration).
+/// with `compressor` (a numcodecs configuration), except those of a variable whose stored
+/// chunks (`stored`, for a NetCDF-4 file) are store chunks in a form Zarr reads: those are
+/// copied.
 ///
 /// # Errors
 /// A sentence naming the variable or attribute that cannot be converted.
 pub(crate) fn layout(
     file: &netcdf::File,
+    stored: Option<&StoredFile>,
     chunking: &Chunking,
     compressor: &Value,
 ) -> Result<StoreLayout, String> {
@@ -143,6 +150,7 @@ pub(crate) fn layout(
         arrays: Vec::new(),
     };
     let scope = Scope {
+        stored,
         chunking,
         compressor,
     };
@@ -165,6 +173,7 @@ pub(crate) fn layout(
 
 /// What every array of one store shares.
 struct Scope<'a> {
+    stored: Option<&'a StoredFile>,
     chunking: &'a Chunking,
     compressor: &'a Value,
 }
@@ -256,30 +265,48 @@ impl Scope<'_> {
             let dimension_names: Vec<&str> =
                 indexes.iter().map(|&d| dims[d].name.as_str()).collect();
             attrs.insert("_ARRAY_DIMENSIONS".into(), json!(dimension_names));
-            layout.documents.insert(
-                format!("{path}/.zarray"),
-                json!({
-                    "compressor": self.compressor,
-                    "filters": dtype.filters(),
-                    "chunks": chunks,
-                    "dtype": dtype.zarr(),
-                    "fill_value": fill_value,
-                    "order": "C",
-                    "shape": shape,
-                    "zarr_format": 2,
-                }),
-            );
-            layout
-                .documents
-                .insert(format!("{path}/.zattrs"), Value::Object(attrs));
-            layout.arrays.push(ArrayLayout {
+            let mut array = ArrayLayout {
                 path,
                 groups: groups.to_vec(),
                 variable: name,
                 dtype,
                 shape,
                 chunks,
-            });
+                copied: None,
+            };
+            array.copied = self
+                .stored
+                .and_then(|stored| stored.array(&array))
+                .and_then(|stored| stored.copyable(&array.chunks));
+            let (compressor, filters, zarr_dtype) = match array.copied {
+                Some(copied) => (
+                    copied.compressor(),
+                    copied.filters(),
+                    copied.dtype(dtype.zarr()),
+                ),
+                None => (
+                    self.compressor.clone(),
+                    dtype.filters(),
+                    dtype.zarr().to_string(),
+                ),
+            };
+            layout.documents.insert(
+                format!("{}/.zarray", array.path),
+                json!({
+                    "compressor": compressor,
+                    "filters": filters,
+                    "chunks": array.chunks,
+                    "dtype": zarr_dtype,
+                    "fill_value": fill_value,
+                    "order": "C",
+                    "shape": array.shape,
+                    "zarr_format": 2,
+                }),
+            );
+            layout
+                .documents
+                .insert(format!("{}/.zattrs", array.path), Value::Object(attrs));
+            layout.arrays.push(array);
         }
         Ok(())
     }

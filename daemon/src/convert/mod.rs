@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use crate::jobs::Stop;
 use crate::stores::request::Chunking;
 use metadata::StoreLayout;
+use stored::StoredFile;
 use write::Written;
 
 /// The compressor of every array of a store (config `stores.compressor`): Blosc, byte
@@ -98,19 +99,21 @@ impl Source {
         std::path::PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
     }
 
-    /// The opened file as NetCDF, and the layout of its store with `chunking` and
-    /// `compressor`: what a conversion and every on-demand computation start from.
+    /// The opened file as NetCDF (and as HDF5, for a NetCDF-4 file), and the layout of its
+    /// store with `chunking` and `compressor`: what a conversion and every on-demand
+    /// computation start from.
     fn layout(
         &self,
         chunking: &Chunking,
         compressor: Compressor,
-    ) -> Result<(netcdf::File, StoreLayout), String> {
+    ) -> Result<(netcdf::File, Option<StoredFile>, StoreLayout), String> {
         let shown = self.path.display();
         let file =
             crate::crawl::open_netcdf(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
-        let layout = metadata::layout(&file, chunking, &compressor.codec())
+        let stored = StoredFile::open(&self.opened());
+        let layout = metadata::layout(&file, stored.as_ref(), chunking, &compressor.codec())
             .map_err(|e| format!("{shown}: {e}"))?;
-        Ok((file, layout))
+        Ok((file, stored, layout))
     }
 }
 
@@ -125,9 +128,8 @@ pub(crate) fn convert_file(
     compressor: Compressor,
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
-    let (file, layout) = source.layout(chunking, compressor)?;
+    let (file, stored, layout) = source.layout(chunking, compressor)?;
     write::write_metadata(&layout, dir)?;
-    let stored = stored::StoredFile::open(&source.opened());
     let written = write::write_chunks(&file, stored.as_ref(), &source.file, &layout, dir, stop)
         .map_err(|e| format!("{}: {e}", source.path.display()))?;
     Ok((layout, written))
@@ -145,7 +147,7 @@ pub(crate) fn layout_on_demand(
 ) -> Result<StoreLayout, String> {
     source
         .layout(chunking, compressor)
-        .map(|(_, layout)| layout)
+        .map(|(_, _, layout)| layout)
 }
 
 /// The stored bytes of chunk `index` of the array `array` of the store converted from
@@ -164,7 +166,7 @@ pub(crate) fn chunk_on_demand(
     index: &[u64],
     zarray: &Value,
 ) -> Result<Option<Vec<u8>>, String> {
-    let (file, layout) = source.layout(chunking, compressor)?;
+    let (file, stored, layout) = source.layout(chunking, compressor)?;
     let (Some(written), Some(planned)) = (
         layout.documents.get(&format!("{array}/.zarray")),
         layout.arrays.iter().find(|a| a.path == array),
@@ -183,10 +185,17 @@ pub(crate) fn chunk_on_demand(
     } else {
         index
     };
-    let encoder = write::Encoder::new(&layout, planned)?;
-    let values = write::chunk_values(&variable, planned, index)
-        .map_err(|e| format!("{}: {e}", source.path.display()))?;
-    encoder.encode(index, values).map(Some)
+    let failed = |e: String| format!("{}: {e}", source.path.display());
+    let stored_array = stored.as_ref().and_then(|stored| stored.array(planned));
+    let read =
+        write::read_chunk(&variable, stored_array.as_ref(), planned, index).map_err(failed)?;
+    let encoder = match planned.copied {
+        Some(_) => None,
+        None => Some(write::Encoder::new(&layout, planned)?),
+    };
+    write::chunk_bytes(planned, encoder.as_ref(), read, &source.file, index)
+        .map(Some)
+        .map_err(failed)
 }
 
 #[cfg(test)]

@@ -1,20 +1,31 @@
-//! Chunks of NetCDF-4 variables read as the HDF5 library stored them, so that decompressing
-//! them runs on every core.
+//! Chunks of NetCDF-4 variables read as the HDF5 library stored them: copied into the store
+//! as they are when they are store chunks, or decompressed on every core when not.
 //!
-//! The NetCDF library reads one hyperslab at a time under a process-wide lock, and inflating
-//! zlib chunks is the larger part of converting a compressed NetCDF-4 file. For a variable
-//! whose stored chunks the daemon can decode itself (chunked, only `shuffle` and `deflate`
-//! filters, fixed-size numbers), the conversion's reader thread only looks up where the
-//! stored chunks that cover a store chunk are ([`StoredArray::pieces`], a B-tree lookup under
-//! the HDF5 lock); the encoder threads read those bytes from the opened file, inflate,
-//! unshuffle, put them in the machine's byte order and cut the store chunk out of them
-//! ([`Pieces::values`]), with no lock held. The values are the bytes the NetCDF library
-//! gives for the same hyperslab, so the store is the same either way (tested chunk by chunk).
+//! **Copied** ([`Copied`]): when a variable's stored chunk shape is the store's chunk shape
+//! (the reference's default `map` plan of one time step per chunk matches how most model
+//! output is stored) and its filters are `deflate`, alone or after `shuffle`, the stored
+//! bytes are the store's chunk: the array is declared with Zarr v2's `zlib` compressor and
+//! `shuffle` filter (the same bytes, as numcodecs defines them) in the stored byte order
+//! (`>f4` for a big-endian source). A stored chunk written with a filter skipped (its filter
+//! mask) or never written (the NetCDF library gives its fill values) is encoded that way by
+//! the daemon. The store's html says which arrays were copied.
 //!
-//! What does not qualify takes the NetCDF library's path: other filters or a checksum,
-//! strings, chars, a variable whose stored extent is not its NetCDF shape (an unlimited
-//! dimension another variable made longer), and a store chunk that covers a stored chunk
-//! never written (whose values are the fill value, which the library supplies).
+//! **Decoded**: for other variables the daemon can decode, the conversion's reader thread
+//! only looks up where the stored chunks that cover a store chunk are
+//! ([`StoredArray::pieces`], a B-tree lookup under the HDF5 lock); the encoder threads read
+//! those bytes from the opened file, inflate, unshuffle, put them in the machine's byte order
+//! and cut the store chunk out of them ([`Pieces::values`]), with no lock held. The NetCDF
+//! library would read one hyperslab at a time under its process-wide lock. The values are
+//! the bytes the library gives for the same hyperslab, so the store is the same either way
+//! (tested chunk by chunk).
+//!
+//! What qualifies: a chunked dataset of this file (not a link to another) with only `shuffle`
+//! and `deflate` filters, filtered partial edge chunks, fixed-size numbers that use every bit
+//! of their bytes, its stored extent equal to its NetCDF shape, stored chunks of at most
+//! 512 MiB, and, per store chunk, at most 1,024 stored chunks none of which was never
+//! written and none more than 8 times the store chunk. Everything else takes the NetCDF
+//! library's path: NetCDF-3 files, strings, chars, other filters, a variable whose unlimited
+//! dimension another variable made longer.
 
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -28,6 +39,9 @@ use super::write::to_usize;
 /// The largest stored chunk decoded by the daemon, in bytes of values: as large as the
 /// largest store chunk (`chunk_size` up to 512 MiB).
 const MAX_STORED_CHUNK_BYTES: u64 = 512 << 20;
+
+/// The most stored chunks one store chunk is cut from by the daemon.
+const MAX_PIECES: u64 = 1024;
 
 /// A NetCDF-4 source opened with the HDF5 library, to look up its stored chunks.
 pub(crate) struct StoredFile {
@@ -55,14 +69,28 @@ impl StoredFile {
         if array.shape.is_empty() {
             return None;
         }
-        let mut name = String::new();
-        for group in &array.groups {
-            name.push('/');
-            name.push_str(group);
+        let mut group = String::new();
+        for name in &array.groups {
+            group.push('/');
+            group.push_str(name);
         }
-        name.push('/');
-        name.push_str(&array.variable);
-        let dataset = self.file.dataset(&name).ok()?;
+        // NetCDF stores a variable named as a dimension it does not run along under another
+        // name, beside the dimension's own dataset.
+        let dataset = [
+            format!("{group}/_nc4_non_coord_{}", array.variable),
+            format!("{group}/{}", array.variable),
+        ]
+        .iter()
+        .find_map(|name| self.file.dataset(name).ok())?;
+        // Only a dataset of this file: a link to another file's would be read from this one.
+        if dataset.filename() != self.file.filename() {
+            return None;
+        }
+        let creation = dataset.dcpl().ok()?;
+        // Partial edge chunks stored without their filters, which only this flag tells.
+        if !matches!(creation.get_chunk_opts(), Ok(Some(options)) if options.is_empty()) {
+            return None;
+        }
         let stored_chunk: Vec<u64> = dataset.chunk()?.into_iter().map(|n| n as u64).collect();
         let extent: Vec<u64> = dataset.shape().into_iter().map(|n| n as u64).collect();
         if extent != array.shape || stored_chunk.len() != array.shape.len() {
@@ -77,7 +105,7 @@ impl StoredFile {
             return None;
         }
         let datatype = dataset.dtype().ok()?;
-        if datatype.size() != item {
+        if datatype.size() != item || !whole_bytes(&datatype) {
             return None;
         }
         let big_endian = match datatype.byte_order() {
@@ -87,10 +115,10 @@ impl StoredFile {
             _ => return None,
         };
         let mut pipeline = Vec::new();
-        for filter in dataset.filters() {
+        for filter in creation.get_filters().ok()? {
             pipeline.push(match filter {
                 hdf5::filters::Filter::Shuffle => Stage::Shuffle,
-                hdf5::filters::Filter::Deflate(_) => Stage::Deflate,
+                hdf5::filters::Filter::Deflate(level) => Stage::Deflate(level),
                 _ => return None,
             });
         }
@@ -106,6 +134,21 @@ impl StoredFile {
     }
 }
 
+/// Whether the values of `datatype` use every bit of their bytes from the first (the NetCDF
+/// library converts a narrower or shifted stored number, which a copy of the bytes would not).
+#[allow(unsafe_code)]
+fn whole_bytes(datatype: &hdf5::Datatype) -> bool {
+    // SAFETY: `datatype` is an open datatype for as long as it is borrowed; both functions
+    // only read it, and are called under the library's lock.
+    let (precision, offset) = hdf5::sync::sync(|| unsafe {
+        (
+            hdf5_metno_sys::h5t::H5Tget_precision(datatype.id()),
+            hdf5_metno_sys::h5t::H5Tget_offset(datatype.id()),
+        )
+    });
+    precision == datatype.size() * 8 && offset == 0
+}
+
 /// Whether the file starts with the HDF5 signature at offset 0 (where NetCDF-4 files have
 /// it). Checked first so the library is not asked to open a NetCDF-3 file.
 fn looks_like_hdf5(path: &std::path::Path) -> bool {
@@ -119,7 +162,8 @@ fn looks_like_hdf5(path: &std::path::Path) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
     Shuffle,
-    Deflate,
+    /// With its level, which a copied chunk's compressor declares.
+    Deflate(u8),
 }
 
 /// What every stored chunk of one variable shares.
@@ -135,6 +179,58 @@ struct Layout {
     big_endian: bool,
 }
 
+impl Layout {
+    /// The bytes of values of one stored chunk.
+    fn stored_len(&self) -> usize {
+        to_usize(self.stored_chunk.iter().product::<u64>()) * self.item
+    }
+
+    /// The bytes of `piece` as the file stores them.
+    fn stored(&self, piece: &Piece, file: &std::fs::File) -> Result<Vec<u8>, String> {
+        let stored_len = self.stored_len();
+        // Deflate never grows data by more than a few bytes per 16 KiB block: a larger
+        // size is a damaged or hostile file, and is not allocated.
+        if piece.location.size > (stored_len + stored_len / 64 + 1024) as u64 {
+            return Err(piece.failed(&format_args!(
+                "{} bytes stored for {stored_len} bytes of values",
+                piece.location.size
+            )));
+        }
+        let mut bytes = vec![0u8; to_usize(piece.location.size)];
+        file.read_exact_at(&mut bytes, piece.location.address)
+            .map_err(|e| piece.failed(&e))?;
+        Ok(bytes)
+    }
+
+    /// `bytes` of `piece` with the filters the writer applied undone: its values in the
+    /// stored byte order.
+    fn undo_filters(&self, piece: &Piece, mut bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+        let stored_len = self.stored_len();
+        for (position, stage) in self.pipeline.iter().enumerate().rev() {
+            if piece.location.filter_mask & (1 << position) != 0 {
+                continue;
+            }
+            bytes = match stage {
+                Stage::Deflate(_) => inflate(&bytes, stored_len).map_err(|e| piece.failed(&e))?,
+                Stage::Shuffle => unshuffle(&bytes, self.item),
+            };
+        }
+        if bytes.len() != stored_len {
+            return Err(piece.failed(&format_args!(
+                "{} bytes decoded, {stored_len} expected",
+                bytes.len()
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// The values of `piece`, read and decoded, in the stored byte order.
+    fn decoded(&self, piece: &Piece, file: &std::fs::File) -> Result<Vec<u8>, String> {
+        let bytes = self.stored(piece, file)?;
+        self.undo_filters(piece, bytes)
+    }
+}
+
 /// The stored chunks of one variable.
 pub(crate) struct StoredArray {
     dataset: hdf5::Dataset,
@@ -142,6 +238,27 @@ pub(crate) struct StoredArray {
 }
 
 impl StoredArray {
+    /// How the stored chunks are declared in the store when they can be copied as they are:
+    /// when a stored chunk is a store chunk (`chunks`, the store's chunk shape) and its
+    /// filters are Zarr v2 codecs (`deflate`, after `shuffle` or alone).
+    pub(crate) fn copyable(&self, chunks: &[u64]) -> Option<Copied> {
+        let layout = &self.layout;
+        if layout.stored_chunk != chunks {
+            return None;
+        }
+        let (shuffle, level) = match layout.pipeline[..] {
+            [Stage::Deflate(level)] => (false, level),
+            [Stage::Shuffle, Stage::Deflate(level)] => (true, level),
+            _ => return None,
+        };
+        Some(Copied {
+            level,
+            shuffle,
+            big_endian: layout.big_endian,
+            item: layout.item,
+        })
+    }
+
     /// Where the stored chunks that cover chunk `index` of `array` (whose chunk shape is the
     /// store's, not the source's) are, or `None` when one of them was never written.
     pub(crate) fn pieces(&self, array: &ArrayLayout, index: &[u64]) -> Option<Pieces> {
@@ -160,6 +277,15 @@ impl StoredArray {
         let last: Vec<u64> = (0..rank)
             .map(|d| (start[d] + count[d].max(1) - 1) / stored[d])
             .collect();
+        // Many small stored chunks per store chunk, or store chunks much smaller than the
+        // stored ones (each would inflate a whole stored chunk again), are read better by
+        // the library, which caches what it inflated.
+        let count_pieces = (0..rank).try_fold(1u64, |n, d| n.checked_mul(last[d] - first[d] + 1));
+        let chunk_bytes: u64 = array.chunks.iter().product::<u64>() * self.layout.item as u64;
+        let stored_bytes = self.layout.stored_len() as u64;
+        if count_pieces.is_none_or(|n| n > MAX_PIECES) || stored_bytes > 8 * chunk_bytes.max(1) {
+            return None;
+        }
         let mut pieces = Vec::new();
         let mut at = first.clone();
         loop {
@@ -188,6 +314,70 @@ impl StoredArray {
                 at[d] = first[d];
             }
         }
+    }
+}
+
+/// How the chunks of an array copied from its stored chunks are declared: Zarr v2's `zlib`
+/// compressor, after the `shuffle` filter when the source used it, in the stored byte order.
+/// numcodecs' `shuffle` and `zlib` are HDF5's shuffle and deflate, byte for byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Copied {
+    level: u8,
+    shuffle: bool,
+    big_endian: bool,
+    item: usize,
+}
+
+impl Copied {
+    /// The `.zarray` compressor.
+    pub(crate) fn compressor(self) -> serde_json::Value {
+        serde_json::json!({"id": "zlib", "level": self.level})
+    }
+
+    /// The `.zarray` filters.
+    pub(crate) fn filters(self) -> serde_json::Value {
+        if self.shuffle {
+            serde_json::json!([{"id": "shuffle", "elementsize": self.item}])
+        } else {
+            serde_json::Value::Null
+        }
+    }
+
+    /// The `.zarray` dtype, given the array's little-endian one.
+    pub(crate) fn dtype(self, little_endian: &str) -> String {
+        match little_endian.strip_prefix('<') {
+            Some(rest) if self.big_endian => format!(">{rest}"),
+            _ => little_endian.to_string(),
+        }
+    }
+
+    /// A chunk's values in the machine's byte order, encoded as the array declares (for a
+    /// chunk the source never wrote, whose values the NetCDF library gives).
+    pub(crate) fn encode(self, mut values: Vec<u8>) -> Vec<u8> {
+        if self.big_endian {
+            for element in values.chunks_exact_mut(self.item) {
+                element.reverse();
+            }
+        }
+        self.encode_stored_order(values)
+    }
+
+    /// A chunk's values in the stored byte order, encoded as the array declares.
+    fn encode_stored_order(self, values: Vec<u8>) -> Vec<u8> {
+        use std::io::Write;
+        let shuffled = if self.shuffle {
+            shuffle(&values, self.item)
+        } else {
+            values
+        };
+        let mut encoder = flate2::write::ZlibEncoder::new(
+            Vec::with_capacity(shuffled.len() / 2),
+            flate2::Compression::new(u32::from(self.level.min(9))),
+        );
+        encoder
+            .write_all(&shuffled)
+            .expect("writing to memory cannot fail");
+        encoder.finish().expect("writing to memory cannot fail")
     }
 }
 
@@ -235,6 +425,16 @@ struct Piece {
     location: Location,
 }
 
+impl Piece {
+    /// A sentence naming this stored chunk and `why` it could not be read.
+    fn failed(&self, why: &dyn std::fmt::Display) -> String {
+        format!(
+            "stored chunk at {:?} (byte {} of the file): {why}",
+            self.origin, self.location.address
+        )
+    }
+}
+
 /// The stored chunks that make one store chunk, and where it lies in them.
 #[derive(Debug)]
 pub(crate) struct Pieces {
@@ -256,7 +456,6 @@ impl Pieces {
         let layout = &*self.layout;
         let item = layout.item;
         let rank = self.chunk.len();
-        let stored_len = to_usize(layout.stored_chunk.iter().product::<u64>()) * item;
         // A store chunk that is one whole stored chunk (the common case: a plan of one time
         // step per chunk over a file stored that way) is the decoded chunk as it is.
         let whole = matches!(&self.pieces[..], [piece] if piece.origin == self.start)
@@ -269,38 +468,7 @@ impl Pieces {
             vec![0u8; to_usize(total) * item]
         };
         for piece in &self.pieces {
-            let failed = |why: &dyn std::fmt::Display| {
-                format!(
-                    "stored chunk at {:?} (byte {} of the file): {why}",
-                    piece.origin, piece.location.address
-                )
-            };
-            // Deflate never grows data by more than a few bytes per 16 KiB block: a larger
-            // size is a damaged or hostile file, and is not allocated.
-            if piece.location.size > (stored_len + stored_len / 64 + 1024) as u64 {
-                return Err(failed(&format_args!(
-                    "{} bytes stored for {stored_len} bytes of values",
-                    piece.location.size
-                )));
-            }
-            let mut bytes = vec![0u8; to_usize(piece.location.size)];
-            file.read_exact_at(&mut bytes, piece.location.address)
-                .map_err(|e| failed(&e))?;
-            for (position, stage) in layout.pipeline.iter().enumerate().rev() {
-                if piece.location.filter_mask & (1 << position) != 0 {
-                    continue;
-                }
-                bytes = match stage {
-                    Stage::Deflate => inflate(&bytes, stored_len).map_err(|e| failed(&e))?,
-                    Stage::Shuffle => unshuffle(&bytes, item),
-                };
-            }
-            if bytes.len() != stored_len {
-                return Err(failed(&format_args!(
-                    "{} bytes decoded, {stored_len} expected",
-                    bytes.len()
-                )));
-            }
+            let mut bytes = layout.decoded(piece, file)?;
             if layout.big_endian {
                 for element in bytes.chunks_exact_mut(item) {
                     element.reverse();
@@ -312,6 +480,27 @@ impl Pieces {
             self.place(&bytes, &piece.origin, &mut out, rank);
         }
         Ok(out)
+    }
+
+    /// The store chunk of an array whose stored chunks are copied ([`Copied`]): the one
+    /// stored chunk's bytes as they are, or, when the writer skipped a filter for it,
+    /// decoded and encoded again as the array declares.
+    ///
+    /// # Errors
+    /// As [`Pieces::values`].
+    pub(crate) fn copied(&self, file: &std::fs::File, copied: &Copied) -> Result<Vec<u8>, String> {
+        let [piece] = &self.pieces[..] else {
+            return Err(format!(
+                "{} stored chunks for one copied chunk",
+                self.pieces.len()
+            ));
+        };
+        let bytes = self.layout.stored(piece, file)?;
+        if piece.location.filter_mask == 0 {
+            return Ok(bytes);
+        }
+        let decoded = self.layout.undo_filters(piece, bytes)?;
+        Ok(copied.encode_stored_order(decoded))
     }
 
     /// Copies the part of the stored chunk `bytes` (first element at `origin`) that lies in
@@ -372,6 +561,21 @@ fn inflate(compressed: &[u8], expected: usize) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// HDF5's byte shuffle of `values` as `item`-byte elements: every element's first byte,
+/// then every second byte, and so on (a tail that is not a whole element stays last).
+fn shuffle(values: &[u8], item: usize) -> Vec<u8> {
+    if item <= 1 {
+        return values.to_vec();
+    }
+    let elements = values.len() / item;
+    let mut out = Vec::with_capacity(values.len());
+    for byte in 0..item {
+        out.extend(values[..elements * item].iter().skip(byte).step_by(item));
+    }
+    out.extend_from_slice(&values[elements * item..]);
+    out
+}
+
 /// Undoes HDF5's byte shuffle: the bytes were stored as all elements' first bytes, then all
 /// second bytes, and so on (a tail that is not a whole element stays as it is).
 fn unshuffle(shuffled: &[u8], item: usize) -> Vec<u8> {
@@ -425,5 +629,9 @@ mod tests {
         let shuffled: Vec<u8> = (0..8).flat_map(|b| [b, b + 8]).collect();
         assert_eq!(unshuffle(&shuffled, 8), wide);
         assert_eq!(unshuffle(&[1, 2, 3], 1), [1, 2, 3]);
+        for item in [1, 2, 4, 8] {
+            let values: Vec<u8> = (0..67).collect();
+            assert_eq!(unshuffle(&shuffle(&values, item), item), values, "{item}");
+        }
     }
 }

@@ -19,7 +19,7 @@ use zarrs::metadata::v2::ArrayMetadataV2;
 use zarrs::storage::store::MemoryStore;
 
 use super::metadata::{ArrayLayout, Dtype, StoreLayout};
-use super::stored::{Pieces, StoredFile};
+use super::stored::{Pieces, StoredArray, StoredFile};
 use crate::jobs::Stop;
 
 /// How writing a store ended.
@@ -113,25 +113,26 @@ pub(crate) fn write_chunks(
                             continue;
                         }
                         let array = &layout.arrays[n];
-                        let written = (|| {
-                            if encoder.as_ref().is_none_or(|(m, _)| *m != n) {
-                                encoder = Some((n, Encoder::new(layout, array)?));
-                            }
-                            let (_, current) = encoder.as_ref().expect("set above");
-                            let values = match read {
-                                ChunkRead::Values(values) => values,
-                                ChunkRead::Stored(pieces) => {
-                                    ChunkValues::Fixed(pieces.values(raw).map_err(|e| {
-                                        format!("{} chunk {index:?}: {e}", array.path)
-                                    })?)
+                        // A panic while decoding or encoding fails the conversion like an
+                        // error: this writer goes on draining, so the reader never waits on
+                        // a channel nobody empties.
+                        let written =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                if array.copied.is_none()
+                                    && encoder.as_ref().is_none_or(|(m, _)| *m != n)
+                                {
+                                    encoder = Some((n, Encoder::new(layout, array)?));
                                 }
-                            };
-                            let bytes = current.encode(&index, values)?;
-                            let key = format!("{}/{}", array.path, chunk_key(&index));
-                            encoded
-                                .send((key, bytes))
-                                .map_err(|_| "the chunk storer stopped".to_string())
-                        })();
+                                let current = encoder.as_ref().map(|(_, current)| current);
+                                let bytes = chunk_bytes(array, current, read, raw, &index)?;
+                                let key = format!("{}/{}", array.path, chunk_key(&index));
+                                encoded
+                                    .send((key, bytes))
+                                    .map_err(|_| "the chunk storer stopped".to_string())
+                            }))
+                            .unwrap_or_else(|_| {
+                                Err(format!("{} chunk {index:?}: encoding panicked", array.path))
+                            });
                         if let Err(e) = written {
                             failed.store(true, std::sync::atomic::Ordering::Release);
                             error = Some(e);
@@ -154,13 +155,7 @@ pub(crate) fn write_chunks(
                         // The writer's error, which its join gives, ends the conversion.
                         return Ok(Written::Complete);
                     }
-                    let values = match stored_array
-                        .as_ref()
-                        .and_then(|stored| stored.pieces(array, &index))
-                    {
-                        Some(pieces) => ChunkRead::Stored(pieces),
-                        None => ChunkRead::Values(chunk_values(&variable, array, &index)?),
-                    };
+                    let values = read_chunk(&variable, stored_array.as_ref(), array, &index)?;
                     read.send((n, index, values))
                         .map_err(|_| "the chunk writers stopped".to_string())?;
                 }
@@ -313,8 +308,58 @@ pub(crate) fn chunk_indices(array: &ArrayLayout) -> impl Iterator<Item = Vec<u64
     })
 }
 
+/// How the reader gets chunk `index` of `array`: where its stored chunks are, when the
+/// daemon decodes or copies them (`stored`), or its values, read by the NetCDF library.
+///
+/// # Errors
+/// A sentence naming the variable and chunk when the source cannot be read.
+pub(crate) fn read_chunk(
+    variable: &Variable,
+    stored: Option<&StoredArray>,
+    array: &ArrayLayout,
+    index: &[u64],
+) -> Result<ChunkRead, String> {
+    match stored.and_then(|stored| stored.pieces(array, index)) {
+        Some(pieces) => Ok(ChunkRead::Stored(pieces)),
+        None => chunk_values(variable, array, index).map(ChunkRead::Values),
+    }
+}
+
+/// The stored bytes of chunk `index` of `array` from what the reader got: copied, or
+/// decoded and encoded with `encoder` (which an array that is not copied needs).
+///
+/// # Errors
+/// A sentence naming the array and chunk that could not be decoded or encoded.
+pub(crate) fn chunk_bytes(
+    array: &ArrayLayout,
+    encoder: Option<&Encoder>,
+    read: ChunkRead,
+    raw: &std::fs::File,
+    index: &[u64],
+) -> Result<Vec<u8>, String> {
+    let failed = |e: String| format!("{} chunk {index:?}: {e}", array.path);
+    match (array.copied, read) {
+        (Some(copied), ChunkRead::Stored(pieces)) => pieces.copied(raw, &copied).map_err(failed),
+        (Some(copied), ChunkRead::Values(ChunkValues::Fixed(values))) => Ok(copied.encode(values)),
+        (Some(_), ChunkRead::Values(ChunkValues::Strings(_))) => {
+            Err(failed("strings in an array of numbers".into()))
+        }
+        (None, read) => {
+            let values = match read {
+                ChunkRead::Values(values) => values,
+                ChunkRead::Stored(pieces) => {
+                    ChunkValues::Fixed(pieces.values(raw).map_err(failed)?)
+                }
+            };
+            encoder
+                .ok_or_else(|| failed("no encoder".into()))?
+                .encode(index, values)
+        }
+    }
+}
+
 /// A chunk as the reader hands it to the encoders.
-enum ChunkRead {
+pub(crate) enum ChunkRead {
     /// Its values, read by the NetCDF library.
     Values(ChunkValues),
     /// Where its stored chunks are, for the encoder to decode.

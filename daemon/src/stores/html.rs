@@ -80,10 +80,26 @@ fn attributes_table(out: &mut String, attributes: &Map<String, Value>) {
     out.push_str("</table>");
 }
 
+/// How an array's chunks are compressed, as a reader would name it. `zlib` is only ever the
+/// source's own stored chunks, copied as they are (see `convert::stored`), and says so.
+fn compression(zarray: &Value) -> String {
+    let compressor = &zarray["compressor"];
+    let shuffled = zarray["filters"]
+        .as_array()
+        .is_some_and(|filters| filters.iter().any(|f| f["id"] == "shuffle"));
+    match compressor["id"].as_str() {
+        Some("blosc") => format!("blosc {}", shown(&compressor["cname"])),
+        Some("zlib") if shuffled => "shuffle, zlib: copied from the source file".into(),
+        Some("zlib") => "zlib: copied from the source file".into(),
+        Some(other) => other.to_string(),
+        None => "none".into(),
+    }
+}
+
 /// The page for a store's metadata documents.
 fn render(token: Uuid, documents: &Map<String, Value>) -> String {
     let empty = Map::new();
-    // Arrays by path: (dimension names, shape, chunks, dtype, attributes).
+    // Arrays by path: (dimension names, shape, chunks, dtype, compressor, attributes).
     let mut arrays = BTreeMap::new();
     for (key, zarray) in documents {
         let Some(path) = key.strip_suffix("/.zarray") else {
@@ -105,6 +121,7 @@ fn render(token: Uuid, documents: &Map<String, Value>) -> String {
                 numbers(&zarray["shape"]),
                 numbers(&zarray["chunks"]),
                 shown(&zarray["dtype"]),
+                compression(zarray),
                 attrs,
             ),
         );
@@ -133,18 +150,20 @@ fn render(token: Uuid, documents: &Map<String, Value>) -> String {
         let _ = write!(
             out,
             "<h2>{title}</h2><table><tr><th>name</th><th>dimensions</th><th>dtype</th>\
-             <th>shape</th><th>chunks</th><th>attributes</th></tr>"
+             <th>shape</th><th>chunks</th><th>compression</th><th>attributes</th></tr>"
         );
-        for (path, (dims, shape, chunks, dtype, attrs)) in &arrays {
+        for (path, (dims, shape, chunks, dtype, compressed, attrs)) in &arrays {
             if coordinate(path, dims) != wanted {
                 continue;
             }
             let _ = write!(
                 out,
-                "<tr><th>{}</th><td>({})</td><td>{}</td><td>{shape:?}</td><td>{chunks:?}</td><td>",
+                "<tr><th>{}</th><td>({})</td><td>{}</td><td>{shape:?}</td><td>{chunks:?}</td>\
+                 <td>{}</td><td>",
                 escape(path),
                 escape(&dims.join(", ")),
                 escape(dtype),
+                escape(compressed),
             );
             attributes_table(&mut out, attrs);
             out.push_str("</td></tr>");
@@ -171,7 +190,9 @@ mod tests {
             ".zattrs": {"title": "<script>alert(1)</script>", "n": 3},
             "time/.zarray": {"shape": [2], "chunks": [2], "dtype": "<f8"},
             "time/.zattrs": {"_ARRAY_DIMENSIONS": ["time"], "units": "days since 2000-01-01"},
-            "tas/.zarray": {"shape": [2, 3], "chunks": [1, 3], "dtype": "<f4"},
+            "tas/.zarray": {"shape": [2, 3], "chunks": [1, 3], "dtype": "<f4",
+                            "compressor": {"id": "zlib", "level": 4},
+                            "filters": [{"id": "shuffle", "elementsize": 4}]},
             "tas/.zattrs": {"_ARRAY_DIMENSIONS": ["time", "lat\"><b>"], "long_name": "a & b"},
         }))
         .unwrap();
@@ -182,6 +203,7 @@ mod tests {
         assert!(!page.contains("\"><b>"));
         assert!(page.contains("<th>time</th><td>2</td>"), "{page}");
         assert!(page.contains("<td>[1, 3]</td>"), "chunks shown: {page}");
+        assert!(page.contains("<td>shuffle, zlib: copied from the source file</td>"));
         let variables = page.split("<h2>Variables</h2>").nth(1).unwrap();
         assert!(variables.contains("<th>tas</th>") && !variables.contains("<th>time</th><td>("));
     }

@@ -44,6 +44,8 @@ impl Handler for ConvertJob {
             return Ok(Outcome::Done(Batch::default()));
         }
         let dir = self.stores.dir(token);
+        // What readers keep of the earlier conversion goes with its files.
+        self.stores.cache.forget(token);
         remove_dir(&dir);
         tracing::info!(%token, sources = ?record.sources, "converting");
         let converted = self.stores.open_source(&record).and_then(|source| {
@@ -59,6 +61,7 @@ impl Handler for ConvertJob {
             Ok((_, Written::Interrupted)) => return Ok(Outcome::Interrupted),
             Ok((_, Written::Complete)) => (Status::Ready, String::new()),
             Err(reason) => {
+                self.stores.cache.forget(token);
                 remove_dir(&dir);
                 (Status::Failed, reason)
             }
@@ -76,6 +79,7 @@ impl Handler for ConvertJob {
         let Some(token) = Self::token(job) else {
             return Batch::default();
         };
+        self.stores.cache.forget(token);
         remove_dir(&self.stores.dir(token));
         self.stores
             .outcome(token, Status::Failed, reason, now())

@@ -289,9 +289,16 @@ impl Stores {
                             if let Some(conversion) = keep
                                 && bytes.len() as u64 >= MAP_FROM_BYTES
                             {
+                                let id = (token, key.to_string());
                                 self.cache
                                     .chunks
-                                    .insert((token, key.to_string()), (conversion, bytes.clone()));
+                                    .insert(id.clone(), (conversion, bytes.clone()));
+                                // A removal or reload that dropped the store's mappings in
+                                // between would leave this one holding removed files.
+                                if !matches!(self.record(token), Ok(Some(now)) if now.status == Status::Ready)
+                                {
+                                    self.cache.chunks.remove(&id);
+                                }
                             }
                             return Ok(chunk(bytes, etag));
                         }
