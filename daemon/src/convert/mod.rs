@@ -110,7 +110,7 @@ impl Source {
         let shown = self.path.display();
         let file =
             crate::crawl::open_netcdf(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
-        let stored = StoredFile::open(&self.opened());
+        let stored = StoredFile::open(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
         let layout = metadata::layout(&file, stored.as_ref(), chunking, &compressor.codec())
             .map_err(|e| format!("{shown}: {e}"))?;
         Ok((file, stored, layout))

@@ -50,14 +50,19 @@ pub(crate) struct StoredFile {
 
 impl StoredFile {
     /// The HDF5 file behind `opened` (a `/proc/self/fd/<n>` path), or `None` when it is not
-    /// one (a NetCDF-3 file) or the library cannot open it.
-    pub(crate) fn open(opened: &std::path::Path) -> Option<Self> {
+    /// one (a NetCDF-3 file).
+    ///
+    /// # Errors
+    /// When an HDF5 file cannot be opened. It is an error, not a `None`: which arrays are
+    /// copied depends on it, and the metadata computed on a request must be the metadata the
+    /// conversion writes.
+    pub(crate) fn open(opened: &std::path::Path) -> Result<Option<Self>, String> {
         if !looks_like_hdf5(opened) {
-            return None;
+            return Ok(None);
         }
         hdf5::File::open(opened)
-            .ok()
-            .map(|file| StoredFile { file })
+            .map(|file| Some(StoredFile { file }))
+            .map_err(|e| format!("cannot open as HDF5: {e}"))
     }
 
     /// How to read the stored chunks of `array`, when the daemon can decode them.
@@ -497,6 +502,12 @@ impl Pieces {
         };
         let bytes = self.layout.stored(piece, file)?;
         if piece.location.filter_mask == 0 {
+            // Not inflated (that is the point), but at least a zlib stream's header: a wrong
+            // address or a damaged file fails the conversion rather than a reader later.
+            if !matches!(bytes[..], [method, flags, ..] if method & 0x0f == 8 && (u16::from(method) << 8 | u16::from(flags)) % 31 == 0)
+            {
+                return Err(piece.failed(&"not a zlib stream"));
+            }
             return Ok(bytes);
         }
         let decoded = self.layout.undo_filters(piece, bytes)?;
@@ -553,7 +564,7 @@ impl Pieces {
 
 /// Inflates a zlib stream of `expected` bytes, stopping one byte past them (a stream that
 /// inflates to more is refused by the caller's length check, not followed).
-fn inflate(compressed: &[u8], expected: usize) -> std::io::Result<Vec<u8>> {
+pub(super) fn inflate(compressed: &[u8], expected: usize) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(expected);
     flate2::read::ZlibDecoder::new(compressed)
         .take(expected as u64 + 1)
@@ -578,7 +589,7 @@ fn shuffle(values: &[u8], item: usize) -> Vec<u8> {
 
 /// Undoes HDF5's byte shuffle: the bytes were stored as all elements' first bytes, then all
 /// second bytes, and so on (a tail that is not a whole element stays as it is).
-fn unshuffle(shuffled: &[u8], item: usize) -> Vec<u8> {
+pub(super) fn unshuffle(shuffled: &[u8], item: usize) -> Vec<u8> {
     match item {
         2 => unshuffle_items::<2>(shuffled),
         4 => unshuffle_items::<4>(shuffled),

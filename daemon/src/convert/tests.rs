@@ -486,7 +486,10 @@ fn stored_chunks_decode_to_the_values_the_netcdf_library_reads() {
             }
         }
     }
-    assert!(decoded > 250, "{decoded} chunks decoded, {by_library} by the library");
+    assert!(
+        decoded > 250,
+        "{decoded} chunks decoded, {by_library} by the library"
+    );
     // `e` has one stored chunk of nine written: the store chunks that need another one are
     // read through the library, which gives them the fill value.
     assert!(by_library > 10, "{by_library} chunks read by the library");
@@ -501,7 +504,11 @@ fn a_netcdf3_file_has_no_stored_chunks() {
     file.add_variable::<f32>("v", &["x"]).unwrap();
     file.close().unwrap();
     let source = Source::open(&path).unwrap();
-    assert!(stored::StoredFile::open(&source.opened()).is_none());
+    assert!(
+        stored::StoredFile::open(&source.opened())
+            .unwrap()
+            .is_none()
+    );
 }
 
 /// HDF5's shuffle of `values` as `N`-byte elements.
@@ -589,6 +596,21 @@ fn stored_chunks_with_filters_skipped_decode_too() {
     }
     // The library read what was written, so both sides decoded the filters as they should.
     assert_eq!(all, bytes);
+    // Copied, a chunk written with a filter skipped is encoded as the array declares.
+    let mut planned = planned.clone();
+    planned.chunks = vec![2, 6];
+    planned.copied = array.copyable(&planned.chunks);
+    assert!(planned.copied.is_some());
+    for index in write::chunk_indices(&planned) {
+        let read = write::read_chunk(&variable, Some(&array), &planned, &index).unwrap();
+        let copied = write::chunk_bytes(&planned, None, read, &source.file, &index).unwrap();
+        let first = usize::try_from(index[0]).unwrap() * 48;
+        assert_eq!(
+            decode_copied(&copied, true, false, 4, 48),
+            bytes[first..first + 48],
+            "chunk {index:?}"
+        );
+    }
 }
 
 #[test]
@@ -627,4 +649,135 @@ fn a_conversion_through_stored_chunks_writes_what_the_library_values_give() {
         }
     }
     assert_eq!(compared, 13);
+}
+
+/// A NetCDF-4 file whose variables' stored chunks can be copied: chunks that do not divide
+/// the dimensions (edge chunks), shuffle on and off, big- and little-endian, and a
+/// big-endian variable never written.
+fn copied_chunks(path: &Path) {
+    let mut file = netcdf::create_with(path, Options::NETCDF4).unwrap();
+    file.add_unlimited_dimension("time").unwrap();
+    file.add_dimension("lat", 5).unwrap();
+    file.add_dimension("lon", 6).unwrap();
+    let dims = ["time", "lat", "lon"];
+    let mut le = file.add_variable::<f32>("le", &dims).unwrap();
+    le.set_chunking(&[2, 3, 4]).unwrap();
+    le.set_compression(4, true).unwrap();
+    let values: Vec<f32> = (0..7 * 30).map(|v| v as f32 * 0.75 - 9.0).collect();
+    le.put_values(&values, [0..7, 0..5, 0..6]).unwrap();
+    let mut be = file.add_variable::<i16>("be", &dims).unwrap();
+    be.set_chunking(&[3, 5, 6]).unwrap();
+    be.set_compression(1, false).unwrap();
+    be.set_endianness(netcdf::Endianness::Big).unwrap();
+    let values: Vec<i16> = (0..7 * 30)
+        .map(|v| (v * 131 % 3000 - 1500) as i16)
+        .collect();
+    be.put_values(&values, [0..7, 0..5, 0..6]).unwrap();
+    let mut never = file.add_variable::<f64>("never", &["lat", "lon"]).unwrap();
+    never.set_chunking(&[2, 4]).unwrap();
+    never.set_compression(6, true).unwrap();
+    never.set_endianness(netcdf::Endianness::Big).unwrap();
+    never.set_fill_value(-9.5_f64).unwrap();
+    file.close().unwrap();
+}
+
+/// Decodes a copied chunk as a Zarr reader does (zlib, then shuffle if declared, in the
+/// declared byte order) into the machine's order.
+fn decode_copied(
+    bytes: &[u8],
+    shuffled: bool,
+    big_endian: bool,
+    item: usize,
+    len: usize,
+) -> Vec<u8> {
+    let mut values = stored::inflate(bytes, len).unwrap();
+    assert_eq!(values.len(), len);
+    if shuffled {
+        values = stored::unshuffle(&values, item);
+    }
+    if big_endian {
+        for element in values.chunks_exact_mut(item) {
+            element.reverse();
+        }
+    }
+    values
+}
+
+/// The elements of chunk `index` (of shape `chunks`) that lie inside `shape`, in C order.
+fn inside(index: &[u64], chunks: &[u64], shape: &[u64]) -> Vec<bool> {
+    let total: u64 = chunks.iter().product();
+    (0..total)
+        .map(|mut n| {
+            let mut within = true;
+            for d in (0..chunks.len()).rev() {
+                within &= index[d] * chunks[d] + n % chunks[d] < shape[d];
+                n /= chunks[d];
+            }
+            within
+        })
+        .collect()
+}
+
+#[test]
+fn copied_chunks_decode_to_the_values_the_netcdf_library_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("copied.nc");
+    copied_chunks(&path);
+    let source = Source::open(&path).unwrap();
+    let (file, stored, layout) = source.layout(&map(1), Compressor::Lz4).unwrap();
+    let stored = stored.expect("a NetCDF-4 file");
+    // name, stored chunk shape, shuffled, big-endian, bytes per element
+    let cases = [
+        ("le", &[2, 3, 4][..], true, false, 4),
+        ("be", &[3, 5, 6][..], false, true, 2),
+        ("never", &[2, 4][..], true, true, 8),
+    ];
+    let mut compared = 0;
+    for (name, chunks, shuffled, big_endian, item) in cases {
+        let mut planned = layout
+            .arrays
+            .iter()
+            .find(|a| a.path == name)
+            .unwrap()
+            .clone();
+        planned.chunks = chunks.to_vec();
+        let array = stored.array(&planned).unwrap();
+        planned.copied = array.copyable(&planned.chunks);
+        let copied = planned
+            .copied
+            .unwrap_or_else(|| panic!("{name} is copyable"));
+        assert_eq!(
+            copied.dtype(planned.dtype.zarr()).starts_with('>'),
+            big_endian
+        );
+        let variable = file.variable(name).unwrap();
+        for index in write::chunk_indices(&planned) {
+            let read = write::read_chunk(&variable, Some(&array), &planned, &index).unwrap();
+            let bytes = write::chunk_bytes(&planned, None, read, &source.file, &index).unwrap();
+            let write::ChunkValues::Fixed(expected) =
+                write::chunk_values(&variable, &planned, &index).unwrap()
+            else {
+                panic!("numbers");
+            };
+            let decoded = decode_copied(&bytes, shuffled, big_endian, item, expected.len());
+            // Past the variable's edges a stored chunk holds what HDF5 put there; readers
+            // ignore it.
+            for (n, within) in inside(&index, chunks, &planned.shape)
+                .into_iter()
+                .enumerate()
+            {
+                if within {
+                    let at = n * item..(n + 1) * item;
+                    assert_eq!(
+                        decoded[at.clone()],
+                        expected[at],
+                        "{name} chunk {index:?} element {n}"
+                    );
+                }
+            }
+            compared += 1;
+        }
+    }
+    // le: 4 x 2 x 2 chunks, be: 3, never: 3 x 2.
+    assert_eq!(compared, 16 + 3 + 6);
 }

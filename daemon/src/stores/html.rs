@@ -81,7 +81,8 @@ fn attributes_table(out: &mut String, attributes: &Map<String, Value>) {
 }
 
 /// How an array's chunks are compressed, as a reader would name it. `zlib` is only ever the
-/// source's own stored chunks, copied as they are (see `convert::stored`), and says so.
+/// form the source file stores the array in, its chunks copied (see `convert::stored`), and
+/// says so.
 fn compression(zarray: &Value) -> String {
     let compressor = &zarray["compressor"];
     let shuffled = zarray["filters"]
@@ -89,8 +90,8 @@ fn compression(zarray: &Value) -> String {
         .is_some_and(|filters| filters.iter().any(|f| f["id"] == "shuffle"));
     match compressor["id"].as_str() {
         Some("blosc") => format!("blosc {}", shown(&compressor["cname"])),
-        Some("zlib") if shuffled => "shuffle, zlib: copied from the source file".into(),
-        Some("zlib") => "zlib: copied from the source file".into(),
+        Some("zlib") if shuffled => "shuffle, zlib: as the source file stores it".into(),
+        Some("zlib") => "zlib: as the source file stores it".into(),
         Some(other) => other.to_string(),
         None => "none".into(),
     }
@@ -203,7 +204,7 @@ mod tests {
         assert!(!page.contains("\"><b>"));
         assert!(page.contains("<th>time</th><td>2</td>"), "{page}");
         assert!(page.contains("<td>[1, 3]</td>"), "chunks shown: {page}");
-        assert!(page.contains("<td>shuffle, zlib: copied from the source file</td>"));
+        assert!(page.contains("<td>shuffle, zlib: as the source file stores it</td>"));
         let variables = page.split("<h2>Variables</h2>").nth(1).unwrap();
         assert!(variables.contains("<th>tas</th>") && !variables.contains("<th>time</th><td>("));
     }
