@@ -397,9 +397,10 @@ def measure_conversion(svcd, sources, run):
 
     xarray_warm_up(run)
     rows = []
-    # xarray's stores are kept until every file is converted: removing thousands of chunk
-    # files just before the other side creates its own makes the file system's inode
-    # allocation slower for that side (ext4 skips inodes freed moments ago).
+    # xarray's stores are kept until the run ends: removing thousands of chunk files just
+    # before svcd creates its own (here, or in the fast-path run next) makes the file
+    # system's inode allocation several times slower for svcd (ext4 without a journal skips
+    # inodes freed in the last 30 s, one lookup each).
     xarray_stores = run / "xarray"
     xarray_stores.mkdir()
     for number, (kind, path, variable) in enumerate(sources):
@@ -419,7 +420,6 @@ def measure_conversion(svcd, sources, run):
 
         rows.append({"kind": kind, "file": path.name, "variable": variable, "bytes": size, "svcd_s": svcd_s, "xarray_s": xarray_s, "url": url, "store": str(store), "svcd_store_bytes": tree_bytes(store), "xarray_store_bytes": xarray_bytes})
         print(f"  {path.name}: {size / MIB:.1f} MiB, svcd {svcd_s:.2f} s ({size / MIB / svcd_s:.1f} MiB/s), xarray {xarray_s:.2f} s ({size / MIB / xarray_s:.1f} MiB/s)", flush=True)
-    shutil.rmtree(xarray_stores)
     return rows
 
 

@@ -3,6 +3,10 @@
 //! [`Authenticated`] requires a valid token: otherwise 401 with `WWW-Authenticate: Bearer`
 //! and a detail starting "Not authenticated". [`MaybeAuthenticated`] treats a missing or
 //! invalid token as anonymous, as DECISIONS.md asks of optional routes.
+//!
+//! A token that cannot be checked because its identity provider cannot be reached is
+//! neither: both answer 503 naming the provider, so a client keeps its token and asks again
+//! (a 401 would tell it the token is bad; anonymous answers would silently show less).
 
 use axum::Json;
 use axum::Router;
@@ -53,6 +57,7 @@ impl FromRequestParts<AppState> for Authenticated {
         };
         match state.daemon.auth().verify(token).await {
             Ok(caller) => Ok(Authenticated(caller)),
+            Err(e @ Error::Unavailable { .. }) => Err(e.into()),
             Err(e) => Err(Error::unauthenticated(format!("Not authenticated: {e}.")).into()),
         }
     }
@@ -63,7 +68,11 @@ impl FromRequestParts<AppState> for MaybeAuthenticated {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let caller = match bearer(&parts.headers) {
-            Ok(Some(token)) => state.daemon.auth().verify(token).await.ok(),
+            Ok(Some(token)) => match state.daemon.auth().verify(token).await {
+                Ok(caller) => Some(caller),
+                Err(e @ Error::Unavailable { .. }) => return Err(e.into()),
+                Err(_) => None,
+            },
             Ok(None) | Err(_) => None,
         };
         Ok(MaybeAuthenticated(caller))

@@ -363,3 +363,44 @@ fn every_protected_route_checks_the_token() {
     );
     assert_eq!(svcd.get("/databrowser/data-search/user/file").text(), "");
 }
+
+#[test]
+fn a_provider_that_cannot_be_reached_is_503_not_a_bad_token() {
+    // A port nothing listens on: the provider is down from the start.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let issuer = format!("http://127.0.0.1:{port}/realms/test");
+    let discovery = format!("{issuer}/.well-known/openid-configuration");
+    let svcd = Svcd::start_with(&[("SVCD_AUTH_OIDC_DISCOVERY_URLS", &discovery)]);
+    let provider = Provider {
+        issuer,
+        discovery: discovery.clone(),
+    };
+    let token = provider.token(&json!({}));
+    let reply = svcd.send(
+        "POST",
+        "/databrowser/flavours",
+        Some(&token),
+        Some(&flavour_body("x")),
+    );
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert!(reply.detail().contains(&discovery), "{}", reply.detail());
+    // While a provider whose issuer is not known yet is down, a token of any other issuer may
+    // be that provider's: 503 too, not "not trusted".
+    let stranger = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &json!({"iss": "https://elsewhere.invalid", "aud": "svc-nextgen", "exp": now() + 60}),
+        &EncodingKey::from_secret(b"x"),
+    )
+    .unwrap();
+    let reply = svcd.send(
+        "POST",
+        "/databrowser/flavours",
+        Some(&stranger),
+        Some(&flavour_body("y")),
+    );
+    assert_eq!(reply.status, 503, "{}", reply.text());
+}

@@ -248,7 +248,7 @@ impl Auth {
             }
             (self.own.decoding_key().clone(), Algorithm::EdDSA)
         } else {
-            let provider = self.provider_for(&issuer).await.ok_or_else(|| {
+            let provider = self.provider_for(&issuer).await?.ok_or_else(|| {
                 Error::unauthenticated(format!("the token issuer {issuer:?} is not trusted"))
             })?;
             provider.key(header.kid.as_deref()).await?
@@ -285,21 +285,30 @@ impl Auth {
         Ok(caller)
     }
 
-    async fn provider_for(&self, issuer: &str) -> Option<&Provider> {
+    /// The trusted provider whose issuer is `issuer`, or none.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when no known provider has that issuer and one whose issuer is
+    /// not known yet cannot be reached: the token may be that provider's.
+    async fn provider_for(&self, issuer: &str) -> Result<Option<&Provider>> {
         if let Some(p) = self
             .providers
             .iter()
             .find(|p| p.issuer().as_deref() == Some(issuer))
         {
-            return Some(p);
+            return Ok(Some(p));
         }
         // A provider unreachable at start has no issuer yet: try those again (rate-limited).
+        let mut unreachable = None;
         for provider in self.providers.iter().filter(|p| p.issuer().is_none()) {
             if provider.refresh_if_due().await && provider.issuer().as_deref() == Some(issuer) {
-                return Some(provider);
+                return Ok(Some(provider));
+            }
+            if provider.issuer().is_none() {
+                unreachable = unreachable.or_else(|| provider.unreachable());
             }
         }
-        None
+        unreachable.map_or(Ok(None), Err)
     }
 }
 

@@ -42,6 +42,8 @@ pub(crate) struct Provider {
     snapshot: RwLock<Snapshot>,
     /// Held while fetching; the instant of the last fetch attempt.
     fetching: tokio::sync::Mutex<Option<Instant>>,
+    /// Why the last fetch failed; none after one that succeeded.
+    failure: parking_lot::Mutex<Option<String>>,
 }
 
 impl Provider {
@@ -55,6 +57,7 @@ impl Provider {
             client,
             snapshot: RwLock::default(),
             fetching: tokio::sync::Mutex::new(None),
+            failure: parking_lot::Mutex::new(None),
         })
     }
 
@@ -71,6 +74,21 @@ impl Provider {
         let mut last = self.fetching.lock().await;
         *last = Some(Instant::now());
         self.fetch().await
+    }
+
+    /// The provider, when its last fetch failed, as the error of a token it must check:
+    /// [`Error::Unavailable`] (503), not a verdict on the token. A client told 401 would take
+    /// a good token for a bad one; told 503, it asks again.
+    pub(crate) fn unreachable(&self) -> Option<Error> {
+        self.failure
+            .lock()
+            .clone()
+            .map(|reason| Error::Unavailable {
+                service: self.discovery_url.clone(),
+                reason: format!(
+                    "the identity provider cannot be reached to check the token: {reason}"
+                ),
+            })
     }
 
     /// Fetches unless the last attempt is recent; tells whether it fetched successfully.
@@ -95,8 +113,11 @@ impl Provider {
             return Ok(found);
         }
         self.refresh_if_due().await;
-        self.lookup(kid)
-            .ok_or_else(|| Error::unauthenticated("the token is signed with an unknown key"))
+        self.lookup(kid).ok_or_else(|| {
+            self.unreachable().unwrap_or_else(|| {
+                Error::unauthenticated("the token is signed with an unknown key")
+            })
+        })
     }
 
     fn lookup(&self, kid: Option<&str>) -> Option<(DecodingKey, Algorithm)> {
@@ -107,7 +128,14 @@ impl Provider {
         }
     }
 
+    /// Fetches discovery document and keys, and notes whether that failed.
     async fn fetch(&self) -> Result<()> {
+        let fetched = self.fetch_keys().await;
+        *self.failure.lock() = fetched.as_ref().err().map(ToString::to_string);
+        fetched
+    }
+
+    async fn fetch_keys(&self) -> Result<()> {
         let discovery: Discovery = self.get_json(&self.discovery_url).await?;
         let set: JwkSet = self.get_json(&discovery.jwks_uri).await?;
         let mut keys = HashMap::new();
