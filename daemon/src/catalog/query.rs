@@ -8,7 +8,7 @@
 //! The owner of user data (`user`) is an identity, never a pattern: owner values are
 //! [`Pattern::literal`]s, matched exactly and case-sensitively.
 
-use globset::{Glob, GlobBuilder, GlobMatcher};
+use regex::Regex;
 
 use crate::error::{Error, Fault, Result};
 
@@ -31,7 +31,9 @@ pub(crate) enum Field {
 pub(crate) struct Pattern {
     /// The value as matched (lower-cased for facets).
     pub text: String,
-    matcher: Option<(Glob, GlobMatcher)>,
+    /// For a wildcard pattern: the whole text as a regex, `*` any characters and `?` one
+    /// character (not one byte: `Z?rich` matches `Zürich`), everything else literal.
+    matcher: Option<Regex>,
 }
 
 impl Pattern {
@@ -55,8 +57,8 @@ impl Pattern {
                 matcher: None,
             });
         }
-        // globset compiles a regex and panics past its size limits; a bounded pattern
-        // without nesting (braces are bracketed below) stays far inside them.
+        // A bounded pattern keeps the compiled regex small (its size limit is an error, not
+        // a panic, but a long pattern is no search anyone means).
         if text.len() > MAX_WILDCARD_LEN {
             return Err(Error::invalid(
                 parameter,
@@ -68,34 +70,27 @@ impl Pattern {
                 ),
             ));
         }
-        // Only `*` and `?` are wildcards: bracket the rest of glob syntax. `!` and `,` are
-        // literal outside a class and an alternation, and `[!]` would open a negated class.
-        let mut glob = String::with_capacity(text.len() + 8);
+        let mut source = String::with_capacity(text.len() + 16);
+        source.push_str("(?s)^");
+        let mut literal = [0u8; 4];
         for c in text.chars() {
             match c {
-                '[' | ']' | '{' | '}' | '\\' => {
-                    glob.push('[');
-                    glob.push(c);
-                    glob.push(']');
-                }
-                _ => glob.push(c),
+                '*' => source.push_str(".*"),
+                '?' => source.push('.'),
+                c => source.push_str(&regex::escape(c.encode_utf8(&mut literal))),
             }
         }
-        let glob = GlobBuilder::new(&glob)
-            .literal_separator(false)
-            .backslash_escape(false)
-            .build()
-            .map_err(|e| {
-                Error::invalid(
-                    parameter,
-                    Fault::Syntax,
-                    format!("Invalid wildcard pattern {text:?}: {e}."),
-                )
-            })?;
-        let matcher = glob.compile_matcher();
+        source.push('$');
+        let matcher = Regex::new(&source).map_err(|e| {
+            Error::invalid(
+                parameter,
+                Fault::Syntax,
+                format!("Invalid wildcard pattern {text:?}: {e}."),
+            )
+        })?;
         Ok(Pattern {
             text,
-            matcher: Some((glob, matcher)),
+            matcher: Some(matcher),
         })
     }
 
@@ -110,15 +105,15 @@ impl Pattern {
         self.matcher.is_some()
     }
 
-    /// The glob of a wildcard pattern.
-    pub(crate) fn glob(&self) -> Option<&Glob> {
-        self.matcher.as_ref().map(|(glob, _)| glob)
+    /// The regex of a wildcard pattern.
+    pub(crate) fn regex(&self) -> Option<&Regex> {
+        self.matcher.as_ref()
     }
 
     /// Whether `candidate` matches.
     pub(crate) fn matches(&self, candidate: &str) -> bool {
         match &self.matcher {
-            Some((_, m)) => m.is_match(candidate),
+            Some(m) => m.is_match(candidate),
             None => self.text == candidate,
         }
     }
@@ -304,6 +299,17 @@ mod tests {
         let p = Pattern::parse("model", "ę!?,{a}".into()).unwrap();
         assert!(p.matches("ę!x,{a}"));
         assert!(!p.matches("ę!x,a"));
+        // `?` is one character, whatever its length in bytes; regex syntax is literal.
+        let p = Pattern::parse("institute", "z?rich".into()).unwrap();
+        assert!(p.matches("zürich") && p.matches("zurich"));
+        assert!(!p.matches("züürich") && !p.matches("zrich"));
+        let p = Pattern::parse("file", "/a.b/(x)+*".into()).unwrap();
+        assert!(p.matches("/a.b/(x)+/c.nc") && !p.matches("/axb/(x)+/c.nc"));
+        assert!(
+            Pattern::parse("file", "*\nline".into())
+                .unwrap()
+                .matches("a\nline")
+        );
     }
 
     proptest::proptest! {

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use globset::GlobSetBuilder;
+use regex::RegexSet;
 use roaring::RoaringBitmap;
 
 use super::facet::OWNER;
@@ -136,7 +136,7 @@ fn matching_terms(index: &Index, facet: &str, pattern: &Pattern) -> RoaringBitma
 }
 
 /// Locations matching any of `patterns`, in one pass whatever their number: literals are
-/// looked up in a set, wildcards in one compiled glob set. File paths are found in the result
+/// looked up in a set, wildcards in one compiled regex set. File paths are found in the result
 /// order (sorted by path) when that visits fewer records than `within`: literals by binary
 /// search, wildcards within the blocks their literal prefixes bound.
 fn matching_locations(
@@ -151,25 +151,26 @@ fn matching_locations(
         .map(|p| p.text.as_str())
         .collect();
     let wildcards: Vec<&Pattern> = patterns.iter().filter(|p| p.is_wildcard()).collect();
-    let mut set = GlobSetBuilder::new();
-    for pattern in &wildcards {
-        set.add(
-            pattern
-                .glob()
-                .expect("wildcard patterns have a glob")
-                .clone(),
-        );
-    }
-    let set = set
-        .build()
-        .expect("globs that compiled alone compile as a set");
+    // One set for every wildcard; past the set's size limit (many long patterns), each
+    // pattern's own regex in turn.
+    let set = RegexSet::new(wildcards.iter().map(|pattern| {
+        pattern
+            .regex()
+            .expect("wildcard patterns have a regex")
+            .as_str()
+    }))
+    .ok();
+    let any_wildcard = |text: &str| match &set {
+        Some(set) => set.is_match(text),
+        None => wildcards.iter().any(|pattern| pattern.matches(text)),
+    };
     let location = |id: u32| match field {
         Field::Uri => index.uri(id),
         _ => index.path(id),
     };
     let accepts = |id: u32| {
         let text = location(id);
-        literals.contains(text) || (!wildcards.is_empty() && set.is_match(text))
+        literals.contains(text) || (!wildcards.is_empty() && any_wildcard(text))
     };
     if *field == Field::File {
         let mut blocks: Vec<(usize, usize)> = literals.iter().map(|l| block(index, l)).collect();
