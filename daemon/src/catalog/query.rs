@@ -70,17 +70,26 @@ impl Pattern {
                 ),
             ));
         }
+        // Anchored at both ends, except where a leading or trailing `*` makes that moot: the
+        // regex then starts or stops at a literal (`/data/*` is a prefix test, `*.nc` a
+        // suffix test) instead of running over the whole candidate.
+        let body = text.trim_start_matches('*').trim_end_matches('*');
         let mut source = String::with_capacity(text.len() + 16);
-        source.push_str("(?s)^");
+        source.push_str("(?s)");
+        if !text.starts_with('*') {
+            source.push('^');
+        }
         let mut literal = [0u8; 4];
-        for c in text.chars() {
+        for c in body.chars() {
             match c {
                 '*' => source.push_str(".*"),
                 '?' => source.push('.'),
                 c => source.push_str(&regex::escape(c.encode_utf8(&mut literal))),
             }
         }
-        source.push('$');
+        if !text.ends_with('*') {
+            source.push('$');
+        }
         let matcher = Regex::new(&source).map_err(|e| {
             Error::invalid(
                 parameter,
