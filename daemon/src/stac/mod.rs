@@ -190,7 +190,10 @@ struct Summaries {
 /// The STAC API over a catalogue.
 pub struct StacApi {
     catalog: Arc<Catalog>,
-    summaries: Mutex<HashMap<String, Summaries>>,
+    /// Per axis (a few collection facets), the summaries last computed. Each axis has its
+    /// own lock, held while computing: requests of that axis wait for the one computation
+    /// instead of each doing it again, and other axes are not held up.
+    summaries: Mutex<HashMap<String, Arc<Mutex<Option<Summaries>>>>>,
 }
 
 /// How a search came in, for its paging links.
@@ -506,9 +509,10 @@ impl StacApi {
 
     /// The collections of an axis, recomputed when the catalogue has changed.
     fn summaries(&self, axis: &str) -> Arc<Vec<CollectionSummary>> {
-        let mut cache = self.summaries.lock();
+        let slot = Arc::clone(self.summaries.lock().entry(axis.to_string()).or_default());
+        let mut cached = slot.lock();
         let generation = self.catalog.generation();
-        if let Some(s) = cache.get(axis).filter(|s| s.generation == generation) {
+        if let Some(s) = cached.as_ref().filter(|s| s.generation == generation) {
             return Arc::clone(&s.collections);
         }
         let all = self.catalog.select(&Query::default());
@@ -543,13 +547,10 @@ impl StacApi {
             })
             .collect();
         let collections = Arc::new(collections);
-        cache.insert(
-            axis.to_string(),
-            Summaries {
-                generation,
-                collections: Arc::clone(&collections),
-            },
-        );
+        *cached = Some(Summaries {
+            generation,
+            collections: Arc::clone(&collections),
+        });
         collections
     }
 
