@@ -31,7 +31,7 @@ mod work;
 
 use std::sync::Arc;
 
-pub use auth::{Auth, Caller};
+pub use auth::{Auth, Caller, SERVICE_RETRY};
 pub use catalog::{
     Catalog, LOAD_BATCH, LoadSummary, Loader, Record, Rejection, Stats, WriteCounts, write_to_store,
 };

@@ -180,7 +180,14 @@ impl IntoResponse for ApiError {
         }
         let mut response = detail(status, &error.to_string());
         let headers = response.headers_mut();
-        if let Error::Busy { retry } | Error::NotReady { retry } = error {
+        let retry = match error {
+            Error::Busy { retry } | Error::NotReady { retry } => Some(retry),
+            // A service the daemon needs (an identity provider): it is asked again at most
+            // this often.
+            Error::Unavailable { .. } => Some(svc_daemon::SERVICE_RETRY),
+            _ => None,
+        };
+        if let Some(retry) = retry {
             let seconds = retry.as_secs().max(1).to_string();
             headers.insert(
                 header::RETRY_AFTER,

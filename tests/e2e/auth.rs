@@ -388,8 +388,9 @@ fn a_provider_that_cannot_be_reached_is_503_not_a_bad_token() {
     );
     assert_eq!(reply.status, 503, "{}", reply.text());
     assert!(reply.detail().contains(&discovery), "{}", reply.detail());
-    // While a provider whose issuer is not known yet is down, a token of any other issuer may
-    // be that provider's: 503 too, not "not trusted".
+    assert_eq!(reply.header("retry-after"), "10");
+    // A token of another issuer is not that provider's (its discovery URL names its
+    // issuer): not trusted, whatever providers are down.
     let stranger = jsonwebtoken::encode(
         &Header::new(Algorithm::HS256),
         &json!({"iss": "https://elsewhere.invalid", "aud": "svc-nextgen", "exp": now() + 60}),
@@ -402,5 +403,5 @@ fn a_provider_that_cannot_be_reached_is_503_not_a_bad_token() {
         Some(&stranger),
         Some(&flavour_body("y")),
     );
-    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert_eq!(reply.status, 401, "{}", reply.text());
 }

@@ -12,6 +12,11 @@
 //! `exp`, `aud` (`auth.audience`) and `iss` are required and checked. The caller's name and
 //! admin role come from the claims as DECISIONS.md sets out ([`Caller::from_claims`]).
 
+/// How long a client is told to wait before asking again when a service the daemon needs
+/// to answer (an identity provider) cannot be reached: the provider is fetched again at most
+/// this often.
+pub const SERVICE_RETRY: std::time::Duration = oidc::REFETCH_INTERVAL;
+
 pub(crate) mod key;
 mod oidc;
 
@@ -288,8 +293,10 @@ impl Auth {
     /// The trusted provider whose issuer is `issuer`, or none.
     ///
     /// # Errors
-    /// [`Error::Unavailable`] when no known provider has that issuer and one whose issuer is
-    /// not known yet cannot be reached: the token may be that provider's.
+    /// [`Error::Unavailable`] when the provider whose discovery URL belongs to `issuer`
+    /// (`<issuer>/.well-known/openid-configuration`, as OpenID Connect discovery defines it)
+    /// has not been reached yet and cannot be reached now: the token may well be its. A token
+    /// of any other issuer is simply not trusted, whatever other providers are down.
     async fn provider_for(&self, issuer: &str) -> Result<Option<&Provider>> {
         if let Some(p) = self
             .providers
@@ -299,16 +306,25 @@ impl Auth {
             return Ok(Some(p));
         }
         // A provider unreachable at start has no issuer yet: try those again (rate-limited).
-        let mut unreachable = None;
+        // Another request may have fetched it meanwhile, so its issuer is compared whatever
+        // this attempt did.
         for provider in self.providers.iter().filter(|p| p.issuer().is_none()) {
-            if provider.refresh_if_due().await && provider.issuer().as_deref() == Some(issuer) {
+            provider.refresh_if_due().await;
+            if provider.issuer().as_deref() == Some(issuer) {
                 return Ok(Some(provider));
             }
-            if provider.issuer().is_none() {
-                unreachable = unreachable.or_else(|| provider.unreachable());
+            let own_issuer = provider
+                .discovery_url()
+                .strip_suffix("/.well-known/openid-configuration")
+                .is_some_and(|base| base == issuer);
+            if own_issuer
+                && provider.issuer().is_none()
+                && let Some(unreachable) = provider.unreachable()
+            {
+                return Err(unreachable);
             }
         }
-        unreachable.map_or(Ok(None), Err)
+        Ok(None)
     }
 }
 

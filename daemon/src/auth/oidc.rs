@@ -79,16 +79,12 @@ impl Provider {
     /// The provider, when its last fetch failed, as the error of a token it must check:
     /// [`Error::Unavailable`] (503), not a verdict on the token. A client told 401 would take
     /// a good token for a bad one; told 503, it asks again.
+    /// The detail says no more than that: why the fetch failed is logged when it fails.
     pub(crate) fn unreachable(&self) -> Option<Error> {
-        self.failure
-            .lock()
-            .clone()
-            .map(|reason| Error::Unavailable {
-                service: self.discovery_url.clone(),
-                reason: format!(
-                    "the identity provider cannot be reached to check the token: {reason}"
-                ),
-            })
+        self.failure.lock().is_some().then(|| Error::Unavailable {
+            service: self.discovery_url.clone(),
+            reason: "the identity provider cannot be reached to check the token".into(),
+        })
     }
 
     /// Fetches unless the last attempt is recent; tells whether it fetched successfully.

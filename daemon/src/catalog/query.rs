@@ -314,11 +314,23 @@ mod tests {
         assert!(!p.matches("züürich") && !p.matches("zrich"));
         let p = Pattern::parse("file", "/a.b/(x)+*".into()).unwrap();
         assert!(p.matches("/a.b/(x)+/c.nc") && !p.matches("/axb/(x)+/c.nc"));
-        assert!(
-            Pattern::parse("file", "*\nline".into())
-                .unwrap()
-                .matches("a\nline")
-        );
+        // Anchored at both ends unless a `*` opens or closes the pattern; `?` and `*` match
+        // line breaks too.
+        for (pattern, yes, no) in [
+            ("a?", "ab", Some("bab")),
+            ("?", "\n", Some("ab")),
+            ("a*b", "a\nb", Some("a\nbc")),
+            ("*", "anything", None),
+            ("**", "", None),
+            ("*.nc", "/a/b.nc", Some("/a/b.nc4")),
+            ("/a/*", "/a/b/c", Some("/b/a/c")),
+            ("*b*", "abc", Some("ac")),
+            ("a*c", "abbc", Some("abcd")),
+        ] {
+            let p = Pattern::parse("file", pattern.into()).unwrap();
+            assert!(p.matches(yes), "{pattern:?} {yes:?}");
+            assert!(no.is_none_or(|no| !p.matches(no)), "{pattern:?} {no:?}");
+        }
     }
 
     proptest::proptest! {

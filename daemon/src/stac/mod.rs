@@ -509,12 +509,16 @@ impl StacApi {
 
     /// The collections of an axis, recomputed when the catalogue has changed.
     fn summaries(&self, axis: &str) -> Arc<Vec<CollectionSummary>> {
+        // The catalogue as this request found it: summaries computed meanwhile by another
+        // request, of it or a later one, are as good (while records are being added, waiting
+        // requests must not each compute them again).
+        let wanted = self.catalog.generation();
         let slot = Arc::clone(self.summaries.lock().entry(axis.to_string()).or_default());
         let mut cached = slot.lock();
-        let generation = self.catalog.generation();
-        if let Some(s) = cached.as_ref().filter(|s| s.generation == generation) {
+        if let Some(s) = cached.as_ref().filter(|s| s.generation >= wanted) {
             return Arc::clone(&s.collections);
         }
+        let generation = self.catalog.generation();
         let all = self.catalog.select(&Query::default());
         let terms = self
             .catalog
