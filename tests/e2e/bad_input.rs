@@ -204,16 +204,27 @@ fn stac_geometries_beyond_the_position_limit_are_400_naming_it() {
 }
 
 /// A NetCDF file with a time axis of `values` in `units`.
+///
+/// NetCDF-3: a NetCDF-4 file is written through HDF5, which locks the file while it is open,
+/// and a daemon another test spawns at that moment inherits the descriptor and with it the
+/// lock, so the crawl could not open the file.
 fn time_file(path: &std::path::Path, units: &str, values: &[f64]) {
-    let mut file = netcdf::create(path).unwrap();
+    let mut file = netcdf::create_with(path, netcdf::Options::_64BIT_OFFSET).unwrap();
     file.add_dimension("time", values.len()).unwrap();
     let mut time = file.add_variable::<f64>("time", &["time"]).unwrap();
     time.put_attribute("standard_name", "time").unwrap();
     time.put_attribute("units", units).unwrap();
-    time.put_values(values, ..).unwrap();
     let mut tas = file.add_variable::<f32>("tas", &["time"]).unwrap();
     tas.put_attribute("units", "K").unwrap();
-    tas.put_values(&vec![280.0f32; values.len()], ..).unwrap();
+    file.enddef().unwrap();
+    file.variable_mut("time")
+        .unwrap()
+        .put_values(values, ..)
+        .unwrap();
+    file.variable_mut("tas")
+        .unwrap()
+        .put_values(&vec![280.0f32; values.len()], ..)
+        .unwrap();
     file.close().unwrap();
 }
 
