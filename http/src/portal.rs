@@ -130,6 +130,15 @@ async fn load(
             .at(Endpoint::Intake));
         }
     };
+    if intake && pairs.iter().any(|(k, _)| k == "aggregate") {
+        // An intake catalogue has a row, and a store, per file.
+        return Err(ApiError::from(Error::invalid(
+            "aggregate",
+            Fault::Refused,
+            "catalogue-type=intake gives one store per file; leave out aggregate for it.",
+        ))
+        .at(Endpoint::Intake));
+    }
     let (load, shared) = state
         .daemon
         .run(move |daemon| {

@@ -123,6 +123,17 @@ pub(crate) struct StoreLayout {
 }
 
 impl StoreLayout {
+    /// A layout with only the root group, whose attributes are `attrs`.
+    fn root(attrs: Map<String, Value>) -> Self {
+        let mut documents = Map::new();
+        documents.insert(".zgroup".into(), json!({"zarr_format": 2}));
+        documents.insert(".zattrs".into(), Value::Object(attrs));
+        StoreLayout {
+            documents,
+            arrays: Vec::new(),
+        }
+    }
+
     /// The consolidated metadata document (`.zmetadata`).
     pub(crate) fn consolidated(&self) -> Value {
         json!({
@@ -145,22 +156,12 @@ pub(crate) fn layout(
     chunking: &Chunking,
     compressor: &Value,
 ) -> Result<StoreLayout, String> {
-    let mut layout = StoreLayout {
-        documents: Map::new(),
-        arrays: Vec::new(),
-    };
+    let mut layout = StoreLayout::root(attributes(file.attributes(), "the file")?);
     let scope = Scope {
         stored,
         chunking,
         compressor,
     };
-    layout
-        .documents
-        .insert(".zgroup".into(), json!({"zarr_format": 2}));
-    layout.documents.insert(
-        ".zattrs".into(),
-        Value::Object(attributes(file.attributes(), "the file")?),
-    );
     let variables: Vec<Variable> = file.variables().collect();
     scope.arrays(&variables, &[], &mut layout)?;
     if let Some(root) = file.root() {
@@ -210,60 +211,65 @@ impl Scope<'_> {
         groups: &[String],
         layout: &mut StoreLayout,
     ) -> Result<(), String> {
+        let prefix = groups.join("/");
+        let variables = variables
+            .iter()
+            .map(|variable| VarInfo::of(variable, &prefix))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.lay_out(&variables, groups, layout)
+    }
+
+    /// The arrays of `variables`, the variables of one group (`groups`, outermost first;
+    /// empty: the root), chunked by one plan over the group's dimensions in order of first
+    /// use.
+    fn lay_out(
+        &self,
+        variables: &[VarInfo],
+        groups: &[String],
+        layout: &mut StoreLayout,
+    ) -> Result<(), String> {
         let mut dims: Vec<Dim> = Vec::new();
         let mut data_vars = Vec::new();
         let mut kinds = Vec::with_capacity(variables.len());
         for variable in variables {
-            let dtype = Dtype::of(variable)?;
             let mut indexes = Vec::new();
-            for dimension in variable.dimensions() {
-                let name = dimension.name();
-                let index = dims.iter().position(|d| d.name == name).unwrap_or_else(|| {
-                    dims.push(Dim {
-                        name,
-                        len: dimension.len() as u64,
+            for dimension in &variable.dims {
+                let index = dims
+                    .iter()
+                    .position(|d| d.name == dimension.name)
+                    .unwrap_or_else(|| {
+                        dims.push(dimension.clone());
+                        dims.len() - 1
                     });
-                    dims.len() - 1
-                });
                 indexes.push(index);
             }
-            let coordinate = indexes.len() == 1 && dims[indexes[0]].name == variable.name();
+            let coordinate = variable.is_coordinate();
             if !coordinate && !indexes.is_empty() {
                 data_vars.push(DataVar {
                     dims: indexes.clone(),
-                    item_size: dtype.size(),
+                    item_size: variable.dtype.size(),
                 });
             }
-            kinds.push((dtype, indexes, coordinate));
+            kinds.push((indexes, coordinate));
         }
         let planned = plan::plan(&dims, &data_vars, self.chunking);
-        for (variable, (dtype, indexes, coordinate)) in variables.iter().zip(kinds) {
-            let shape: Vec<u64> = indexes.iter().map(|&d| dims[d].len).collect();
+        for (variable, (indexes, coordinate)) in variables.iter().zip(kinds) {
+            let dtype = variable.dtype;
+            let shape: Vec<u64> = variable.dims.iter().map(|d| d.len).collect();
             let chunks: Vec<u64> = if coordinate {
                 shape.iter().map(|&len| len.max(1)).collect()
             } else {
                 indexes.iter().map(|&d| planned[d]).collect()
             };
-            let name = variable.name();
+            let name = variable.name.clone();
             let path = if groups.is_empty() {
                 name.clone()
             } else {
                 format!("{}/{name}", groups.join("/"))
             };
-            // Without `_FillValue`, null (for a string array too, as xarray writes it).
-            let fill_value = match variable.attribute_value("_FillValue") {
-                Some(value) => {
-                    let value = value.map_err(|e| format!("{path}: _FillValue: {e}"))?;
-                    fill_value(&value, dtype)
-                }
-                None => Value::Null,
-            };
-            let mut attrs = attributes(
-                variable.attributes().filter(|a| a.name() != "_FillValue"),
-                &format!("variable {path:?}"),
-            )?;
+            let mut attrs = variable.attrs.clone();
             let dimension_names: Vec<&str> =
-                indexes.iter().map(|&d| dims[d].name.as_str()).collect();
+                variable.dims.iter().map(|d| d.name.as_str()).collect();
             attrs.insert("_ARRAY_DIMENSIONS".into(), json!(dimension_names));
             let mut array = ArrayLayout {
                 path,
@@ -297,7 +303,7 @@ impl Scope<'_> {
                     "filters": filters,
                     "chunks": array.chunks,
                     "dtype": zarr_dtype,
-                    "fill_value": fill_value,
+                    "fill_value": variable.fill_value,
                     "order": "C",
                     "shape": array.shape,
                     "zarr_format": 2,
@@ -312,8 +318,124 @@ impl Scope<'_> {
     }
 }
 
+/// A variable as a store lays it out: what its metadata and the chunk plan need, read from
+/// one source file or combined from several ([`super::combine`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct VarInfo {
+    /// Its name in its group.
+    pub(crate) name: String,
+    /// Its dimensions, in its order.
+    pub(crate) dims: Vec<Dim>,
+    /// Element type.
+    pub(crate) dtype: Dtype,
+    /// Its attributes, undecoded, without `_FillValue` (which is `fill_value`).
+    pub(crate) attrs: Map<String, Value>,
+    /// The array's `fill_value`: its `_FillValue`, or null.
+    pub(crate) fill_value: Value,
+}
+
+impl VarInfo {
+    /// The variable `variable` of the group `prefix` (empty: the root), for messages.
+    ///
+    /// # Errors
+    /// A sentence naming the variable or attribute that cannot be converted.
+    pub(crate) fn of(variable: &Variable, prefix: &str) -> Result<Self, String> {
+        let name = variable.name();
+        let path = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let dtype = Dtype::of(variable)?;
+        let dims = variable
+            .dimensions()
+            .iter()
+            .map(|dimension| Dim {
+                name: dimension.name(),
+                len: dimension.len() as u64,
+            })
+            .collect();
+        // Without `_FillValue`, null (for a string array too, as xarray writes it).
+        let fill_value = match variable.attribute_value("_FillValue") {
+            Some(value) => {
+                let value = value.map_err(|e| format!("{path}: _FillValue: {e}"))?;
+                fill_value(&value, dtype)
+            }
+            None => Value::Null,
+        };
+        let attrs = attributes(
+            variable.attributes().filter(|a| a.name() != "_FillValue"),
+            &format!("variable {path:?}"),
+        )?;
+        Ok(VarInfo {
+            name,
+            dims,
+            dtype,
+            attrs,
+            fill_value,
+        })
+    }
+
+    /// Whether it is a coordinate: a variable named like its only dimension.
+    pub(crate) fn is_coordinate(&self) -> bool {
+        self.dims.len() == 1 && self.dims[0].name == self.name
+    }
+}
+
+/// A group of a store combined from several sources: its path (empty: the root), its
+/// attributes and its variables.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GroupInfo {
+    /// The group's name below the root (empty: the root itself).
+    pub(crate) name: String,
+    /// Its attributes.
+    pub(crate) attrs: Map<String, Value>,
+    /// Its variables, in order.
+    pub(crate) vars: Vec<VarInfo>,
+}
+
+/// Builds the layout of a store whose groups are `groups` (combined from several sources:
+/// none of its chunks is a stored chunk of a source), chunked by `chunking` and compressed
+/// with `compressor`. The root group has no attributes when it is not one of `groups`.
+///
+/// # Errors
+/// A sentence naming the variable that cannot be laid out.
+pub(crate) fn layout_of_groups(
+    groups: &[GroupInfo],
+    chunking: &Chunking,
+    compressor: &Value,
+) -> Result<StoreLayout, String> {
+    let root_attrs = groups
+        .iter()
+        .find(|g| g.name.is_empty())
+        .map(|g| g.attrs.clone())
+        .unwrap_or_default();
+    let mut layout = StoreLayout::root(root_attrs);
+    let scope = Scope {
+        stored: None,
+        chunking,
+        compressor,
+    };
+    for group in groups {
+        let path: Vec<String> = if group.name.is_empty() {
+            Vec::new()
+        } else {
+            layout
+                .documents
+                .insert(format!("{}/.zgroup", group.name), json!({"zarr_format": 2}));
+            layout.documents.insert(
+                format!("{}/.zattrs", group.name),
+                Value::Object(group.attrs.clone()),
+            );
+            vec![group.name.clone()]
+        };
+        scope.lay_out(&group.vars, &path, &mut layout)?;
+    }
+    Ok(layout)
+}
+
 /// Attributes as a JSON object, in file order.
-fn attributes<'a>(
+pub(crate) fn attributes<'a>(
     attributes: impl Iterator<Item = netcdf::Attribute<'a>>,
     owner: &str,
 ) -> Result<Map<String, Value>, String> {

@@ -4,6 +4,7 @@
 //! the source by the same functions ([`chunk_on_demand`]), so its bytes are the ones the
 //! conversion writes.
 
+pub(crate) mod combine;
 pub(crate) mod metadata;
 pub(crate) mod plan;
 pub(crate) mod stored;
@@ -130,9 +131,132 @@ pub(crate) fn convert_file(
 ) -> Result<(StoreLayout, Written), String> {
     let (file, stored, layout) = source.layout(chunking, compressor)?;
     write::write_metadata(&layout, dir)?;
-    let written = write::write_chunks(&file, stored.as_ref(), &source.file, &layout, dir, stop)
+    let read = write::file_chunks(&file, stored.as_ref(), &layout);
+    let written = write::write_chunks(&layout, dir, stop, Some(&source.file), read)
         .map_err(|e| format!("{}: {e}", source.path.display()))?;
     Ok((layout, written))
+}
+
+/// Converts `sources` combined as `aggregation` says ([`combine`]) into the store directory
+/// `dir`. Chunks are read by the NetCDF library, slab by slab from the sources that make
+/// them, with a few source files open at a time.
+///
+/// # Errors
+/// A reason for the store's failed status: a file that cannot be read, or why the sources
+/// cannot be combined.
+pub(crate) fn convert_sources(
+    sources: &[Source],
+    aggregation: &crate::stores::request::Aggregation,
+    dir: &Path,
+    chunking: &Chunking,
+    compressor: Compressor,
+    stop: &Stop,
+) -> Result<(StoreLayout, Written), String> {
+    let mut slabs = OpenSources::new(sources);
+    let datasets = sources
+        .iter()
+        .enumerate()
+        .map(|(n, source)| slabs.dataset(n, source))
+        .collect::<Result<Vec<_>, _>>()?;
+    let parts = combine::combine(&datasets, aggregation, &mut slabs)?;
+    let layout =
+        metadata::layout_of_groups(&combine::groups(&parts), chunking, &compressor.codec())?;
+    let vars: Vec<&combine::CombinedVar> = parts.iter().flat_map(|(_, part)| &part.vars).collect();
+    write::write_metadata(&layout, dir)?;
+    let read = |n: usize, index: &[u64]| -> Result<write::ChunkRead, String> {
+        let array = &layout.arrays[n];
+        let (start, count) = write::chunk_extent(array, index);
+        let values = combine::read_block(&mut slabs, vars[n], &start, &count)?;
+        let item = write::to_usize(array.dtype.size());
+        let values = if count == array.chunks {
+            values
+        } else {
+            write::pad(&values, &count, &array.chunks, item)
+        };
+        Ok(write::ChunkRead::Values(write::ChunkValues::Fixed(values)))
+    };
+    let written = write::write_chunks(&layout, dir, stop, None, read)?;
+    Ok((layout, written))
+}
+
+/// The sources of an aggregated store as NetCDF files, a few open at a time (a store may
+/// combine thousands).
+struct OpenSources<'s> {
+    sources: &'s [Source],
+    /// Open files, the most recently used last.
+    open: Vec<(usize, netcdf::File)>,
+}
+
+impl<'s> OpenSources<'s> {
+    /// Files kept open at once.
+    const KEEP: usize = 8;
+
+    fn new(sources: &'s [Source]) -> Self {
+        OpenSources {
+            sources,
+            open: Vec::new(),
+        }
+    }
+
+    fn file(&mut self, n: usize) -> Result<&netcdf::File, String> {
+        if let Some(at) = self.open.iter().position(|(m, _)| *m == n) {
+            let entry = self.open.remove(at);
+            self.open.push(entry);
+        } else {
+            let source = &self.sources[n];
+            let file = crate::crawl::open_netcdf(&source.opened())
+                .map_err(|e| format!("{}: {e}", source.path.display()))?;
+            if self.open.len() == Self::KEEP {
+                self.open.remove(0);
+            }
+            self.open.push((n, file));
+        }
+        Ok(&self.open.last().expect("just pushed").1)
+    }
+
+    /// The root group of source `n` as the combination sees it.
+    fn dataset(&mut self, n: usize, source: &Source) -> Result<combine::Dataset, String> {
+        let shown = source.path.display().to_string();
+        let file = self.file(n)?;
+        let failed = |e: String| format!("{shown}: {e}");
+        let attrs = metadata::attributes(file.attributes(), "the file").map_err(failed)?;
+        let vars = file
+            .variables()
+            .map(|variable| metadata::VarInfo::of(&variable, ""))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(failed)?;
+        Ok(combine::Dataset {
+            name: shown,
+            attrs,
+            vars,
+        })
+    }
+}
+
+impl combine::Slabs for OpenSources<'_> {
+    fn read(
+        &mut self,
+        source: usize,
+        name: &str,
+        start: &[u64],
+        count: &[u64],
+    ) -> Result<Vec<u8>, String> {
+        let shown = self.sources[source].path.display().to_string();
+        let file = self.file(source)?;
+        let failed = |e: &dyn std::fmt::Display| format!("{shown}: variable {name:?}: {e}");
+        let variable = file
+            .variable(name)
+            .ok_or_else(|| failed(&"vanished from the file"))?;
+        if start.is_empty() {
+            return variable.get_raw_values(..).map_err(|e| failed(&e));
+        }
+        let extents: Vec<netcdf::Extent> = start
+            .iter()
+            .zip(count)
+            .map(|(&s, &c)| netcdf::Extent::from(write::to_usize(s)..write::to_usize(s + c)))
+            .collect();
+        variable.get_raw_values(extents).map_err(|e| failed(&e))
+    }
 }
 
 /// The layout of the store converted from `source` with `chunking` and `compressor`: the
@@ -193,7 +317,7 @@ pub(crate) fn chunk_on_demand(
         Some(_) => None,
         None => Some(write::Encoder::new(&layout, planned)?),
     };
-    write::chunk_bytes(planned, encoder.as_ref(), read, &source.file, index)
+    write::chunk_bytes(planned, encoder.as_ref(), read, Some(&source.file), index)
         .map(Some)
         .map_err(failed)
 }

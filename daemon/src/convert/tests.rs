@@ -603,7 +603,7 @@ fn stored_chunks_with_filters_skipped_decode_too() {
     assert!(planned.copied.is_some());
     for index in write::chunk_indices(&planned) {
         let read = write::read_chunk(&variable, Some(&array), &planned, &index).unwrap();
-        let copied = write::chunk_bytes(&planned, None, read, &source.file, &index).unwrap();
+        let copied = write::chunk_bytes(&planned, None, read, Some(&source.file), &index).unwrap();
         let first = usize::try_from(index[0]).unwrap() * 48;
         assert_eq!(
             decode_copied(&copied, true, false, 4, 48),
@@ -753,7 +753,8 @@ fn copied_chunks_decode_to_the_values_the_netcdf_library_reads() {
         let variable = file.variable(name).unwrap();
         for index in write::chunk_indices(&planned) {
             let read = write::read_chunk(&variable, Some(&array), &planned, &index).unwrap();
-            let bytes = write::chunk_bytes(&planned, None, read, &source.file, &index).unwrap();
+            let bytes =
+                write::chunk_bytes(&planned, None, read, Some(&source.file), &index).unwrap();
             let write::ChunkValues::Fixed(expected) =
                 write::chunk_values(&variable, &planned, &index).unwrap()
             else {

@@ -45,14 +45,14 @@ pub(crate) fn write_metadata(layout: &StoreLayout, dir: &Path) -> Result<(), Str
     put(".zmetadata", &layout.consolidated())
 }
 
-/// Writes every chunk of every array of `layout` from `file` into `dir`, checking `stop`
-/// between chunks.
+/// Writes every chunk of every array of `layout` into `dir`, checking `stop` between chunks:
+/// `read_chunk(n, index)` reads chunk `index` of array `n` (see [`file_chunks`]).
 ///
 /// The work is shared by three kinds of thread:
-/// - this one reads chunks from the source (the NetCDF library takes one process-wide lock,
+/// - this one reads chunks from the sources (the NetCDF library takes one process-wide lock,
 ///   so its reads do not run in parallel anyway); for a NetCDF-4 variable whose stored
-///   chunks the daemon decodes itself (`stored`, read from `raw`, the opened source) it only
-///   says where they are;
+///   chunks the daemon decodes itself it only says where they are (in `raw`, the opened
+///   source);
 /// - [`encoders`] threads inflate those, and compress every chunk with the array's codecs,
 ///   so the source's decompression and the store's compression use every core;
 /// - one thread creates the chunk files: creating files in one directory from several
@@ -64,12 +64,11 @@ pub(crate) fn write_metadata(layout: &StoreLayout, dir: &Path) -> Result<(), Str
 /// # Errors
 /// A sentence naming the variable and chunk that could not be read or written.
 pub(crate) fn write_chunks(
-    file: &netcdf::File,
-    stored: Option<&StoredFile>,
-    raw: &std::fs::File,
     layout: &StoreLayout,
     dir: &Path,
     stop: &Stop,
+    raw: Option<&std::fs::File>,
+    mut read_chunk: impl FnMut(usize, &[u64]) -> Result<ChunkRead, String>,
 ) -> Result<Written, String> {
     // A few chunks in flight: enough to keep every thread busy, little memory.
     let (read, to_write) = std::sync::mpsc::sync_channel::<(usize, Vec<u64>, ChunkRead)>(4);
@@ -141,12 +140,8 @@ pub(crate) fn write_chunks(
                 })
             })
             .collect();
-        let read_all = || -> Result<Written, String> {
+        let mut read_all = || -> Result<Written, String> {
             for (n, array) in layout.arrays.iter().enumerate() {
-                let variable = file
-                    .variable(&array.path)
-                    .ok_or_else(|| format!("variable {:?} vanished from the source", array.path))?;
-                let stored_array = stored.and_then(|stored| stored.array(array));
                 for index in chunk_indices(array) {
                     if stop.requested() {
                         return Ok(Written::Interrupted);
@@ -155,7 +150,7 @@ pub(crate) fn write_chunks(
                         // The writer's error, which its join gives, ends the conversion.
                         return Ok(Written::Complete);
                     }
-                    let values = read_chunk(&variable, stored_array.as_ref(), array, &index)?;
+                    let values = read_chunk(n, &index)?;
                     read.send((n, index, values))
                         .map_err(|_| "the chunk writers stopped".to_string())?;
                 }
@@ -177,6 +172,30 @@ pub(crate) fn write_chunks(
         stored??;
         written
     })
+}
+
+/// The chunk reader of [`write_chunks`] for a store of one NetCDF file: through its stored
+/// chunks (`stored`, for a NetCDF-4 file) where the daemon decodes or copies them, else by
+/// the NetCDF library.
+pub(crate) fn file_chunks<'f>(
+    file: &'f netcdf::File,
+    stored: Option<&'f StoredFile>,
+    layout: &'f StoreLayout,
+) -> impl FnMut(usize, &[u64]) -> Result<ChunkRead, String> + 'f {
+    // The array being read, kept while its chunks are read in turn.
+    let mut current: Option<(usize, Variable<'f>, Option<StoredArray>)> = None;
+    move |n, index| {
+        let array = &layout.arrays[n];
+        if current.as_ref().is_none_or(|(m, _, _)| *m != n) {
+            let variable = file
+                .variable(&array.path)
+                .ok_or_else(|| format!("variable {:?} vanished from the source", array.path))?;
+            let stored_array = stored.and_then(|stored| stored.array(array));
+            current = Some((n, variable, stored_array));
+        }
+        let (_, variable, stored_array) = current.as_ref().expect("set above");
+        read_chunk(variable, stored_array.as_ref(), array, index)
+    }
 }
 
 /// The threads that compress and write one conversion's chunks: one per core, at most 4.
@@ -334,12 +353,13 @@ pub(crate) fn chunk_bytes(
     array: &ArrayLayout,
     encoder: Option<&Encoder>,
     read: ChunkRead,
-    raw: &std::fs::File,
+    raw: Option<&std::fs::File>,
     index: &[u64],
 ) -> Result<Vec<u8>, String> {
     let failed = |e: String| format!("{} chunk {index:?}: {e}", array.path);
+    let raw = || raw.ok_or_else(|| failed("stored chunks without their file".into()));
     match (array.copied, read) {
-        (Some(copied), ChunkRead::Stored(pieces)) => pieces.copied(raw, &copied).map_err(failed),
+        (Some(copied), ChunkRead::Stored(pieces)) => pieces.copied(raw()?, &copied).map_err(failed),
         (Some(copied), ChunkRead::Values(ChunkValues::Fixed(values))) => Ok(copied.encode(values)),
         (Some(_), ChunkRead::Values(ChunkValues::Strings(_))) => {
             Err(failed("strings in an array of numbers".into()))
@@ -348,7 +368,7 @@ pub(crate) fn chunk_bytes(
             let values = match read {
                 ChunkRead::Values(values) => values,
                 ChunkRead::Stored(pieces) => {
-                    ChunkValues::Fixed(pieces.values(raw).map_err(failed)?)
+                    ChunkValues::Fixed(pieces.values(raw()?).map_err(failed)?)
                 }
             };
             encoder
@@ -394,17 +414,7 @@ pub(crate) fn chunk_values(
             .map(ChunkValues::Fixed)
             .map_err(failed);
     }
-    let starts: Vec<u64> = index
-        .iter()
-        .zip(&array.chunks)
-        .map(|(i, c)| i * c)
-        .collect();
-    let counts: Vec<u64> = starts
-        .iter()
-        .zip(&array.shape)
-        .zip(&array.chunks)
-        .map(|((start, len), chunk)| (*chunk).min(len - start))
-        .collect();
+    let (starts, counts) = chunk_extent(array, index);
     let extents: Vec<Extent> = starts
         .iter()
         .zip(&counts)
@@ -420,6 +430,23 @@ pub(crate) fn chunk_values(
         &array.chunks,
         to_usize(array.dtype.size()),
     )))
+}
+
+/// Where chunk `index` of `array` starts, and how many elements of the array it holds along
+/// each dimension (fewer than the chunk shape at the array's edges).
+pub(crate) fn chunk_extent(array: &ArrayLayout, index: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    let starts: Vec<u64> = index
+        .iter()
+        .zip(&array.chunks)
+        .map(|(i, c)| i * c)
+        .collect();
+    let counts: Vec<u64> = starts
+        .iter()
+        .zip(&array.shape)
+        .zip(&array.chunks)
+        .map(|((start, len), chunk)| (*chunk).min(len - start))
+        .collect();
+    (starts, counts)
 }
 
 /// The strings of chunk `index` of a string array, read one by one (the library hands out
@@ -457,7 +484,7 @@ fn chunk_strings(
 }
 
 /// Places a C-order block of shape `counts` at the start of a zeroed block of shape `full`.
-fn pad(raw: &[u8], counts: &[u64], full: &[u64], item: usize) -> Vec<u8> {
+pub(super) fn pad(raw: &[u8], counts: &[u64], full: &[u64], item: usize) -> Vec<u8> {
     let total: u64 = full.iter().product();
     let mut out = vec![0u8; to_usize(total) * item];
     let rank = counts.len();

@@ -48,15 +48,22 @@ impl Handler for ConvertJob {
         self.stores.cache.forget(token);
         remove_dir(&dir);
         tracing::info!(%token, sources = ?record.sources, "converting");
-        let converted = self.stores.open_source(&record).and_then(|source| {
-            convert::convert_file(
-                &source,
-                &dir,
-                &record.chunking,
-                self.stores.config.compressor,
-                stop,
-            )
-        });
+        let compressor = self.stores.config.compressor;
+        let converted = match &record.aggregation {
+            None => self.stores.open_source(&record).and_then(|source| {
+                convert::convert_file(&source, &dir, &record.chunking, compressor, stop)
+            }),
+            Some(aggregation) => self.stores.open_sources(&record).and_then(|sources| {
+                convert::convert_sources(
+                    &sources,
+                    aggregation,
+                    &dir,
+                    &record.chunking,
+                    compressor,
+                    stop,
+                )
+            }),
+        };
         let (status, reason) = match converted {
             Ok((_, Written::Interrupted)) => return Ok(Outcome::Interrupted),
             Ok((_, Written::Complete)) => (Status::Ready, String::new()),

@@ -1,10 +1,12 @@
 //! Zarr stores: the record of each store (sources, chunking, owner, public flag and expiry,
 //! status and reason, timestamps), the token that names it, and who may read it.
 //!
-//! A store's token is a UUID v5 over its canonical request: the owner and the sorted sources
-//! (aggregation and reduction options join them when they are implemented). So the same request
-//! by the same user names the same store and is converted once; two users converting one file
-//! get two stores, and neither learns of the other's. Chunking options are recorded with the
+//! A store's token is a UUID v5 over its canonical request: the owner, the sources and the
+//! aggregation options (reduction options join them when they are implemented). So the same
+//! request by the same user names the same store and is converted once; two users converting
+//! one file get two stores, and neither learns of the other's. The sources of an aggregated
+//! store count in request order, since the order of a concatenation is the order of its
+//! sources; a store of one source has no order to count. Chunking options are recorded with the
 //! store, not part of its token: whoever converts first chooses them, until a `reload`.
 //!
 //! Records live in the `stores` column family (token bytes -> format byte + JSON). Creating or
@@ -30,7 +32,7 @@ use crate::config::StoresConfig;
 use crate::db::{self, Batch, Db, cf};
 use crate::error::{Error, Missing, Result};
 use crate::jobs::Queue;
-use request::{Chunking, ConvertRequest};
+use request::{Aggregation, Chunking, ConvertRequest};
 
 /// The job kind of a conversion; its subject is the store's token.
 pub const CONVERT: &str = "convert";
@@ -92,6 +94,9 @@ pub struct StoreRecord {
     pub sources: Vec<String>,
     /// How its arrays are chunked.
     pub chunking: Chunking,
+    /// How its sources are combined; `None`: it is one source converted as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregation: Option<Aggregation>,
     /// Until when (Unix seconds) anyone may read it; `None`: only its owner and admins.
     pub public_until: Option<i64>,
     /// Its state.
@@ -136,13 +141,15 @@ impl StoreRecord {
 }
 
 /// The token of the store `owner` gets for `sources`.
-pub(crate) fn token(owner: &str, sources: &[String]) -> Uuid {
-    let mut sorted: Vec<&str> = sources.iter().map(String::as_str).collect();
-    sorted.sort_unstable();
+pub(crate) fn token(owner: &str, sources: &[String], aggregation: Option<&Aggregation>) -> Uuid {
+    let mut ordered: Vec<&str> = sources.iter().map(String::as_str).collect();
+    if aggregation.is_none() {
+        ordered.sort_unstable();
+    }
     let canonical = serde_json::json!({
         "owner": owner,
-        "sources": sorted,
-        "aggregate": null,
+        "sources": ordered,
+        "aggregate": aggregation,
         "reduce": null,
     });
     Uuid::new_v5(&namespace(), canonical.to_string().as_bytes())
@@ -253,8 +260,9 @@ impl Stores {
         self.read(Some(&caller), token, key, now, wait)
     }
 
-    /// The source of a store, opened and checked again for its owner (see
-    /// [`access::check_opened`]): the conversion and chunks computed on demand read it.
+    /// The first source of a store, opened and checked again for its owner (see
+    /// [`access::check_opened`]): the conversion of a store of one source and chunks
+    /// computed on demand read it.
     ///
     /// # Errors
     /// A reason naming the file: it cannot be opened, is not a regular file, or its owner may
@@ -263,10 +271,31 @@ impl Stores {
         &self,
         record: &StoreRecord,
     ) -> std::result::Result<crate::convert::Source, String> {
-        // One source per store until aggregation is implemented.
-        let path = std::path::Path::new(&record.sources[0]);
-        let source = crate::convert::Source::open(path)?;
-        access::check_opened(&record.owner, &source, &self.config.allowed_roots)
+        self.open_path(&record.owner, &record.sources[0])
+    }
+
+    /// Every source of a store, opened and checked again for its owner, in order.
+    ///
+    /// # Errors
+    /// As [`Stores::open_source`], for the first source that fails.
+    pub(crate) fn open_sources(
+        &self,
+        record: &StoreRecord,
+    ) -> std::result::Result<Vec<crate::convert::Source>, String> {
+        record
+            .sources
+            .iter()
+            .map(|path| self.open_path(&record.owner, path))
+            .collect()
+    }
+
+    fn open_path(
+        &self,
+        owner: &str,
+        path: &str,
+    ) -> std::result::Result<crate::convert::Source, String> {
+        let source = crate::convert::Source::open(std::path::Path::new(path))?;
+        access::check_opened(owner, &source, &self.config.allowed_roots)
             .map_err(|e| e.to_string())?;
         Ok(source)
     }
@@ -304,7 +333,8 @@ impl Stores {
         }
     }
 
-    /// Creates or reuses the stores of a request by `caller` at `now`: one per source. A
+    /// Creates or reuses the stores of a request by `caller` at `now`: one per source, or one
+    /// for all sources when the request aggregates them. A
     /// store that exists and is not failed or gone is reused as it is (a public request
     /// extends its public time) unless the request says `reload`; any other is recorded as
     /// preparing and its conversion queued. Blocking: it checks the sources' permissions.
@@ -322,10 +352,13 @@ impl Stores {
         let public_until = request
             .public
             .then(|| now.saturating_add_unsigned(request.ttl_seconds));
-        let mut records = Vec::with_capacity(request.sources.len());
-        for source in &request.sources {
-            let sources = vec![source.clone()];
-            let token = token(&caller.user, &sources);
+        let stores: Vec<Vec<String>> = match request.aggregation {
+            Some(_) => vec![request.sources.clone()],
+            None => request.sources.iter().map(|s| vec![s.clone()]).collect(),
+        };
+        let mut records = Vec::with_capacity(stores.len());
+        for sources in stores {
+            let token = token(&caller.user, &sources, request.aggregation.as_ref());
             let existing = self.record(token)?;
             let reuse = !request.reload
                 && existing.as_ref().is_some_and(|r| {
@@ -350,6 +383,7 @@ impl Stores {
                         owner: caller.user.clone(),
                         sources,
                         chunking: request.chunking,
+                        aggregation: request.aggregation.clone(),
                         public_until: public_until
                             .max(existing.as_ref().and_then(|r| r.public_until)),
                         status: Status::Preparing,

@@ -345,7 +345,8 @@ impl Stores {
         record: &StoreRecord,
         compute: impl FnOnce(&convert::Source) -> std::result::Result<Option<T>, String>,
     ) -> Option<T> {
-        if record.sources.len() != 1 {
+        // An aggregated store waits for its conversion: combining needs every source.
+        if record.sources.len() != 1 || record.aggregation.is_some() {
             return None;
         }
         let _slot = self.on_demand.take(&record.owner)?;

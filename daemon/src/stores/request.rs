@@ -8,8 +8,12 @@
 //! is a 422 naming the option, at request time; so is an option this server does not know (a
 //! misspelt option would otherwise be dropped without a word).
 //!
-//! Aggregation (`aggregate`, `join`, `compat`, `data_vars`, `coords`, `dim`, `group_by`) and
-//! temporal reduction (`time_freq`, `time_method`, `climatology`, `min_coverage`, `dtype`) are
+//! Aggregation (`aggregate` with `join`, `compat`, `data_vars`, `coords`, `dim`, `group_by`)
+//! makes one store of all sources ([`Aggregation`], carried out by
+//! [`crate::convert::combine`]). Its options are validated whether or not `aggregate` is set
+//! (freva-client sends them always) and do nothing without it, as spec 2 says.
+//!
+//! Temporal reduction (`time_freq`, `time_method`, `climatology`, `min_coverage`, `dtype`) is
 //! not implemented yet: a request that sets one of them to anything but its default is a 422
 //! naming it, never a conversion that silently ignores it.
 
@@ -72,18 +76,103 @@ pub struct ConvertRequest {
     pub reload: bool,
     /// How to chunk the stores.
     pub chunking: Chunking,
+    /// How to combine the sources into one store; `None`: one store per source.
+    pub aggregation: Option<Aggregation>,
+}
+
+/// How the sources of one store are combined (spec 2, endpoint 2, `aggregate` and its
+/// options): the semantics of xarray's `combine_by_coords`, `merge` and `concat` as
+/// [`crate::convert::combine`] describes. An option left out takes the default of the mode
+/// that is chosen.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Aggregation {
+    /// Which combination.
+    pub mode: Mode,
+    /// How indexes of other dimensions are joined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<Join>,
+    /// How variables that are not concatenated must agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compat: Option<Compat>,
+    /// Which data variables a concatenation concatenates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_vars: Option<Concatenated>,
+    /// Which coordinates a concatenation concatenates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coords: Option<Concatenated>,
+    /// The dimension to concatenate along (existing or new).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dim: Option<String>,
+    /// Group the sources by this signature first, and combine each group on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_by: Option<GroupBy>,
+}
+
+/// `aggregate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Combine by coordinates, else concatenate along `dim`, else infer merge or concat.
+    Auto,
+    /// Merge the sources' variables.
+    Merge,
+    /// Concatenate along a dimension.
+    Concat,
+}
+
+/// `join`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Join {
+    /// The union of the indexes.
+    Outer,
+    /// Their intersection.
+    Inner,
+    /// The first source's.
+    Left,
+    /// The last source's.
+    Right,
+    /// Indexes must be equal.
+    Exact,
+}
+
+/// `compat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compat {
+    /// Values and dimensions equal (NaN equals NaN).
+    Equals,
+    /// Values equal where neither is missing.
+    NoConflicts,
+    /// The first source's variable, unchecked.
+    Override,
+}
+
+/// `data_vars` and `coords`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Concatenated {
+    /// Only variables that have the dimension.
+    Minimal,
+    /// Also variables whose values differ between sources.
+    Different,
+    /// All of them.
+    All,
+}
+
+/// `group_by`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    /// The horizontal grid: sizes and shapes of `lat`, `lon`, `rlat`, `rlon`, `x`, `y`.
+    Grid,
+    /// The names of the data variables.
+    Vars,
 }
 
 /// The options of a request that a later release implements, with the value that means
 /// "not set" besides `null`.
-const NOT_YET: [(&str, Option<&str>); 12] = [
-    ("aggregate", None),
-    ("join", None),
-    ("compat", None),
-    ("data_vars", None),
-    ("coords", None),
-    ("dim", None),
-    ("group_by", None),
+const NOT_YET: [(&str, Option<&str>); 5] = [
     ("time_freq", None),
     ("time_method", None),
     ("climatology", Some("false")),
@@ -92,14 +181,24 @@ const NOT_YET: [(&str, Option<&str>); 12] = [
 ];
 
 /// Options of a conversion besides its sources.
-const OPTIONS: [&str; 6] = [
+const OPTIONS: [&str; 13] = [
     "public",
     "ttl_seconds",
     "reload",
     "access_pattern",
     "map_primary_chunksize",
     "chunk_size",
+    "aggregate",
+    "join",
+    "compat",
+    "data_vars",
+    "coords",
+    "dim",
+    "group_by",
 ];
+
+/// The longest `dim` accepted (NetCDF names are at most 256 bytes).
+const MAX_DIM_NAME: usize = 256;
 
 impl ConvertRequest {
     /// Reads the query pairs of `zarr/convert` (`path` repeated once per source).
@@ -190,7 +289,7 @@ impl ConvertRequest {
                     Fault::Refused,
                     format!(
                         "Option '{name}' ({value}) is not supported by this server yet; \
-                         leave it out to convert each file on its own."
+                         leave it out to convert the files as they are."
                     ),
                 ));
             }
@@ -201,9 +300,92 @@ impl ConvertRequest {
             ttl_seconds: DEFAULT_TTL_SECONDS,
             reload: false,
             chunking: Chunking::default(),
+            aggregation: None,
+        };
+        let mut mode = None;
+        let mut aggregation = Aggregation {
+            mode: Mode::Auto,
+            join: None,
+            compat: None,
+            data_vars: None,
+            coords: None,
+            dim: None,
+            group_by: None,
         };
         for (name, value) in object {
             match name.as_str() {
+                "aggregate" => {
+                    mode = Some(choice(
+                        &name,
+                        &value,
+                        &[
+                            ("auto", Mode::Auto),
+                            ("merge", Mode::Merge),
+                            ("concat", Mode::Concat),
+                        ],
+                    )?);
+                }
+                "join" => {
+                    aggregation.join = Some(choice(
+                        &name,
+                        &value,
+                        &[
+                            ("outer", Join::Outer),
+                            ("inner", Join::Inner),
+                            ("left", Join::Left),
+                            ("right", Join::Right),
+                            ("exact", Join::Exact),
+                        ],
+                    )?);
+                }
+                "compat" => {
+                    aggregation.compat = Some(choice(
+                        &name,
+                        &value,
+                        &[
+                            ("equals", Compat::Equals),
+                            ("no_conflicts", Compat::NoConflicts),
+                            ("override", Compat::Override),
+                        ],
+                    )?);
+                }
+                "data_vars" | "coords" => {
+                    let which = choice(
+                        &name,
+                        &value,
+                        &[
+                            ("minimal", Concatenated::Minimal),
+                            ("different", Concatenated::Different),
+                            ("all", Concatenated::All),
+                        ],
+                    )?;
+                    if name == "coords" {
+                        aggregation.coords = Some(which);
+                    } else {
+                        aggregation.data_vars = Some(which);
+                    }
+                }
+                "group_by" => {
+                    aggregation.group_by = Some(choice(
+                        &name,
+                        &value,
+                        &[("grid", GroupBy::Grid), ("vars", GroupBy::Vars)],
+                    )?);
+                }
+                "dim" => {
+                    let dim = value.as_str().map(str::trim).unwrap_or_default();
+                    if dim.is_empty() || dim.len() > MAX_DIM_NAME || dim.contains('\0') {
+                        return Err(Error::invalid(
+                            &name,
+                            Fault::Refused,
+                            format!(
+                                "Option 'dim' must be a dimension name of 1 to {MAX_DIM_NAME} \
+                                 bytes, got {value}."
+                            ),
+                        ));
+                    }
+                    aggregation.dim = Some(dim.to_string());
+                }
                 "public" => request.public = boolean(&name, &value)?,
                 "reload" => request.reload = boolean(&name, &value)?,
                 "ttl_seconds" => {
@@ -258,8 +440,38 @@ impl ConvertRequest {
                 }
             }
         }
+        request.aggregation = mode.map(|mode| Aggregation {
+            mode,
+            ..aggregation
+        });
         Ok(request)
     }
+}
+
+/// The value of option `name` among `choices` (by name, case as given).
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming the option and the values it takes.
+fn choice<T: Copy>(name: &str, value: &Value, choices: &[(&str, T)]) -> Result<T> {
+    value
+        .as_str()
+        .and_then(|given| {
+            choices
+                .iter()
+                .find(|(known, _)| *known == given.trim())
+                .map(|(_, which)| *which)
+        })
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(known, _)| *known).collect();
+            Error::invalid(
+                name,
+                Fault::Refused,
+                format!(
+                    "Option '{name}' must be one of {}, got {value}.",
+                    names.join(", ")
+                ),
+            )
+        })
 }
 
 /// A request for a share URL (spec 2, endpoint 5): query pairs, or a JSON body, with `path`
@@ -564,8 +776,17 @@ mod tests {
             ),
             (r#"{"path": "/a.nc", "public": "perhaps"}"#, "public"),
             (r#"{"path": "/a.nc", "chunksize": 4}"#, "chunksize"),
-            (r#"{"path": "/a.nc", "aggregate": "concat"}"#, "aggregate"),
-            (r#"{"path": "/a.nc", "data-vars": "all"}"#, "data_vars"),
+            (r#"{"path": "/a.nc", "aggregate": "stack"}"#, "aggregate"),
+            (r#"{"path": "/a.nc", "aggregate": true}"#, "aggregate"),
+            (r#"{"path": "/a.nc", "data-vars": "every"}"#, "data_vars"),
+            (r#"{"path": "/a.nc", "join": "full"}"#, "join"),
+            (r#"{"path": "/a.nc", "compat": "identical"}"#, "compat"),
+            (
+                r#"{"path": "/a.nc", "coords": null, "group_by": "model"}"#,
+                "group_by",
+            ),
+            (r#"{"path": "/a.nc", "dim": ""}"#, "dim"),
+            (r#"{"path": "/a.nc", "dim": 3}"#, "dim"),
             (r#"{"path": "/a.nc", "time_freq": "monthly"}"#, "time_freq"),
             (r#"{"path": "/a.nc", "climatology": true}"#, "climatology"),
         ] {
@@ -586,6 +807,47 @@ mod tests {
         )
         .unwrap();
         assert_eq!(request.sources, ["/a.nc"]);
+    }
+
+    #[test]
+    fn aggregation_options_are_read_as_freva_client_sends_them() {
+        let request = body(
+            r#"{"path": ["/a.nc", "/b.nc"], "aggregate": "concat", "join": "outer",
+                "compat": "override", "data-vars": "minimal", "coords": "minimal",
+                "dim": " time ", "group_by": null}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            request.aggregation,
+            Some(Aggregation {
+                mode: Mode::Concat,
+                join: Some(Join::Outer),
+                compat: Some(Compat::Override),
+                data_vars: Some(Concatenated::Minimal),
+                coords: Some(Concatenated::Minimal),
+                dim: Some("time".into()),
+                group_by: None,
+            })
+        );
+        let query = ConvertRequest::from_pairs(
+            &pairs(&[
+                ("path", "/a.nc"),
+                ("aggregate", "auto"),
+                ("group_by", "vars"),
+            ]),
+            MAX_TTL,
+        )
+        .unwrap();
+        let aggregation = query.aggregation.unwrap();
+        assert_eq!(aggregation.mode, Mode::Auto);
+        assert_eq!(aggregation.group_by, Some(GroupBy::Vars));
+        // The options alone aggregate nothing.
+        assert_eq!(
+            body(r#"{"path": "/a.nc", "dim": "time"}"#)
+                .unwrap()
+                .aggregation,
+            None
+        );
     }
 
     #[test]

@@ -38,13 +38,38 @@ fn convert(json: &str) -> ConvertRequest {
 fn tokens_name_owner_and_sources_not_their_order_or_chunking() {
     let ab = ["/a.nc".to_string(), "/b.nc".to_string()];
     let ba = ["/b.nc".to_string(), "/a.nc".to_string()];
-    assert_eq!(token("jane", &ab), token("jane", &ba));
-    assert_ne!(token("jane", &ab), token("john", &ab));
-    assert_ne!(token("jane", &ab[..1]), token("jane", &ab));
-    assert_eq!(token("jane", &ab).get_version_num(), 5);
+    assert_eq!(token("jane", &ab, None), token("jane", &ba, None));
+    assert_ne!(token("jane", &ab, None), token("john", &ab, None));
+    assert_ne!(token("jane", &ab[..1], None), token("jane", &ab, None));
+    assert_eq!(token("jane", &ab, None).get_version_num(), 5);
     // A name that looks like a pattern or a JSON fragment is just a name.
-    assert_ne!(token("*", &ab), token("jane", &ab));
-    assert_ne!(token("jane\",\"x", &ab), token("jane", &ab));
+    assert_ne!(token("*", &ab, None), token("jane", &ab, None));
+    assert_ne!(token("jane\",\"x", &ab, None), token("jane", &ab, None));
+}
+
+#[test]
+fn tokens_of_aggregated_stores_name_the_options_and_the_order_of_sources() {
+    let ab = ["/a.nc".to_string(), "/b.nc".to_string()];
+    let ba = ["/b.nc".to_string(), "/a.nc".to_string()];
+    let concat = convert(r#"{"path": ["/a.nc"], "aggregate": "concat", "dim": "time"}"#)
+        .aggregation
+        .unwrap();
+    let merge = convert(r#"{"path": ["/a.nc"], "aggregate": "merge"}"#)
+        .aggregation
+        .unwrap();
+    // A concatenation's order is its sources' order.
+    assert_ne!(
+        token("jane", &ab, Some(&concat)),
+        token("jane", &ba, Some(&concat))
+    );
+    assert_ne!(
+        token("jane", &ab, Some(&concat)),
+        token("jane", &ab, Some(&merge))
+    );
+    assert_ne!(token("jane", &ab, Some(&merge)), token("jane", &ab, None));
+    // Options without `aggregate` do nothing and name the same store.
+    let plain = convert(r#"{"path": ["/a.nc"], "join": "outer", "compat": "override"}"#);
+    assert_eq!(plain.aggregation, None);
 }
 
 #[test]

@@ -1,0 +1,277 @@
+"""Aggregated stores (`aggregate`) against xarray: for every case, the store svcd serves
+(opened with xarray over HTTP) equals what xarray computes from the same files with the same
+options, opened as the reference service opens them (decode_cf=False, decode_coords=False);
+where xarray raises, svcd fails the store with a reason.
+
+`expected` is the combination the service documents (daemon/src/convert/combine.rs), written
+with xarray's own merge, concat, combine_by_coords and combine_nested, every option passed
+explicitly so that xarray's changing defaults do not change the meaning."""
+
+import numpy as np
+import pytest
+import requests
+import xarray as xr
+
+from test_portal import wait_ready
+
+GRID = ("lat", "lon", "rlat", "rlon", "x", "y")
+
+
+def write(path, time=None, lat=3, lat0=0.0, variables=("tas",), seed=0, drop=(), mask_offset=0.0):
+    """A small CMIP-like file: `variables` on (time, lat, lon), or (lat, lon) without time,
+    with orog (lat, lon), mask (lat, lon; shifted by `mask_offset`), a scalar height, time
+    bounds and an int count per time step."""
+    rng = np.random.default_rng(seed)
+    lats = lat0 + np.arange(lat, dtype="f8") * 10.0
+    lons = np.arange(4, dtype="f8") * 90.0
+    ds = xr.Dataset(coords={"lat": ("lat", lats, {"units": "degrees_north"}), "lon": ("lon", lons, {"units": "degrees_east"})})
+    grid = (lat, 4)
+    if time is not None:
+        ds["time"] = ("time", np.asarray(time, dtype="f8"), {"units": "days since 2000-01-01", "calendar": "standard"})
+        ds = ds.set_coords("time")
+        for name in variables:
+            values = rng.normal(280, 5, (len(time),) + grid).astype("f4")
+            values[0, 0, 0] = np.nan
+            ds[name] = (("time", "lat", "lon"), values, {"units": "K", "long_name": name})
+        ds["time_bnds"] = (("time", "bnds"), np.stack([ds.time.values, ds.time.values + 1], axis=1))
+        ds["count"] = ("time", np.arange(len(time), dtype="i4") + int(time[0]))
+    else:
+        for name in variables:
+            ds[name] = (("lat", "lon"), rng.normal(0, 1, grid).astype("f4"), {"long_name": name})
+    ds["orog"] = (("lat", "lon"), np.arange(lat * 4, dtype="f4").reshape(grid), {"units": "m"})
+    ds["mask"] = (("lat", "lon"), np.ones(grid, dtype="f4") + mask_offset)
+    ds["height"] = ((), 2.0, {"units": "m"})
+    ds = ds.drop_vars(list(drop))
+    ds.attrs = {"title": path.stem, "source": "test"}
+    ds.to_netcdf(path, engine="netcdf4")
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(daemon):
+    root = daemon.data / "aggregate"
+    root.mkdir()
+    made = {
+        "t1": write(root / "t1.nc", time=range(0, 4), seed=1),
+        "t2": write(root / "t2.nc", time=range(4, 8), seed=2, mask_offset=1.0),
+        "t3": write(root / "t3.nc", time=range(8, 10), seed=3),
+        "p1": write(root / "p1.nc", time=range(0, 4), variables=("pr",), seed=4),
+        "c1": write(root / "c1.nc", time=range(0, 4), seed=5),
+        "g1": write(root / "g1.nc", time=range(4, 8), lat=5, seed=6),
+        "l1": write(root / "l1.nc", time=range(4, 8), lat0=5.0, seed=7),
+        "m1": write(root / "m1.nc", time=range(10, 12), seed=8, drop=("height",)),
+        "f1": write(root / "f1.nc", variables=("sftlf",), seed=9),
+    }
+    return {name: str(path) for name, path in made.items()}
+
+
+@pytest.fixture(scope="module")
+def headers(daemon, tmp_path_factory):
+    token = daemon.token_file(tmp_path_factory.mktemp("agg-token") / "ann.json", "ann")
+    return {"Authorization": f"Bearer {token}"}
+
+
+def open_source(path):
+    return xr.open_dataset(path, decode_cf=False, decode_coords=False, cache=False).load()
+
+
+def concat_dim(dsets, plan):
+    if plan.get("dim"):
+        return plan["dim"]
+    if all("time" in d.dims for d in dsets):
+        return "time"
+    common = sorted(set.intersection(*(set(d.dims) for d in dsets)))
+    if not common:
+        raise ValueError("no dimension to concatenate along")
+    return common[0]
+
+
+def concat(dsets, plan):
+    return xr.concat(
+        dsets,
+        dim=concat_dim(dsets, plan),
+        join=plan.get("join", "outer"),
+        compat=plan.get("compat", "override"),
+        data_vars=plan.get("data_vars", "all"),
+        coords=plan.get("coords", "minimal"),
+        combine_attrs="override",
+    )
+
+
+def merge(dsets, plan):
+    return xr.merge(dsets, join=plan.get("join", "outer"), compat=plan.get("compat", "no_conflicts"), combine_attrs="override")
+
+
+def inferred(dsets, plan):
+    if len(dsets) == 1:
+        return dsets[0]
+    names = [set(d.data_vars) for d in dsets]
+    shared = any(names[i] & names[j] for i in range(len(names)) for j in range(i))
+    if not shared and set().union(*names):
+        return merge(dsets, plan)
+    try:
+        dim = concat_dim(dsets, plan)
+    except ValueError:
+        return merge(dsets, plan)
+    return concat(dsets, dict(plan, dim=dim))
+
+
+def auto(dsets, plan):
+    try:
+        return xr.combine_by_coords(
+            dsets,
+            join=plan.get("join", "outer"),
+            compat=plan.get("compat", "no_conflicts"),
+            data_vars=plan.get("data_vars", "all"),
+            coords=plan.get("coords", "different"),
+            combine_attrs="override",
+        )
+    except Exception:
+        pass
+    if plan.get("dim"):
+        try:
+            return xr.combine_nested(
+                dsets,
+                concat_dim=plan["dim"],
+                join=plan.get("join", "outer"),
+                compat=plan.get("compat", "no_conflicts"),
+                data_vars=plan.get("data_vars", "all"),
+                coords="different",
+                combine_attrs="override",
+            )
+        except Exception:
+            pass
+    return inferred(dsets, plan)
+
+
+def signature(ds, key):
+    if key == "vars":
+        return ",".join(sorted(ds.data_vars))
+    dims = sorted(f"{d}={n}" for d, n in ds.sizes.items() if d in GRID)
+    coords = sorted(f"{k}:{ds[k].dims}:{ds[k].shape}" for k in ds.variables if k in GRID)
+    return f"dims[{','.join(dims)}]|coords[{','.join(coords)}]"
+
+
+def grouped(dsets, key, plan, failed):
+    groups = {}
+    for ds in dsets:
+        groups.setdefault(signature(ds, key), []).append(ds)
+    if failed is not None and len(groups) == 1:
+        raise failed
+    return {f"group{n}": inferred(members, plan) for n, members in enumerate(groups.values())}
+
+
+def expected(paths, plan):
+    """The groups of the store, or the exception xarray raises."""
+    dsets = [open_source(p) for p in paths]
+    if plan.get("group_by"):
+        return grouped(dsets, plan["group_by"], plan, None)
+    try:
+        mode = plan["aggregate"]
+        if mode == "auto":
+            return {"": auto(dsets, plan)}
+        if mode == "merge":
+            return {"": merge(dsets, plan)}
+        return {"": concat(dsets, plan)}
+    except Exception as failed:
+        return grouped(dsets, "grid", plan, failed)
+
+
+def without_fill(attrs):
+    return {k: v for k, v in attrs.items() if k != "_FillValue"}
+
+
+def assert_same(served, want, where):
+    assert dict(served.sizes) == dict(want.sizes), where
+    assert set(served.variables) == set(want.variables), where
+    for name, var in want.variables.items():
+        got = served.variables[name]
+        assert got.dims == var.dims, (where, name)
+        assert got.dtype == var.dtype, (where, name)
+        np.testing.assert_array_equal(got.values, var.values, err_msg=f"{where}: {name}")
+        assert without_fill(got.attrs) == without_fill(var.attrs), (where, name)
+    assert served.attrs == want.attrs, where
+
+
+def convert(daemon, headers, paths, plan):
+    body = dict(plan, path=paths)
+    answer = requests.post(f"{daemon.base}/data-portal/zarr/convert", json=body, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    [url] = answer.json()["urls"]
+    return url, wait_ready(daemon.base, headers, url)
+
+
+CASES = [
+    ("concat-time", ["t1", "t2", "t3"], {"aggregate": "concat"}),
+    ("concat-minimal", ["t1", "t2", "t3"], {"aggregate": "concat", "data_vars": "minimal"}),
+    ("concat-different", ["t1", "t2", "t3"], {"aggregate": "concat", "data_vars": "different"}),
+    ("concat-minimal-equals-conflict", ["t1", "t2"], {"aggregate": "concat", "data_vars": "minimal", "compat": "equals"}),
+    ("concat-minimal-no-conflicts", ["t1", "t3"], {"aggregate": "concat", "data_vars": "minimal", "compat": "no_conflicts"}),
+    ("concat-new-dim", ["t1", "c1"], {"aggregate": "concat", "dim": "member"}),
+    ("concat-keeps-order", ["t2", "t1"], {"aggregate": "concat", "dim": "time"}),
+    ("concat-inner-equal-indexes", ["t1", "t2"], {"aggregate": "concat", "join": "inner", "coords": "all"}),
+    ("concat-exact-differing-lat", ["t1", "l1"], {"aggregate": "concat", "join": "exact"}),
+    ("concat-missing-variable", ["t1", "m1"], {"aggregate": "concat", "data_vars": "all"}),
+    ("auto-sorts-by-time", ["t2", "t3", "t1"], {"aggregate": "auto"}),
+    ("auto-merges-variables", ["t1", "p1"], {"aggregate": "auto"}),
+    ("auto-nested-new-dim", ["t1", "c1"], {"aggregate": "auto", "dim": "member"}),
+    ("concat-exact-falls-back-to-groups", ["t1", "g1", "t2"], {"aggregate": "concat", "join": "exact"}),
+    ("merge", ["t1", "p1"], {"aggregate": "merge"}),
+    ("merge-fixed-field", ["t1", "f1"], {"aggregate": "merge", "compat": "equals"}),
+    ("merge-conflict-equals", ["t1", "c1"], {"aggregate": "merge", "compat": "equals"}),
+    ("merge-conflict-no-conflicts", ["t1", "c1"], {"aggregate": "merge"}),
+    ("merge-conflict-override", ["t1", "c1"], {"aggregate": "merge", "compat": "override"}),
+    ("merge-exact-differing-lat", ["t1", "l1"], {"aggregate": "merge", "join": "exact", "compat": "override"}),
+    ("group-by-grid", ["t1", "g1", "t2"], {"aggregate": "concat", "group_by": "grid"}),
+    ("group-by-vars", ["t1", "p1", "t2"], {"aggregate": "auto", "group_by": "vars"}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_aggregated_stores_are_what_xarray_computes(daemon, headers, files, case):
+    name, which, plan = case
+    paths = [files[w] for w in which]
+    try:
+        want = expected(paths, plan)
+    except Exception as error:
+        want = error
+    url, status = convert(daemon, headers, paths, plan)
+    if isinstance(want, Exception):
+        assert status["status"] == 1, (name, status, want)
+        assert status["reason"], name
+        return
+    assert status == {"status": 0, "reason": ""}, (name, want)
+    options = {"headers": headers}
+    for group, dataset in want.items():
+        served = xr.open_zarr(url, group=group or None, storage_options=options, consolidated=True, decode_cf=False)
+        assert_same(served, dataset, f"{name} {group}")
+    if set(want) != {""}:
+        root = xr.open_zarr(url, storage_options=options, consolidated=True, decode_cf=False)
+        assert not root.variables, name
+
+
+def test_realigning_differing_indexes_is_refused_with_a_reason(daemon, headers, files):
+    """xarray reindexes with NaN under join='outer'; this server fails the store and says so."""
+    url, status = convert(daemon, headers, [files["t1"], files["l1"]], {"aggregate": "concat", "join": "outer"})
+    assert status["status"] == 1
+    assert "'lat'" in status["reason"] or '"lat"' in status["reason"], status
+    assert "not supported" in status["reason"], status
+
+
+def test_the_same_aggregation_twice_is_one_store_and_options_name_stores(daemon, headers, files):
+    paths = [files["t1"], files["t2"]]
+    one, _ = convert(daemon, headers, paths, {"aggregate": "concat"})
+    again, _ = convert(daemon, headers, paths, {"aggregate": "concat"})
+    other, _ = convert(daemon, headers, paths, {"aggregate": "merge", "compat": "override"})
+    reversed_, _ = convert(daemon, headers, paths[::-1], {"aggregate": "concat"})
+    assert one == again
+    assert len({one, other, reversed_}) == 3
+
+
+def test_bad_aggregation_options_are_422_naming_them(daemon, headers, files):
+    for option, value in [("aggregate", "stack"), ("join", "outerr"), ("compat", "identical"), ("data_vars", "some"),
+                          ("coords", 1), ("group_by", "model"), ("dim", ""), ("dim", "x" * 300)]:
+        body = {"path": [files["t1"]], "aggregate": "concat", option: value}
+        answer = requests.post(f"{daemon.base}/data-portal/zarr/convert", json=body, headers=headers, timeout=30)
+        assert answer.status_code == 422, (option, answer.text)
+        assert option in answer.text, (option, answer.text)
