@@ -17,7 +17,7 @@ from test_portal import wait_ready
 GRID = ("lat", "lon", "rlat", "rlon", "x", "y")
 
 
-def write(path, time=None, lat=3, lat0=0.0, variables=("tas",), seed=0, drop=(), mask_offset=0.0):
+def write(path, time=None, lat=3, lat0=0.0, variables=("tas",), seed=0, drop=(), mask_offset=0.0, ints=False):
     """A small CMIP-like file: `variables` on (time, lat, lon), or (lat, lon) without time,
     with orog (lat, lon), mask (lat, lon; shifted by `mask_offset`), a scalar height, time
     bounds and an int count per time step."""
@@ -41,6 +41,8 @@ def write(path, time=None, lat=3, lat0=0.0, variables=("tas",), seed=0, drop=(),
     ds["orog"] = (("lat", "lon"), np.arange(lat * 4, dtype="f4").reshape(grid), {"units": "m"})
     ds["mask"] = (("lat", "lon"), np.ones(grid, dtype="f4") + mask_offset)
     ds["height"] = ((), 2.0, {"units": "m"})
+    if ints:
+        ds["band"] = ("lat", np.arange(lat, dtype="i4"))
     ds = ds.drop_vars(list(drop))
     ds.attrs = {"title": path.stem, "source": "test"}
     ds.to_netcdf(path, engine="netcdf4")
@@ -61,6 +63,10 @@ def files(daemon):
         "l1": write(root / "l1.nc", time=range(4, 8), lat0=5.0, seed=7),
         "m1": write(root / "m1.nc", time=range(10, 12), seed=8, drop=("height",)),
         "f1": write(root / "f1.nc", variables=("sftlf",), seed=9),
+        "n1": write(root / "n1.nc", time=range(0, 4), seed=13, drop=("count",)),
+        "p2": write(root / "p2.nc", time=range(2, 6), variables=("pr",), seed=10, drop=("count",)),
+        "i1": write(root / "i1.nc", time=range(0, 4), seed=11, ints=True),
+        "i2": write(root / "i2.nc", time=range(4, 8), lat0=5.0, seed=12, ints=True),
     }
     return {name: str(path) for name, path in made.items()}
 
@@ -212,11 +218,24 @@ CASES = [
     ("concat-inner-equal-indexes", ["t1", "t2"], {"aggregate": "concat", "join": "inner", "coords": "all"}),
     ("concat-exact-differing-lat", ["t1", "l1"], {"aggregate": "concat", "join": "exact"}),
     ("concat-missing-variable", ["t1", "m1"], {"aggregate": "concat", "data_vars": "all"}),
+    ("concat-outer-differing-lat", ["t1", "l1"], {"aggregate": "concat", "join": "outer"}),
+    ("concat-inner-differing-lat", ["t1", "l1"], {"aggregate": "concat", "join": "inner"}),
+    ("concat-inner-no-common-label", ["t1", "l1"], {"aggregate": "concat", "join": "inner", "dim": "member"}),
+    ("concat-left-grids", ["t1", "g1"], {"aggregate": "concat", "join": "left"}),
+    ("concat-right-grids", ["t1", "g1"], {"aggregate": "concat", "join": "right"}),
+    ("concat-outer-grids-equals", ["t1", "g1"], {"aggregate": "concat", "data_vars": "minimal", "compat": "equals"}),
     ("auto-sorts-by-time", ["t2", "t3", "t1"], {"aggregate": "auto"}),
+    ("auto-realigns-grids", ["t1", "g1"], {"aggregate": "auto"}),
     ("auto-merges-variables", ["t1", "p1"], {"aggregate": "auto"}),
     ("auto-nested-new-dim", ["t1", "c1"], {"aggregate": "auto", "dim": "member"}),
     ("concat-exact-falls-back-to-groups", ["t1", "g1", "t2"], {"aggregate": "concat", "join": "exact"}),
     ("merge", ["t1", "p1"], {"aggregate": "merge"}),
+    ("merge-different-times", ["n1", "p2"], {"aggregate": "merge"}),
+    ("merge-different-times-ints", ["t1", "p2"], {"aggregate": "merge", "compat": "override"}),
+    ("merge-different-times-inner", ["t1", "p2"], {"aggregate": "merge", "join": "inner"}),
+    ("merge-different-times-equals", ["n1", "p2"], {"aggregate": "merge", "compat": "equals"}),
+    ("concat-ints-realigned", ["i1", "i2"], {"aggregate": "concat"}),
+    ("auto-ints-realigned", ["i1", "i2"], {"aggregate": "auto"}),
     ("merge-fixed-field", ["t1", "f1"], {"aggregate": "merge", "compat": "equals"}),
     ("merge-conflict-equals", ["t1", "c1"], {"aggregate": "merge", "compat": "equals"}),
     ("merge-conflict-no-conflicts", ["t1", "c1"], {"aggregate": "merge"}),
@@ -248,14 +267,6 @@ def test_aggregated_stores_are_what_xarray_computes(daemon, headers, files, case
     if set(want) != {""}:
         root = xr.open_zarr(url, storage_options=options, consolidated=True, decode_cf=False)
         assert not root.variables, name
-
-
-def test_realigning_differing_indexes_is_refused_with_a_reason(daemon, headers, files):
-    """xarray reindexes with NaN under join='outer'; this server fails the store and says so."""
-    url, status = convert(daemon, headers, [files["t1"], files["l1"]], {"aggregate": "concat", "join": "outer"})
-    assert status["status"] == 1
-    assert "'lat'" in status["reason"] or '"lat"' in status["reason"], status
-    assert "not supported" in status["reason"], status
 
 
 def test_the_same_aggregation_twice_is_one_store_and_options_name_stores(daemon, headers, files):

@@ -30,12 +30,18 @@
 //! `combine_attrs="override"`. Only the root group of each source is read, as xarray's
 //! `open_dataset` does.
 //!
+//! Indexes of a dimension that differ between sources are aligned by `join` as `xr.align`
+//! does ([`align`]): variables are realigned to the joined index, NaN where a source lacks a
+//! label. Variables merged under `no_conflicts` that miss values in different places are
+//! combined, each element the first value present.
+//!
 //! Decided where xarray would go on and this server fails the store with a reason that says
-//! so: indexes of a dimension that differ between sources (other than the concatenated one)
-//! need `join` to realign them, which is not supported yet (`exact` fails as xarray does);
-//! the same variable with different types, or with values that differ only where one is
-//! missing under `no_conflicts`, is not combined; string variables are not combined; a
-//! combination along two dimensions at once (a 2-D tiling) is not supported.
+//! so: an integer variable that realigning would give missing values (xarray makes it a
+//! float); the same variable with different types; string variables; a combination along
+//! two dimensions at once (a 2-D tiling).
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -80,29 +86,51 @@ pub(crate) struct Dataset {
 /// Where a variable's values come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Origin {
-    /// The whole variable of the same name of one source.
-    Whole(usize),
-    /// Slabs along one axis of the variable, in order, covering it.
+    /// The variable of the same name of one source.
+    Source(usize),
+    /// Values worked out from the sources: a joined index (small).
+    Values(Arc<[u8]>),
+    /// Slabs along one axis, in order, covering it.
     Along {
         /// The axis.
         axis: usize,
         /// The slabs.
         pieces: Vec<Piece>,
     },
+    /// Another origin's values, of type `from`, as the variable's type.
+    Cast {
+        /// The type `inner` gives.
+        from: Dtype,
+        /// What is cast.
+        inner: Box<Origin>,
+    },
+    /// Element by element, the first of these origins' values that is not NaN (variables
+    /// merged under `compat=no_conflicts` that miss values in different places).
+    FirstPresent(Vec<Origin>),
+    /// Another origin realigned along one axis to a joined index: position `j` of the
+    /// result is position `map[j]` of `inner` (`None`: a label `inner` lacks, NaN).
+    Realigned {
+        /// The axis.
+        axis: usize,
+        /// Positions in `inner` by position in the result.
+        map: Arc<[Option<u64>]>,
+        /// What is realigned.
+        inner: Box<Origin>,
+    },
 }
 
 /// A slab of a combined variable along its concatenation axis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Piece {
-    /// The source of the values; `None`: missing there, all NaN.
-    pub(crate) source: Option<usize>,
+    /// Where its values come from, from position 0 along the axis; `None`: missing from
+    /// that source, all NaN.
+    pub(crate) origin: Option<Origin>,
     /// Its first position along the axis in the combined variable.
     pub(crate) start: u64,
     /// Its length along the axis.
     pub(crate) len: u64,
-    /// Where this slab starts along the axis in the source's variable; `None`: the source's
-    /// variable lacks the axis and is repeated `len` times.
-    pub(crate) from: Option<u64>,
+    /// Whether `origin` lacks the axis and is repeated `len` times along it.
+    pub(crate) repeated: bool,
 }
 
 /// A variable of a combined dataset.
@@ -134,7 +162,7 @@ impl Part {
                 .iter()
                 .map(|info| CombinedVar {
                     info: info.clone(),
-                    origin: Origin::Whole(source),
+                    origin: Origin::Source(source),
                 })
                 .collect(),
             names: vec![dataset.name.clone()],
@@ -154,10 +182,13 @@ impl Part {
             .map(|d| d.len)
     }
 
-    /// Its dimension names, in order of first use.
+    /// Its dimension names in xarray's order: of first use by its data variables, then by
+    /// its indexes (xarray lists a dataset's data variables before its coordinates).
     fn dims(&self) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
-        for dim in self.vars.iter().flat_map(|v| &v.info.dims) {
+        let (indexes, data): (Vec<&CombinedVar>, Vec<&CombinedVar>) =
+            self.vars.iter().partition(|v| v.info.is_coordinate());
+        for dim in data.iter().chain(&indexes).flat_map(|v| &v.info.dims) {
             if !names.contains(&dim.name) {
                 names.push(dim.name.clone());
             }
@@ -418,8 +449,18 @@ fn by_coords(
             concatenated.extend(members);
             continue;
         }
-        let (dim, ordered) = order_by_index(members, slabs)?;
-        let part = concat(&ordered, &dim, &options, slabs)?;
+        let (dims, dim, mut current) = order_by_index(members, slabs)?;
+        for along in &dims {
+            current = if *along == dim {
+                vec![concat(&current, along, &options, slabs)?]
+            } else {
+                current
+                    .iter()
+                    .map(|part| concat(std::slice::from_ref(part), along, &options, slabs))
+                    .collect::<Result<_, _>>()?
+            };
+        }
+        let part = current.pop().expect("one part");
         let index = part.index(&dim).expect("a concatenated index");
         let values = numbers(index, slabs)?;
         if !monotonic(&values) {
@@ -432,10 +473,17 @@ fn by_coords(
     merge(&concatenated, aggregation, slabs)
 }
 
-/// The one dimension along which the parts' indexes differ, and the parts in the order of
-/// its first value.
-fn order_by_index(parts: Vec<Part>, slabs: &mut dyn Slabs) -> Result<(String, Vec<Part>), String> {
-    let mut along = Vec::new();
+/// The concatenation order `combine_by_coords` infers: the dimensions whose indexes differ
+/// between the parts (in the first part's order), the one of them along which the parts are
+/// concatenated (the first values of its indexes all differ), and the parts in the order of
+/// that first value. Along the others the first values are all equal: each part is
+/// "concatenated" alone along them, as xarray does, which adds them to data variables that
+/// lack them.
+fn order_by_index(
+    parts: Vec<Part>,
+    slabs: &mut dyn Slabs,
+) -> Result<(Vec<String>, String, Vec<Part>), String> {
+    let mut differing = Vec::new();
     for dim in parts[0].dims() {
         if parts[0].index(&dim).is_none() {
             continue;
@@ -444,8 +492,8 @@ fn order_by_index(parts: Vec<Part>, slabs: &mut dyn Slabs) -> Result<(String, Ve
         for part in &parts {
             let index = part.index(&dim).ok_or_else(|| {
                 format!(
-                    "Every dimension needs a coordinate for inferring concatenation order: \
-                     {} has no index of {dim:?}",
+                    "Every dimension requires a corresponding 1D coordinate and index for \
+                     inferring concatenation order: {} has no index of {dim:?}",
                     part.shown()
                 )
             })?;
@@ -454,51 +502,67 @@ fn order_by_index(parts: Vec<Part>, slabs: &mut dyn Slabs) -> Result<(String, Ve
         if values.iter().all(|v| *v == values[0]) {
             continue;
         }
-        along.push((dim, values));
-    }
-    let (dim, values) = match along.len() {
-        0 => {
-            return Err(
-                "Could not find any dimension coordinates to use to order the \
-                        datasets for concatenation"
-                    .into(),
-            );
-        }
-        1 => along.pop().expect("one"),
-        _ => {
-            let names: Vec<&str> = along.iter().map(|(d, _)| d.as_str()).collect();
+        let increasing = values.iter().all(|v| v.windows(2).all(|w| w[0] <= w[1]));
+        let decreasing = values.iter().all(|v| v.windows(2).all(|w| w[0] >= w[1]));
+        if !increasing && !decreasing {
             return Err(format!(
-                "the sources differ along {names:?}: combining along several dimensions at \
-                 once is not supported"
+                "Coordinate variable {dim} is neither monotonically increasing nor \
+                 monotonically decreasing on all datasets"
             ));
         }
-    };
-    let increasing = values.iter().all(|v| v.windows(2).all(|w| w[0] <= w[1]));
-    let decreasing = values.iter().all(|v| v.windows(2).all(|w| w[0] >= w[1]));
-    if !increasing && !decreasing {
-        return Err(format!(
-            "Coordinate variable {dim} is neither monotonically increasing nor monotonically \
-             decreasing on all datasets"
-        ));
+        if values.iter().any(Vec::is_empty) {
+            return Err("Cannot handle size zero dimensions".into());
+        }
+        differing.push((dim, values, increasing));
     }
-    if values.iter().any(Vec::is_empty) {
-        return Err(format!("Cannot handle size zero dimensions: {dim}"));
+    if differing.is_empty() {
+        return Err(
+            "Could not find any dimension coordinates to use to order the datasets \
+                    for concatenation"
+                .into(),
+        );
+    }
+    let firsts_differ = |values: &[Vec<f64>]| {
+        let mut firsts: Vec<u64> = values.iter().map(|v| key(v[0])).collect();
+        firsts.sort_unstable();
+        firsts.dedup();
+        firsts.len()
+    };
+    let real: Vec<usize> = (0..differing.len())
+        .filter(|&d| firsts_differ(&differing[d].1) > 1)
+        .collect();
+    let [along] = real.as_slice() else {
+        let names: Vec<&str> = real.iter().map(|&d| differing[d].0.as_str()).collect();
+        return Err(format!(
+            "The supplied objects do not form a hypercube along one dimension: they differ \
+             along {names:?}, and combining along several dimensions at once (or along none) \
+             is not supported"
+        ));
+    };
+    let (dim, values, increasing) = &differing[*along];
+    if firsts_differ(values) != parts.len() {
+        return Err(format!(
+            "The supplied objects do not form a hypercube because sub-lists do not have \
+             consistent lengths: two sources start at the same {dim:?}"
+        ));
     }
     let mut order: Vec<usize> = (0..parts.len()).collect();
     order.sort_by(|&a, &b| {
         let ordering = values[a][0].total_cmp(&values[b][0]);
-        if decreasing && !increasing {
-            ordering.reverse()
-        } else {
+        if *increasing {
             ordering
+        } else {
+            ordering.reverse()
         }
     });
+    let dims = differing.iter().map(|(d, _, _)| d.clone()).collect();
+    let dim = dim.clone();
     let mut slots: Vec<Option<Part>> = parts.into_iter().map(Some).collect();
     let ordered = order
         .into_iter()
         .map(|n| slots[n].take().expect("each once"))
         .collect();
-    Ok((dim, ordered))
+    Ok((dims, dim, ordered))
 }
 
 /// Whether values never go down, or never go up.
@@ -506,15 +570,20 @@ fn monotonic(values: &[f64]) -> bool {
     values.windows(2).all(|w| w[0] <= w[1]) || values.windows(2).all(|w| w[0] >= w[1])
 }
 
-/// Checks that the parts' indexes and dimension sizes agree on every dimension but `except`.
+/// The parts aligned on every dimension but `except`, as `xr.align` with `join`: where
+/// their indexes of a dimension differ, each part's variables along it are realigned to the
+/// joined index (`outer`: the sorted union of the labels; `inner`: the first part's labels
+/// that every part has; `left` / `right`: the first / last part's), NaN where a part lacks a
+/// label. Dimensions without an index must have one size.
 fn align(
     parts: &[Part],
     join: Join,
     except: Option<&str>,
     slabs: &mut dyn Slabs,
-) -> Result<(), String> {
+) -> Result<Vec<Part>, String> {
+    let mut parts = parts.to_vec();
     let mut dims: Vec<String> = Vec::new();
-    for part in parts {
+    for part in &parts {
         for dim in part.dims() {
             if !dims.contains(&dim) && Some(dim.as_str()) != except {
                 dims.push(dim);
@@ -522,39 +591,33 @@ fn align(
         }
     }
     for dim in dims {
-        let with: Vec<&Part> = parts.iter().filter(|p| p.dim(&dim).is_some()).collect();
-        let indexed: Vec<&Part> = with
-            .iter()
-            .copied()
-            .filter(|p| p.index(&dim).is_some())
+        let indexed: Vec<usize> = (0..parts.len())
+            .filter(|&n| parts[n].index(&dim).is_some())
             .collect();
         if indexed.len() > 1 {
-            let first = block(indexed[0].index(&dim).expect("indexed"), slabs)?;
-            for other in &indexed[1..] {
-                if block(other.index(&dim).expect("indexed"), slabs)? != first {
-                    return Err(match join {
-                        Join::Exact => format!(
-                            "cannot align objects with join='exact' where index/labels/sizes \
-                             are not equal along these coordinates (dimensions): {dim:?}: \
-                             {} and {} differ",
-                            indexed[0].shown(),
-                            other.shown()
-                        ),
-                        _ => format!(
-                            "the index {dim:?} differs between {} and {}: realigning \
-                             indexes (join='{}') is not supported yet",
-                            indexed[0].shown(),
-                            other.shown(),
-                            join_name(join)
-                        ),
-                    });
+            let mut bytes = Vec::with_capacity(indexed.len());
+            for &n in &indexed {
+                bytes.push(block(parts[n].index(&dim).expect("indexed"), slabs)?);
+            }
+            if let Some(other) = (1..bytes.len()).find(|&i| bytes[i] != bytes[0]) {
+                if join == Join::Exact {
+                    return Err(format!(
+                        "cannot align objects with join='exact' where index/labels/sizes are \
+                         not equal along these coordinates (dimensions): {dim:?}: {} and {} \
+                         differ",
+                        parts[indexed[0]].shown(),
+                        parts[indexed[other]].shown()
+                    ));
                 }
+                realign(&mut parts, &indexed, &dim, join, slabs)?;
             }
         }
+        let with: Vec<&Part> = parts.iter().filter(|p| p.dim(&dim).is_some()).collect();
         let sizes: Vec<u64> = with.iter().filter_map(|p| p.dim(&dim)).collect();
         if let Some(n) = sizes.iter().position(|&s| s != sizes[0]) {
             return Err(format!(
-                "dimension {dim:?} has size {} in {} and {} in {}",
+                "cannot reindex or align along dimension {dim:?} because of conflicting \
+                 dimension sizes: {} in {} and {} in {}",
                 sizes[0],
                 with[0].shown(),
                 sizes[n],
@@ -562,30 +625,144 @@ fn align(
             ));
         }
     }
+    Ok(parts)
+}
+
+/// Realigns the parts `indexed` (those with an index of `dim`, whose indexes differ) to
+/// their joined index.
+fn realign(
+    parts: &mut [Part],
+    indexed: &[usize],
+    dim: &str,
+    join: Join,
+    slabs: &mut dyn Slabs,
+) -> Result<(), String> {
+    let first = parts[indexed[0]].index(dim).expect("indexed").info.clone();
+    let item = to_usize(first.dtype.size());
+    // Each part's labels as numbers, with the bytes of each label.
+    let mut labels: Vec<Vec<f64>> = Vec::with_capacity(indexed.len());
+    let mut bytes_of: HashMap<u64, Vec<u8>> = HashMap::new();
+    for &n in indexed {
+        let index = parts[n].index(dim).expect("indexed");
+        if index.info.dtype != first.dtype {
+            return Err(format!(
+                "the index {dim:?} is {} in {} and {} in {}: combining different types is \
+                 not supported",
+                first.dtype.zarr(),
+                parts[indexed[0]].shown(),
+                index.info.dtype.zarr(),
+                parts[n].shown()
+            ));
+        }
+        let values = numbers(index, slabs)?;
+        let raw = block(index, slabs)?;
+        let mut seen = std::collections::HashSet::new();
+        for (value, bytes) in values.iter().zip(raw.chunks_exact(item)) {
+            if !seen.insert(key(*value)) {
+                return Err(format!(
+                    "cannot reindex or align along dimension {dim:?} because the index of {} \
+                     has duplicate values",
+                    parts[n].shown()
+                ));
+            }
+            bytes_of
+                .entry(key(*value))
+                .or_insert_with(|| bytes.to_vec());
+        }
+        labels.push(values);
+    }
+    let joined: Vec<f64> = match join {
+        Join::Outer => {
+            let mut all: Vec<f64> = labels.iter().flatten().copied().collect();
+            all.sort_by(f64::total_cmp);
+            all.dedup_by(|a, b| key(*a) == key(*b));
+            all
+        }
+        Join::Inner => labels[0]
+            .iter()
+            .copied()
+            .filter(|v| {
+                labels[1..]
+                    .iter()
+                    .all(|l| l.iter().any(|w| key(*w) == key(*v)))
+            })
+            .collect(),
+        Join::Left => labels[0].clone(),
+        Join::Right => labels[labels.len() - 1].clone(),
+        Join::Exact => unreachable!("exact fails before"),
+    };
+    let values: Vec<u8> = joined
+        .iter()
+        .flat_map(|v| bytes_of[&key(*v)].iter().copied())
+        .collect();
+    let values: Arc<[u8]> = values.into();
+    let len = joined.len() as u64;
+    for (slot, &n) in indexed.iter().enumerate() {
+        let position: HashMap<u64, u64> = labels[slot]
+            .iter()
+            .enumerate()
+            .map(|(p, v)| (key(*v), p as u64))
+            .collect();
+        let map: Vec<Option<u64>> = joined
+            .iter()
+            .map(|v| position.get(&key(*v)).copied())
+            .collect();
+        let identity = map.len() == labels[slot].len()
+            && map.iter().enumerate().all(|(j, p)| *p == Some(j as u64));
+        let map: Arc<[Option<u64>]> = map.into();
+        let shown = parts[n].shown();
+        for var in &mut parts[n].vars {
+            let Some(axis) = var.info.dims.iter().position(|d| d.name == dim) else {
+                continue;
+            };
+            var.info.dims[axis].len = len;
+            if var.info.is_coordinate() {
+                var.origin = Origin::Values(values.clone());
+                continue;
+            }
+            if identity {
+                continue;
+            }
+            if map.iter().any(Option::is_none) && !matches!(var.info.dtype, Dtype::Float(_)) {
+                let Some(float) = with_missing(var.info.dtype) else {
+                    return Err(format!(
+                        "variable {:?} of {shown} would need missing values where it lacks \
+                         labels of {dim:?}, and holds characters: filling it is not supported",
+                        var.info.name
+                    ));
+                };
+                var.origin = Origin::Cast {
+                    from: var.info.dtype,
+                    inner: Box::new(var.origin.clone()),
+                };
+                var.info.dtype = float;
+            }
+            var.origin = Origin::Realigned {
+                axis,
+                map: map.clone(),
+                inner: Box::new(var.origin.clone()),
+            };
+        }
+    }
     Ok(())
 }
 
-fn join_name(join: Join) -> &'static str {
-    match join {
-        Join::Outer => "outer",
-        Join::Inner => "inner",
-        Join::Left => "left",
-        Join::Right => "right",
-        Join::Exact => "exact",
-    }
+/// A label as a hash key: its bits, with -0 as 0 (they are one label).
+fn key(value: f64) -> u64 {
+    if value == 0.0 { 0 } else { value.to_bits() }
 }
 
 /// `xr.merge`: the union of the parts' variables; a name in several parts must agree.
 fn merge(parts: &[Part], aggregation: &Aggregation, slabs: &mut dyn Slabs) -> Result<Part, String> {
     let join = aggregation.join.unwrap_or(Join::Outer);
     let compat = aggregation.compat.unwrap_or(Compat::NoConflicts);
-    align(parts, join, None, slabs)?;
+    let parts = &align(parts, join, None, slabs)?;
     let mut vars: Vec<CombinedVar> = Vec::new();
     let mut names = Vec::new();
     for part in parts {
         names.extend(part.names.iter().cloned());
         for var in &part.vars {
-            match vars.iter().find(|v| v.info.name == var.info.name) {
+            match vars.iter_mut().find(|v| v.info.name == var.info.name) {
                 None => vars.push(var.clone()),
                 Some(first) => agree(first, var, compat, slabs)?,
             }
@@ -598,9 +775,10 @@ fn merge(parts: &[Part], aggregation: &Aggregation, slabs: &mut dyn Slabs) -> Re
     })
 }
 
-/// Checks that `other` agrees with `first` by `compat`.
+/// Checks that `other` agrees with `first` by `compat`; under `no_conflicts`, `first` then
+/// takes `other`'s values where it misses them.
 fn agree(
-    first: &CombinedVar,
+    first: &mut CombinedVar,
     other: &CombinedVar,
     compat: Compat,
     slabs: &mut dyn Slabs,
@@ -626,10 +804,15 @@ fn agree(
     }
     match compare(first, other, slabs)? {
         Agreement::Equal => Ok(()),
-        Agreement::MissingDiffers if compat == Compat::NoConflicts => Err(format!(
-            "variable {name:?} is missing in different places in different sources: \
-             filling one from another (compat='no_conflicts') is not supported yet"
-        )),
+        Agreement::MissingDiffers if compat == Compat::NoConflicts => {
+            let mut origins = match &first.origin {
+                Origin::FirstPresent(origins) => origins.clone(),
+                origin => vec![origin.clone()],
+            };
+            origins.push(other.origin.clone());
+            first.origin = Origin::FirstPresent(origins);
+            Ok(())
+        }
         Agreement::MissingDiffers | Agreement::Conflict => Err(format!(
             "conflicting values for variable {name:?} on objects to be combined. You can \
              skip this check by specifying compat='override'."
@@ -720,43 +903,152 @@ fn compare_values(x: &[u8], y: &[u8], dtype: Dtype) -> Agreement {
 
 /// The values of a 1-D numeric variable as floats (for ordering indexes).
 fn numbers(var: &CombinedVar, slabs: &mut dyn Slabs) -> Result<Vec<f64>, String> {
-    use netcdf::types::{FloatType, IntType};
     let bytes = block(var, slabs)?;
-    let each = |n: usize, f: &dyn Fn(&[u8]) -> f64| bytes.chunks_exact(n).map(f).collect();
+    floats(&bytes, var.info.dtype).ok_or_else(|| format!("index {:?} holds strings", var.info.name))
+}
+
+/// Little-endian values of `dtype` as floats (`None` for strings).
+fn floats(bytes: &[u8], dtype: Dtype) -> Option<Vec<f64>> {
+    use netcdf::types::{FloatType, IntType};
+    fn each<const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> f64) -> Vec<f64> {
+        bytes
+            .chunks_exact(N)
+            .map(|b| f(b.try_into().expect("N bytes")))
+            .collect()
+    }
     #[expect(
         clippy::cast_precision_loss,
-        reason = "ordering, as numpy compares them"
+        reason = "as numpy converts 64-bit integers to floats"
     )]
-    let values = match var.info.dtype {
-        Dtype::Float(FloatType::F32) => each(4, &|b| {
-            f64::from(f32::from_le_bytes(b.try_into().expect("4")))
-        }),
-        Dtype::Float(FloatType::F64) => each(8, &|b| f64::from_le_bytes(b.try_into().expect("8"))),
-        Dtype::Int(IntType::I8) => each(1, &|b| f64::from(b[0] as i8)),
-        Dtype::Int(IntType::U8) | Dtype::Char => each(1, &|b| f64::from(b[0])),
-        Dtype::Int(IntType::I16) => each(2, &|b| {
-            f64::from(i16::from_le_bytes(b.try_into().expect("2")))
-        }),
-        Dtype::Int(IntType::U16) => each(2, &|b| {
-            f64::from(u16::from_le_bytes(b.try_into().expect("2")))
-        }),
-        Dtype::Int(IntType::I32) => each(4, &|b| {
-            f64::from(i32::from_le_bytes(b.try_into().expect("4")))
-        }),
-        Dtype::Int(IntType::U32) => each(4, &|b| {
-            f64::from(u32::from_le_bytes(b.try_into().expect("4")))
-        }),
-        Dtype::Int(IntType::I64) => {
-            each(8, &|b| i64::from_le_bytes(b.try_into().expect("8")) as f64)
-        }
-        Dtype::Int(IntType::U64) => {
-            each(8, &|b| u64::from_le_bytes(b.try_into().expect("8")) as f64)
-        }
-        Dtype::String => {
-            return Err(format!("index {:?} holds strings", var.info.name));
-        }
+    Some(match dtype {
+        Dtype::Float(FloatType::F32) => each(bytes, |b| f64::from(f32::from_le_bytes(b))),
+        Dtype::Float(FloatType::F64) => each(bytes, f64::from_le_bytes),
+        Dtype::Int(IntType::I8) => each(bytes, |b| f64::from(i8::from_le_bytes(b))),
+        Dtype::Int(IntType::U8) | Dtype::Char => each(bytes, |b: [u8; 1]| f64::from(b[0])),
+        Dtype::Int(IntType::I16) => each(bytes, |b| f64::from(i16::from_le_bytes(b))),
+        Dtype::Int(IntType::U16) => each(bytes, |b| f64::from(u16::from_le_bytes(b))),
+        Dtype::Int(IntType::I32) => each(bytes, |b| f64::from(i32::from_le_bytes(b))),
+        Dtype::Int(IntType::U32) => each(bytes, |b| f64::from(u32::from_le_bytes(b))),
+        Dtype::Int(IntType::I64) => each(bytes, |b| i64::from_le_bytes(b) as f64),
+        Dtype::Int(IntType::U64) => each(bytes, |b| u64::from_le_bytes(b) as f64),
+        Dtype::String => return None,
+    })
+}
+
+/// Little-endian integers of `dtype` as `i128` (`None` unless `dtype` is an integer).
+fn integers(bytes: &[u8], dtype: Dtype) -> Option<Vec<i128>> {
+    use netcdf::types::IntType;
+    fn each<const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> i128) -> Vec<i128> {
+        bytes
+            .chunks_exact(N)
+            .map(|b| f(b.try_into().expect("N bytes")))
+            .collect()
+    }
+    let Dtype::Int(int) = dtype else {
+        return None;
     };
-    Ok(values)
+    Some(match int {
+        IntType::I8 => each(bytes, |b| i128::from(i8::from_le_bytes(b))),
+        IntType::U8 => each(bytes, |b| i128::from(u8::from_le_bytes(b))),
+        IntType::I16 => each(bytes, |b| i128::from(i16::from_le_bytes(b))),
+        IntType::U16 => each(bytes, |b| i128::from(u16::from_le_bytes(b))),
+        IntType::I32 => each(bytes, |b| i128::from(i32::from_le_bytes(b))),
+        IntType::U32 => each(bytes, |b| i128::from(u32::from_le_bytes(b))),
+        IntType::I64 => each(bytes, |b| i128::from(i64::from_le_bytes(b))),
+        IntType::U64 => each(bytes, |b| i128::from(u64::from_le_bytes(b))),
+    })
+}
+
+/// Values of `from` as values of `to`, a type [`promote`] gave (so nothing is lost but what
+/// numpy loses too: 64-bit integers as floats).
+fn cast(bytes: &[u8], from: Dtype, to: Dtype) -> Vec<u8> {
+    use netcdf::types::{FloatType, IntType};
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "the values fit: `to` is the promoted type of `from`"
+    )]
+    match to {
+        Dtype::Float(FloatType::F32) => floats(bytes, from)
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|v| (v as f32).to_le_bytes())
+            .collect(),
+        Dtype::Float(FloatType::F64) => floats(bytes, from)
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(f64::to_le_bytes)
+            .collect(),
+        Dtype::Int(int) => {
+            let values = integers(bytes, from).unwrap_or_default();
+            let mut out = Vec::with_capacity(values.len() * to_usize(to.size()));
+            for v in values {
+                match int {
+                    IntType::I8 => out.extend((v as i8).to_le_bytes()),
+                    IntType::U8 => out.extend((v as u8).to_le_bytes()),
+                    IntType::I16 => out.extend((v as i16).to_le_bytes()),
+                    IntType::U16 => out.extend((v as u16).to_le_bytes()),
+                    IntType::I32 => out.extend((v as i32).to_le_bytes()),
+                    IntType::U32 => out.extend((v as u32).to_le_bytes()),
+                    IntType::I64 => out.extend((v as i64).to_le_bytes()),
+                    IntType::U64 => out.extend((v as u64).to_le_bytes()),
+                }
+            }
+            out
+        }
+        Dtype::Char | Dtype::String => bytes.to_vec(),
+    }
+}
+
+/// The type numpy gives values of types `a` and `b` together (`result_type`), for numbers.
+fn promote(a: Dtype, b: Dtype) -> Option<Dtype> {
+    use netcdf::types::{FloatType, IntType};
+    let signed = |int: IntType| {
+        matches!(
+            int,
+            IntType::I8 | IntType::I16 | IntType::I32 | IntType::I64
+        )
+    };
+    match (a, b) {
+        _ if a == b => Some(a),
+        (Dtype::Float(_), Dtype::Float(_)) => Some(Dtype::Float(FloatType::F64)),
+        (Dtype::Float(f), Dtype::Int(i)) | (Dtype::Int(i), Dtype::Float(f)) => Some(
+            if f == FloatType::F32 && a.size().min(b.size()) <= 2 && Dtype::Int(i).size() <= 2 {
+                Dtype::Float(FloatType::F32)
+            } else {
+                Dtype::Float(FloatType::F64)
+            },
+        ),
+        (Dtype::Int(x), Dtype::Int(y)) => {
+            let size = a.size().max(b.size());
+            let int = if signed(x) == signed(y) {
+                if a.size() >= b.size() { x } else { y }
+            } else {
+                // Mixed signs: a signed type wider than the unsigned one.
+                let unsigned = if signed(x) { b.size() } else { a.size() };
+                match size.max(unsigned * 2) {
+                    1 | 2 => IntType::I16,
+                    4 => IntType::I32,
+                    8 if unsigned < 8 => IntType::I64,
+                    _ => return Some(Dtype::Float(FloatType::F64)),
+                }
+            };
+            Some(Dtype::Int(int))
+        }
+        _ => None,
+    }
+}
+
+/// The float type an integer variable becomes when it needs missing values (xarray's
+/// `maybe_promote`): 32-bit for integers of one or two bytes, else 64-bit.
+fn with_missing(dtype: Dtype) -> Option<Dtype> {
+    use netcdf::types::FloatType;
+    match dtype {
+        Dtype::Float(_) => Some(dtype),
+        Dtype::Int(_) if dtype.size() <= 2 => Some(Dtype::Float(FloatType::F32)),
+        Dtype::Int(_) => Some(Dtype::Float(FloatType::F64)),
+        Dtype::Char | Dtype::String => None,
+    }
 }
 
 /// All values of a variable (an index: small).
@@ -779,7 +1071,7 @@ fn concat(
             ));
         }
     }
-    align(parts, options.join, Some(dim), slabs)?;
+    let parts = &align(parts, options.join, Some(dim), slabs)?;
     // Each part's length along `dim` (1 where it does not have it).
     let lens: Vec<u64> = parts.iter().map(|p| p.dim(dim).unwrap_or(1)).collect();
     let total: u64 = lens.iter().sum();
@@ -827,10 +1119,11 @@ fn concat(
                     "variable {name:?} is present in some datasets but not others"
                 ));
             }
+            let mut merged = first.clone();
             for (_, other) in &present[1..] {
-                agree(first, other, options.compat, slabs)?;
+                agree(&mut merged, other, options.compat, slabs)?;
             }
-            vars.push(first.clone());
+            vars.push(merged);
             continue;
         }
         vars.push(concatenated_var(parts, &lens, total, dim, name, &present)?);
@@ -878,37 +1171,42 @@ fn concatenated_var(
         .expect("the result has the axis");
     dims[axis].len = total;
     let others: Vec<&Dim> = dims.iter().filter(|d| d.name != dim).collect();
+    // The type of the result: numpy's for all parts' types, a float where a part lacks the
+    // variable (NaN there).
+    let mut dtype = first.info.dtype;
+    for (_, var) in &present[1..] {
+        dtype = promote(dtype, var.info.dtype).ok_or_else(|| {
+            format!(
+                "variable {name:?} is {} in {} and {} in another source: they cannot be \
+                 combined",
+                first.info.dtype.zarr(),
+                parts[present[0].0].shown(),
+                var.info.dtype.zarr()
+            )
+        })?;
+    }
+    if present.len() != parts.len() {
+        dtype = with_missing(dtype).ok_or_else(|| {
+            format!(
+                "variable {name:?} is missing from some sources and holds characters, which \
+                 cannot be filled"
+            )
+        })?;
+    }
     let mut pieces = Vec::new();
     let mut start = 0;
     for (n, part) in parts.iter().enumerate() {
         let len = lens[n];
         let Some(var) = part.var(name) else {
-            if !matches!(first.info.dtype, Dtype::Float(_)) {
-                return Err(format!(
-                    "variable {name:?} is missing from {} and is not a float variable that \
-                     could be filled with NaN",
-                    part.shown()
-                ));
-            }
             pieces.push(Piece {
-                source: None,
+                origin: None,
                 start,
                 len,
-                from: Some(0),
+                repeated: false,
             });
             start += len;
             continue;
         };
-        if var.info.dtype != first.info.dtype {
-            return Err(format!(
-                "variable {name:?} is {} in {} and {} in {}: combining different types is \
-                 not supported",
-                first.info.dtype.zarr(),
-                parts[present[0].0].shown(),
-                var.info.dtype.zarr(),
-                part.shown()
-            ));
-        }
         let own: Vec<&Dim> = var.info.dims.iter().filter(|d| d.name != dim).collect();
         if own != others {
             return Err(format!(
@@ -926,43 +1224,26 @@ fn concatenated_var(
                 part.shown()
             ));
         }
-        match (&var.origin, has_axis) {
-            (Origin::Whole(source), true) => pieces.push(Piece {
-                source: Some(*source),
-                start,
-                len,
-                from: Some(0),
-            }),
-            (Origin::Whole(source), false) => pieces.push(Piece {
-                source: Some(*source),
-                start,
-                len,
-                from: None,
-            }),
-            (
-                Origin::Along {
-                    axis: inner,
-                    pieces: inner_pieces,
-                },
-                true,
-            ) if *inner == axis => {
-                pieces.extend(inner_pieces.iter().map(|p| Piece {
-                    start: start + p.start,
-                    ..p.clone()
-                }));
+        let origin = if var.info.dtype == dtype {
+            var.origin.clone()
+        } else {
+            Origin::Cast {
+                from: var.info.dtype,
+                inner: Box::new(var.origin.clone()),
             }
-            _ => {
-                return Err(format!(
-                    "variable {name:?} would be combined along two dimensions at once, which \
-                     is not supported"
-                ));
-            }
-        }
+        };
+        pieces.push(Piece {
+            origin: Some(origin),
+            start,
+            len,
+            repeated: !has_axis,
+        });
         start += len;
     }
     Ok(CombinedVar {
         info: VarInfo {
             dims,
+            dtype,
             ..first.info.clone()
         },
         origin: Origin::Along { axis, pieces },
@@ -979,58 +1260,133 @@ pub(crate) fn read_block(
     start: &[u64],
     count: &[u64],
 ) -> Result<Vec<u8>, String> {
-    let name = &var.info.name;
-    let (axis, pieces) = match &var.origin {
-        Origin::Whole(source) => return slabs.read(*source, name, start, count),
-        Origin::Along { axis, pieces } => (*axis, pieces),
-    };
-    let item = to_usize(var.info.dtype.size());
-    let total: u64 = count.iter().product();
-    let mut out = vec![0u8; to_usize(total) * item];
-    let outer = to_usize(count[..axis].iter().product());
-    let inner = to_usize(count[axis + 1..].iter().product()) * item;
-    let (first, end) = (start[axis], start[axis] + count[axis]);
-    for piece in pieces {
-        let (lo, hi) = (first.max(piece.start), end.min(piece.start + piece.len));
-        if lo >= hi {
-            continue;
+    read_origin(slabs, &var.origin, &var.info, start, count)
+}
+
+/// The block `start`/`count` of the values `origin` gives for the variable `info`.
+fn read_origin(
+    slabs: &mut dyn Slabs,
+    origin: &Origin,
+    info: &VarInfo,
+    start: &[u64],
+    count: &[u64],
+) -> Result<Vec<u8>, String> {
+    let item = to_usize(info.dtype.size());
+    match origin {
+        Origin::Source(source) => slabs.read(*source, &info.name, start, count),
+        Origin::Values(values) => {
+            // A 1-D index.
+            let (from, n) = (to_usize(start[0]) * item, to_usize(count[0]) * item);
+            Ok(values[from..from + n].to_vec())
         }
-        let k = to_usize(hi - lo);
-        let at = to_usize(lo - first);
-        let along = to_usize(count[axis]);
-        // The slab, `k` long along the axis (once, to be repeated, when `from` is None).
-        let (slab, repeated) = match (piece.source, piece.from) {
-            (None, _) => (nan(var.info.dtype, outer * k * inner / item.max(1)), false),
-            (Some(source), Some(from)) => {
-                let mut s = start.to_vec();
-                let mut c = count.to_vec();
-                s[axis] = from + (lo - piece.start);
-                c[axis] = hi - lo;
-                (slabs.read(source, name, &s, &c)?, false)
-            }
-            (Some(source), None) => {
-                let mut s = start.to_vec();
-                let mut c = count.to_vec();
-                s.remove(axis);
-                c.remove(axis);
-                (slabs.read(source, name, &s, &c)?, true)
-            }
-        };
-        for o in 0..outer {
-            if repeated {
-                let row = &slab[o * inner..(o + 1) * inner];
-                for j in 0..k {
-                    let target = (o * along + at + j) * inner;
-                    out[target..target + inner].copy_from_slice(row);
+        Origin::Along { axis, pieces } => {
+            let axis = *axis;
+            let mut out = vec![0u8; to_usize(count.iter().product()) * item];
+            let outer = to_usize(count[..axis].iter().product());
+            let inner = to_usize(count[axis + 1..].iter().product()) * item;
+            let along = to_usize(count[axis]);
+            let (first, end) = (start[axis], start[axis] + count[axis]);
+            for piece in pieces {
+                let (lo, hi) = (first.max(piece.start), end.min(piece.start + piece.len));
+                if lo >= hi {
+                    continue;
                 }
-            } else {
-                let target = (o * along + at) * inner;
-                let source = o * k * inner;
-                out[target..target + k * inner].copy_from_slice(&slab[source..source + k * inner]);
+                let k = to_usize(hi - lo);
+                let at = to_usize(lo - first);
+                let mut s = start.to_vec();
+                let mut c = count.to_vec();
+                if piece.repeated {
+                    s.remove(axis);
+                    c.remove(axis);
+                } else {
+                    s[axis] = lo - piece.start;
+                    c[axis] = hi - lo;
+                }
+                let width = if piece.repeated { 1 } else { k };
+                let slab = match &piece.origin {
+                    Some(origin) => read_origin(slabs, origin, info, &s, &c)?,
+                    None => nan(info.dtype, outer * width * inner / item),
+                };
+                for o in 0..outer {
+                    for j in 0..k {
+                        let source = (o * width + if piece.repeated { 0 } else { j }) * inner;
+                        let target = (o * along + at + j) * inner;
+                        out[target..target + inner].copy_from_slice(&slab[source..source + inner]);
+                    }
+                }
             }
+            Ok(out)
+        }
+        Origin::Cast { from, inner } => {
+            let given = VarInfo {
+                dtype: *from,
+                ..info.clone()
+            };
+            let values = read_origin(slabs, inner, &given, start, count)?;
+            Ok(cast(&values, *from, info.dtype))
+        }
+        Origin::FirstPresent(origins) => {
+            let mut out = read_origin(slabs, &origins[0], info, start, count)?;
+            for origin in &origins[1..] {
+                let next = read_origin(slabs, origin, info, start, count)?;
+                fill_missing(&mut out, &next, info.dtype);
+            }
+            Ok(out)
+        }
+        Origin::Realigned { axis, map, inner } => {
+            let axis = *axis;
+            let wanted = &map[to_usize(start[axis])..to_usize(start[axis] + count[axis])];
+            let present = wanted.iter().flatten();
+            let (Some(&lo), Some(&hi)) = (present.clone().min(), present.max()) else {
+                return Ok(nan(info.dtype, to_usize(count.iter().product())));
+            };
+            let mut s = start.to_vec();
+            let mut c = count.to_vec();
+            s[axis] = lo;
+            c[axis] = hi - lo + 1;
+            let slab = read_origin(slabs, inner, info, &s, &c)?;
+            let outer = to_usize(count[..axis].iter().product());
+            let row = to_usize(count[axis + 1..].iter().product()) * item;
+            let (along, read) = (to_usize(count[axis]), to_usize(c[axis]));
+            let missing = nan(info.dtype, row / item.max(1));
+            let mut out = Vec::with_capacity(outer * along * row);
+            for o in 0..outer {
+                for position in wanted {
+                    match position {
+                        Some(p) => {
+                            let from = (o * read + to_usize(p - lo)) * row;
+                            out.extend_from_slice(&slab[from..from + row]);
+                        }
+                        None => out.extend_from_slice(&missing),
+                    }
+                }
+            }
+            debug_assert_eq!(out.len(), outer * along * row);
+            Ok(out)
         }
     }
-    Ok(out)
+}
+
+/// Where `values` holds NaN, `other`'s value (floats; nothing else can be missing).
+fn fill_missing(values: &mut [u8], other: &[u8], dtype: Dtype) {
+    use netcdf::types::FloatType;
+    match dtype {
+        Dtype::Float(FloatType::F32) => {
+            for (a, b) in values.chunks_exact_mut(4).zip(other.chunks_exact(4)) {
+                if f32::from_le_bytes(a.try_into().expect("4")).is_nan() {
+                    a.copy_from_slice(b);
+                }
+            }
+        }
+        Dtype::Float(FloatType::F64) => {
+            for (a, b) in values.chunks_exact_mut(8).zip(other.chunks_exact(8)) {
+                if f64::from_le_bytes(a.try_into().expect("8")).is_nan() {
+                    a.copy_from_slice(b);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// `n` NaNs of a float type, little-endian.
