@@ -194,6 +194,18 @@ impl Daemon {
         // One store per file, also when several records (users' own entries) name it.
         let mut seen = std::collections::HashSet::new();
         request.sources.retain(|file| seen.insert(file.clone()));
+        let most = stores::request::MAX_AGGREGATED_SOURCES;
+        if request.aggregation.is_some() && request.sources.len() > most {
+            return Err(Error::invalid(
+                "aggregate",
+                crate::error::Fault::Refused,
+                format!(
+                    "The search finds {} files; at most {most} may be aggregated into one \
+                     store. Narrow the search.",
+                    request.sources.len()
+                ),
+            ));
+        }
         let stores = self.stores.request(caller, &request, now)?;
         Ok(Load {
             request,

@@ -840,7 +840,7 @@ enum Agreement {
 fn compare(a: &CombinedVar, b: &CombinedVar, slabs: &mut dyn Slabs) -> Result<Agreement, String> {
     let shape: Vec<u64> = a.info.dims.iter().map(|d| d.len).collect();
     let mut result = Agreement::Equal;
-    for (start, count) in slab_ranges(&shape, a.info.dtype.size()) {
+    for (start, count) in slab_ranges(&shape) {
         let x = read_block(slabs, a, &start, &count)?;
         let y = read_block(slabs, b, &start, &count)?;
         match compare_values(&x, &y, a.info.dtype) {
@@ -852,26 +852,38 @@ fn compare(a: &CombinedVar, b: &CombinedVar, slabs: &mut dyn Slabs) -> Result<Ag
     Ok(result)
 }
 
-/// Slabs along the first axis of a variable of `shape`, each of at most
-/// [`COMPARE_ELEMENTS`] elements (or one index of the first axis).
-fn slab_ranges(shape: &[u64], _item: u64) -> Vec<(Vec<u64>, Vec<u64>)> {
-    if shape.is_empty() {
-        return vec![(Vec::new(), Vec::new())];
+/// Blocks covering a variable of `shape` in C order, each of at most [`COMPARE_ELEMENTS`]
+/// elements: whole trailing axes as far as they fit, then a part of the next one.
+fn slab_ranges(shape: &[u64]) -> impl Iterator<Item = (Vec<u64>, Vec<u64>)> + use<> {
+    let mut block = vec![1; shape.len()];
+    let mut size = 1u64;
+    for d in (0..shape.len()).rev() {
+        let len = shape[d].max(1);
+        if size.saturating_mul(len) <= COMPARE_ELEMENTS {
+            block[d] = len;
+            size *= len;
+        } else {
+            block[d] = (COMPARE_ELEMENTS / size).max(1);
+            break;
+        }
     }
-    let row: u64 = shape[1..].iter().product::<u64>().max(1);
-    let step = (COMPARE_ELEMENTS / row).max(1);
-    let mut ranges = Vec::new();
-    let mut at = 0;
-    while at < shape[0] {
-        let n = step.min(shape[0] - at);
+    let counts: Vec<u64> = shape
+        .iter()
+        .zip(&block)
+        .map(|(len, b)| len.div_ceil(*b))
+        .collect();
+    let total: u64 = counts.iter().product();
+    let shape = shape.to_vec();
+    (0..total).map(move |mut n| {
         let mut start = vec![0; shape.len()];
-        start[0] = at;
-        let mut count = shape.to_vec();
-        count[0] = n;
-        ranges.push((start, count));
-        at += n;
-    }
-    ranges
+        let mut count = vec![0; shape.len()];
+        for d in (0..shape.len()).rev() {
+            start[d] = (n % counts[d]) * block[d];
+            count[d] = block[d].min(shape[d] - start[d]);
+            n /= counts[d];
+        }
+        (start, count)
+    })
 }
 
 /// Compares values as numbers of `dtype`: NaN equals NaN, and is missing.
@@ -1409,4 +1421,33 @@ pub(crate) fn groups(parts: &[(String, Part)]) -> Vec<GroupInfo> {
             vars: part.vars.iter().map(|v| v.info.clone()).collect(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comparison_blocks_cover_a_variable_once_and_stay_bounded() {
+        for shape in [
+            vec![],
+            vec![0],
+            vec![7],
+            vec![3, 5_000_000],
+            vec![2, 3000, 3000],
+            vec![5, 4, 3],
+        ] {
+            let mut covered = 0u64;
+            for (start, count) in slab_ranges(&shape) {
+                let n: u64 = count.iter().product();
+                assert!(n <= COMPARE_ELEMENTS, "{shape:?}: {count:?}");
+                for ((s, c), len) in start.iter().zip(&count).zip(&shape) {
+                    assert!(s + c <= *len, "{shape:?}: {start:?} {count:?}");
+                }
+                covered += n;
+            }
+            let total: u64 = shape.iter().product();
+            assert_eq!(covered, total, "{shape:?}");
+        }
+    }
 }

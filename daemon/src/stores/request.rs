@@ -24,6 +24,10 @@ use crate::error::{Error, Fault, Result};
 /// The most sources one request may name.
 pub(crate) const MAX_SOURCES: usize = 10_000;
 
+/// The most sources one aggregated store may combine: its conversion keeps each of them open
+/// (checked for its owner) until it ends.
+pub(crate) const MAX_AGGREGATED_SOURCES: usize = 1_000;
+
 /// The shortest validity of a public URL, in seconds.
 pub(crate) const MIN_TTL_SECONDS: u64 = 60;
 
@@ -444,6 +448,17 @@ impl ConvertRequest {
             mode,
             ..aggregation
         });
+        if request.aggregation.is_some() && request.sources.len() > MAX_AGGREGATED_SOURCES {
+            return Err(Error::invalid(
+                "path",
+                Fault::Refused,
+                format!(
+                    "Option 'path' names {} files; at most {MAX_AGGREGATED_SOURCES} may be \
+                     aggregated into one store.",
+                    request.sources.len()
+                ),
+            ));
+        }
         Ok(request)
     }
 }
@@ -841,6 +856,15 @@ mod tests {
         let aggregation = query.aggregation.unwrap();
         assert_eq!(aggregation.mode, Mode::Auto);
         assert_eq!(aggregation.group_by, Some(GroupBy::Vars));
+        let many: Vec<String> = (0..=MAX_AGGREGATED_SOURCES)
+            .map(|n| format!("\"/f{n}.nc\""))
+            .collect();
+        let err = body(&format!(
+            r#"{{"path": [{}], "aggregate": "concat"}}"#,
+            many.join(",")
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains("aggregated"), "{err}");
         // The options alone aggregate nothing.
         assert_eq!(
             body(r#"{"path": "/a.nc", "dim": "time"}"#)
