@@ -336,16 +336,10 @@ fn auto(
     if by_coords.is_ok() {
         return by_coords;
     }
-    if let Some(dim) = &aggregation.dim {
-        let nested = ConcatOptions {
-            join: aggregation.join.unwrap_or(Join::Outer),
-            compat: aggregation.compat.unwrap_or(Compat::NoConflicts),
-            data_vars: aggregation.data_vars.unwrap_or(Concatenated::All),
-            coords: aggregation.coords.unwrap_or(Concatenated::Different),
-        };
-        if let Ok(part) = concat(&parts, dim, &nested, slabs) {
-            return Ok(part);
-        }
+    if let Some(dim) = &aggregation.dim
+        && let Ok(part) = concat(&parts, dim, &combine_options(aggregation), slabs)
+    {
+        return Ok(part);
     }
     inferred(parts, aggregation, slabs)
 }
@@ -416,6 +410,16 @@ fn concat_options(aggregation: &Aggregation) -> ConcatOptions {
     }
 }
 
+/// The defaults of `combine_by_coords` and `combine_nested` under the user's options.
+fn combine_options(aggregation: &Aggregation) -> ConcatOptions {
+    ConcatOptions {
+        join: aggregation.join.unwrap_or(Join::Outer),
+        compat: aggregation.compat.unwrap_or(Compat::NoConflicts),
+        data_vars: aggregation.data_vars.unwrap_or(Concatenated::All),
+        coords: aggregation.coords.unwrap_or(Concatenated::Different),
+    }
+}
+
 /// `combine_by_coords`: parts with the same data variables (groups in order of first
 /// appearance) are concatenated along the one dimension whose index differs between them,
 /// in the order of its first value; the results are merged.
@@ -437,12 +441,7 @@ fn by_coords(
             None => groups.push((key, vec![part])),
         }
     }
-    let options = ConcatOptions {
-        join: aggregation.join.unwrap_or(Join::Outer),
-        compat: aggregation.compat.unwrap_or(Compat::NoConflicts),
-        data_vars: aggregation.data_vars.unwrap_or(Concatenated::All),
-        coords: aggregation.coords.unwrap_or(Concatenated::Different),
-    };
+    let options = combine_options(aggregation);
     let mut concatenated = Vec::with_capacity(groups.len());
     for (_, members) in groups {
         if members.len() == 1 {
@@ -609,7 +608,7 @@ fn align(
                         parts[indexed[other]].shown()
                     ));
                 }
-                realign(&mut parts, &indexed, &dim, join, slabs)?;
+                realign(&mut parts, &indexed, &bytes, &dim, join)?;
             }
         }
         let with: Vec<&Part> = parts.iter().filter(|p| p.dim(&dim).is_some()).collect();
@@ -628,21 +627,21 @@ fn align(
     Ok(parts)
 }
 
-/// Realigns the parts `indexed` (those with an index of `dim`, whose indexes differ) to
-/// their joined index.
+/// Realigns the parts `indexed` (those with an index of `dim`, whose indexes differ; their
+/// values are `raws`) to their joined index.
 fn realign(
     parts: &mut [Part],
     indexed: &[usize],
+    raws: &[Vec<u8>],
     dim: &str,
     join: Join,
-    slabs: &mut dyn Slabs,
 ) -> Result<(), String> {
     let first = parts[indexed[0]].index(dim).expect("indexed").info.clone();
     let item = to_usize(first.dtype.size());
     // Each part's labels as numbers, with the bytes of each label.
     let mut labels: Vec<Vec<f64>> = Vec::with_capacity(indexed.len());
     let mut bytes_of: HashMap<u64, Vec<u8>> = HashMap::new();
-    for &n in indexed {
+    for (&n, raw) in indexed.iter().zip(raws) {
         let index = parts[n].index(dim).expect("indexed");
         if index.info.dtype != first.dtype {
             return Err(format!(
@@ -654,8 +653,8 @@ fn realign(
                 parts[n].shown()
             ));
         }
-        let values = numbers(index, slabs)?;
-        let raw = block(index, slabs)?;
+        let values =
+            floats(raw, index.info.dtype).ok_or_else(|| format!("index {dim:?} holds strings"))?;
         let mut seen = std::collections::HashSet::new();
         for (value, bytes) in values.iter().zip(raw.chunks_exact(item)) {
             if !seen.insert(key(*value)) {
@@ -888,29 +887,25 @@ fn slab_ranges(shape: &[u64]) -> impl Iterator<Item = (Vec<u64>, Vec<u64>)> + us
 
 /// Compares values as numbers of `dtype`: NaN equals NaN, and is missing.
 fn compare_values(x: &[u8], y: &[u8], dtype: Dtype) -> Agreement {
-    use netcdf::types::FloatType;
-    fn floats<const N: usize>(x: &[u8], y: &[u8], value: impl Fn([u8; N]) -> f64) -> Agreement {
-        let mut result = Agreement::Equal;
-        for (a, b) in x.chunks_exact(N).zip(y.chunks_exact(N)) {
-            let a = value(a.try_into().expect("N bytes"));
-            let b = value(b.try_into().expect("N bytes"));
-            if a == b || (a.is_nan() && b.is_nan()) {
-                continue;
-            }
-            if a.is_nan() || b.is_nan() {
-                result = Agreement::MissingDiffers;
-            } else {
-                return Agreement::Conflict;
-            }
+    let (Dtype::Float(_), Some(x), Some(y)) = (dtype, floats(x, dtype), floats(y, dtype)) else {
+        return if x == y {
+            Agreement::Equal
+        } else {
+            Agreement::Conflict
+        };
+    };
+    let mut result = Agreement::Equal;
+    for (a, b) in x.into_iter().zip(y) {
+        if a == b || (a.is_nan() && b.is_nan()) {
+            continue;
         }
-        result
+        if a.is_nan() || b.is_nan() {
+            result = Agreement::MissingDiffers;
+        } else {
+            return Agreement::Conflict;
+        }
     }
-    match dtype {
-        Dtype::Float(FloatType::F32) => floats::<4>(x, y, |b| f64::from(f32::from_le_bytes(b))),
-        Dtype::Float(FloatType::F64) => floats::<8>(x, y, f64::from_le_bytes),
-        _ if x == y => Agreement::Equal,
-        _ => Agreement::Conflict,
-    }
+    result
 }
 
 /// The values of a 1-D numeric variable as floats (for ordering indexes).

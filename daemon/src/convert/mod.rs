@@ -167,13 +167,9 @@ pub(crate) fn convert_sources(
         let array = &layout.arrays[n];
         let (start, count) = write::chunk_extent(array, index);
         let values = combine::read_block(&mut slabs, vars[n], &start, &count)?;
-        let item = write::to_usize(array.dtype.size());
-        let values = if count == array.chunks {
-            values
-        } else {
-            write::pad(&values, &count, &array.chunks, item)
-        };
-        Ok(write::ChunkRead::Values(write::ChunkValues::Fixed(values)))
+        Ok(write::ChunkRead::Values(write::ChunkValues::Fixed(
+            write::full_chunk(values, &count, array),
+        )))
     };
     let written = write::write_chunks(&layout, dir, stop, None, read)?;
     Ok((layout, written))
@@ -250,12 +246,9 @@ impl combine::Slabs for OpenSources<'_> {
         if start.is_empty() {
             return variable.get_raw_values(..).map_err(|e| failed(&e));
         }
-        let extents: Vec<netcdf::Extent> = start
-            .iter()
-            .zip(count)
-            .map(|(&s, &c)| netcdf::Extent::from(write::to_usize(s)..write::to_usize(s + c)))
-            .collect();
-        variable.get_raw_values(extents).map_err(|e| failed(&e))
+        variable
+            .get_raw_values(write::extents(start, count))
+            .map_err(|e| failed(&e))
     }
 }
 

@@ -415,21 +415,28 @@ pub(crate) fn chunk_values(
             .map_err(failed);
     }
     let (starts, counts) = chunk_extent(array, index);
-    let extents: Vec<Extent> = starts
+    let raw = variable
+        .get_raw_values(extents(&starts, &counts))
+        .map_err(failed)?;
+    Ok(ChunkValues::Fixed(full_chunk(raw, &counts, array)))
+}
+
+/// The NetCDF extents of the hyperslab `starts`/`counts`.
+pub(crate) fn extents(starts: &[u64], counts: &[u64]) -> Vec<Extent> {
+    starts
         .iter()
-        .zip(&counts)
+        .zip(counts)
         .map(|(&start, &count)| Extent::from(to_usize(start)..to_usize(start + count)))
-        .collect();
-    let raw = variable.get_raw_values(extents).map_err(failed)?;
+        .collect()
+}
+
+/// The values of a chunk of `array` from the `counts` elements of the array it holds: as
+/// they are, or padded with zeros to the chunk shape at the array's edges.
+pub(crate) fn full_chunk(values: Vec<u8>, counts: &[u64], array: &ArrayLayout) -> Vec<u8> {
     if counts == array.chunks {
-        return Ok(ChunkValues::Fixed(raw));
+        return values;
     }
-    Ok(ChunkValues::Fixed(pad(
-        &raw,
-        &counts,
-        &array.chunks,
-        to_usize(array.dtype.size()),
-    )))
+    pad(&values, counts, &array.chunks, to_usize(array.dtype.size()))
 }
 
 /// Where chunk `index` of `array` starts, and how many elements of the array it holds along
@@ -484,7 +491,7 @@ fn chunk_strings(
 }
 
 /// Places a C-order block of shape `counts` at the start of a zeroed block of shape `full`.
-pub(super) fn pad(raw: &[u8], counts: &[u64], full: &[u64], item: usize) -> Vec<u8> {
+fn pad(raw: &[u8], counts: &[u64], full: &[u64], item: usize) -> Vec<u8> {
     let total: u64 = full.iter().product();
     let mut out = vec![0u8; to_usize(total) * item];
     let rank = counts.len();
