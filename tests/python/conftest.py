@@ -21,7 +21,7 @@ class Svcd:
 
     def token_file(self, path, user, admin=False):
         """Write a freva-client token file for `user` with `svcd token issue`."""
-        args = [self.binary, "--data-dir", str(self.data), "token", "issue", "--user", user, "--token-file", str(path)]
+        args = [self.binary, "--data-dir", str(self.data), "token", "issue", f"--user={user}", "--token-file", str(path)]
         result = subprocess.run(args + (["--admin"] if admin else []), capture_output=True, text=True, check=False)
         assert result.returncode == 0, result.stderr
         return result.stdout.strip()

@@ -7,6 +7,9 @@ where xarray raises, svcd fails the store with a reason.
 with xarray's own merge, concat, combine_by_coords and combine_nested, every option passed
 explicitly so that xarray's changing defaults do not change the meaning."""
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 import requests
@@ -195,8 +198,16 @@ def assert_same(served, want, where):
         assert got.dims == var.dims, (where, name)
         assert got.dtype == var.dtype, (where, name)
         np.testing.assert_array_equal(got.values, var.values, err_msg=f"{where}: {name}")
-        assert without_fill(got.attrs) == without_fill(var.attrs), (where, name)
-    assert served.attrs == want.attrs, where
+        assert_same_attrs(without_fill(got.attrs), without_fill(var.attrs), (where, name))
+    assert_same_attrs(served.attrs, want.attrs, where)
+
+
+def assert_same_attrs(got, want, where):
+    """Attributes equal; an attribute of several values is a list in one and an array in the
+    other."""
+    assert set(got) == set(want), where
+    for key, value in want.items():
+        assert np.array_equal(np.asarray(got[key]), np.asarray(value)), (where, key, got[key], value)
 
 
 def convert(daemon, headers, paths, plan):
@@ -246,10 +257,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_aggregated_stores_are_what_xarray_computes(daemon, headers, files, case):
-    name, which, plan = case
-    paths = [files[w] for w in which]
+def assert_served_is_expected(daemon, headers, name, paths, plan):
+    """svcd's store of `paths` combined by `plan` is what xarray computes, or fails with a
+    reason where xarray raises."""
     try:
         want = expected(paths, plan)
     except Exception as error:
@@ -269,6 +279,12 @@ def test_aggregated_stores_are_what_xarray_computes(daemon, headers, files, case
         assert not root.variables, name
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_aggregated_stores_are_what_xarray_computes(daemon, headers, files, case):
+    name, which, plan = case
+    assert_served_is_expected(daemon, headers, name, [files[w] for w in which], plan)
+
+
 def test_the_same_aggregation_twice_is_one_store_and_options_name_stores(daemon, headers, files):
     paths = [files["t1"], files["t2"]]
     one, _ = convert(daemon, headers, paths, {"aggregate": "concat"})
@@ -286,3 +302,52 @@ def test_bad_aggregation_options_are_422_naming_them(daemon, headers, files):
         answer = requests.post(f"{daemon.base}/data-portal/zarr/convert", json=body, headers=headers, timeout=30)
         assert answer.status_code == 422, (option, answer.text)
         assert option in answer.text, (option, answer.text)
+
+
+REFERENCE_MOCK = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "reference-mock"
+
+
+@pytest.fixture(scope="module")
+def mock_files(daemon):
+    """The reference service's mock NetCDF files (data this project did not make), copied
+    where the test users may convert them."""
+    root = daemon.data / "reference-mock"
+    shutil.copytree(REFERENCE_MOCK, root)
+    ua = sorted(str(p) for p in (root / "data").rglob("ua_*.nc"))
+    assert len(ua) >= 4, ua
+    return {"ua": ua, "not-netcdf": str(root / "not-netcdf.nc")}
+
+
+MOCK_CASES = [
+    ("auto", "ua", {"aggregate": "auto"}),
+    ("concat", "ua", {"aggregate": "concat"}),
+    ("merge-override", "ua", {"aggregate": "merge", "compat": "override"}),
+    ("group-by-grid", "ua", {"aggregate": "auto", "group_by": "grid"}),
+    # A NetCDF-3 file of another kind (dimensions i and j, no time) beside a model file.
+    ("with-another-kind-concat", "mixed", {"aggregate": "concat"}),
+    ("with-another-kind-auto", "mixed", {"aggregate": "auto"}),
+]
+
+
+@pytest.mark.parametrize("case", MOCK_CASES, ids=[c[0] for c in MOCK_CASES])
+def test_the_reference_mock_files_combine_as_xarray_combines_them(daemon, headers, mock_files, case):
+    name, which, plan = case
+    paths = mock_files["ua"] if which == "ua" else [mock_files["ua"][0], mock_files["not-netcdf"]]
+    assert_served_is_expected(daemon, headers, name, paths, plan)
+
+
+def test_an_aggregated_store_is_its_owners_only(daemon, headers, files, tmp_path):
+    url, status = convert(daemon, headers, [files["t1"], files["t2"]], {"aggregate": "concat"})
+    assert status["status"] == 0, status
+    assert requests.get(f"{url}/.zmetadata", timeout=10).status_code == 401
+    # ("global" is refused as a user name when a token is issued.)
+    for user in ("*", "-jane", "ann2"):
+        other = daemon.token_file(tmp_path / f"{user}.json", user)
+        answer = requests.get(f"{url}/.zmetadata", headers={"Authorization": f"Bearer {other}"}, timeout=10)
+        assert answer.status_code == 404, (user, answer.text)
+        # The same request by another user is another store, made from the same files.
+        theirs = requests.post(f"{daemon.base}/data-portal/zarr/convert", json={"path": [files["t1"], files["t2"]], "aggregate": "concat"},
+                               headers={"Authorization": f"Bearer {other}"}, timeout=30)
+        assert theirs.status_code == 200, theirs.text
+        assert theirs.json()["urls"] != [url]
+    assert requests.get(f"{url}/.zmetadata", headers=headers, timeout=10).status_code == 200
