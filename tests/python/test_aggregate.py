@@ -229,6 +229,9 @@ CASES = [
     ("concat-inner-equal-indexes", ["t1", "t2"], {"aggregate": "concat", "join": "inner", "coords": "all"}),
     ("concat-exact-differing-lat", ["t1", "l1"], {"aggregate": "concat", "join": "exact"}),
     ("concat-missing-variable", ["t1", "m1"], {"aggregate": "concat", "data_vars": "all"}),
+    # Along lat (not all have time): time and tas are merged from the one file that has them.
+    ("concat-some-lack-a-variable", ["t1", "f1"], {"aggregate": "concat", "data_vars": "minimal"}),
+    ("concat-some-lack-a-variable-equals", ["t1", "f1", "t2"], {"aggregate": "concat", "data_vars": "minimal", "compat": "equals"}),
     ("concat-outer-differing-lat", ["t1", "l1"], {"aggregate": "concat", "join": "outer"}),
     ("concat-inner-differing-lat", ["t1", "l1"], {"aggregate": "concat", "join": "inner"}),
     ("concat-inner-no-common-label", ["t1", "l1"], {"aggregate": "concat", "join": "inner", "dim": "member"}),

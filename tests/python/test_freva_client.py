@@ -174,3 +174,58 @@ def test_zarr_utils_and_zarr_streams_through_the_client(daemon, tmp_path):
         part = cat.search(variable=variable)
         opened = {key: datasets[key] for key in part.keys()}
         assert_groups_are_their_files(part, opened, variable, sources)
+
+
+def test_aggregation_through_the_client(daemon, tmp_path):
+    """`freva-client zarr-utils convert --aggregate concat` and the Python API's
+    `databrowser(...).aggregate(...)`, unmodified: each gives one URL whose store opens with
+    xarray and holds what xarray makes of the same files with the options the client sends."""
+    import xarray as xr
+
+    from test_aggregate import assert_same, expected, write
+    from test_portal import wait_ready
+
+    home = tmp_path / "home"
+    home.mkdir()
+    token = tmp_path / "ann.json"
+    access = daemon.token_file(token, "ann")
+    headers = {"Authorization": f"Bearer {access}"}
+    env = dict(os.environ, HOME=str(home), NO_COLOR="1", COLUMNS="200")
+    # What the Python API sends besides `aggregate` (its defaults); the CLI sends null for
+    # every option it is not given, which leaves the server's defaults.
+    sent = {"join": "outer", "compat": "override", "data_vars": "minimal", "coords": "minimal"}
+
+    root = daemon.data / "client-aggregate"
+    root.mkdir()
+    paths = [str(write(root / f"part{n}.nc", time=range(4 * n, 4 * n + 4), seed=n)) for n in range(3)]
+    result = subprocess.run([CLIENT, "zarr-utils", "convert", *paths, "--aggregate", "concat", "--json",
+                             "--host", daemon.host, "--token-file", str(token)],
+                            capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [url] = json.loads(result.stdout)
+    assert wait_ready(daemon.base, headers, url, timeout=120) == {"status": 0, "reason": ""}
+    served = xr.open_zarr(url, storage_options={"headers": headers}, decode_cf=False)
+    [want] = expected(paths, {"aggregate": "concat"}).values()
+    assert_same(served, want, "zarr-utils convert --aggregate concat")
+    decoded = xr.open_zarr(url, storage_options={"headers": headers})
+    assert decoded.sizes["time"] == 12 and str(decoded.time.values[0]).startswith("2000-01-01")
+
+    # The Python API: the search's files, in its order, combined into one store.
+    script = f"""
+import json, freva_client
+freva_client.authenticate(token_file={str(token)!r}, host={daemon.host!r})
+url = freva_client.databrowser(project="cordex", host={daemon.host!r}).aggregate("auto")
+print(json.dumps(url))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                            stdin=subprocess.DEVNULL, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    url = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "/data-portal/zarr/" in url and url.endswith(".zarr"), url
+    files = api(daemon, "data-search/svc/file", project="cordex").text.split()
+    status = wait_ready(daemon.base, headers, url, timeout=120)
+    groups = expected(files, dict(sent, aggregate="auto"))
+    assert status == {"status": 0, "reason": ""}, status
+    for group, dataset in groups.items():
+        served = xr.open_zarr(url, group=group or None, storage_options={"headers": headers}, decode_cf=False)
+        assert_same(served, dataset, f"databrowser(project=cordex).aggregate('auto') {group}")

@@ -84,7 +84,7 @@ pub(crate) struct Dataset {
 }
 
 /// Where a variable's values come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Origin {
     /// The variable of the same name of one source.
     Source(usize),
@@ -117,10 +117,17 @@ pub(crate) enum Origin {
         /// What is realigned.
         inner: Box<Origin>,
     },
+    /// Another variable's values CF-decoded (masked and scaled) and cast to the variable's
+    /// type ([`super::reduce`]).
+    Decoded(Arc<super::reduce::Decoded>),
+    /// Another variable's values reduced in time ([`super::reduce`]).
+    Reduced(Arc<super::reduce::Reduced>),
+    /// Strings worked out from the sources (the seasons of a climatology; small).
+    Strings(Arc<[String]>),
 }
 
 /// A slab of a combined variable along its concatenation axis.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Piece {
     /// Where its values come from, from position 0 along the axis; `None`: missing from
     /// that source, all NaN.
@@ -150,11 +157,12 @@ pub(crate) struct Part {
     /// Its variables.
     pub(crate) vars: Vec<CombinedVar>,
     /// Names of the sources it was combined from, for messages.
-    names: Vec<String>,
+    pub(crate) names: Vec<String>,
 }
 
 impl Part {
-    fn of(source: usize, dataset: &Dataset) -> Self {
+    /// Source `source` as it is.
+    pub(crate) fn of(source: usize, dataset: &Dataset) -> Self {
         Part {
             attrs: dataset.attrs.clone(),
             vars: dataset
@@ -839,7 +847,7 @@ enum Agreement {
 fn compare(a: &CombinedVar, b: &CombinedVar, slabs: &mut dyn Slabs) -> Result<Agreement, String> {
     let shape: Vec<u64> = a.info.dims.iter().map(|d| d.len).collect();
     let mut result = Agreement::Equal;
-    for (start, count) in slab_ranges(&shape) {
+    for (start, count) in slab_ranges(&shape, COMPARE_ELEMENTS) {
         let x = read_block(slabs, a, &start, &count)?;
         let y = read_block(slabs, b, &start, &count)?;
         match compare_values(&x, &y, a.info.dtype) {
@@ -851,18 +859,23 @@ fn compare(a: &CombinedVar, b: &CombinedVar, slabs: &mut dyn Slabs) -> Result<Ag
     Ok(result)
 }
 
-/// Blocks covering a variable of `shape` in C order, each of at most [`COMPARE_ELEMENTS`]
-/// elements: whole trailing axes as far as they fit, then a part of the next one.
-fn slab_ranges(shape: &[u64]) -> impl Iterator<Item = (Vec<u64>, Vec<u64>)> + use<> {
+/// Blocks covering a variable of `shape` in C order, each of at most `most` elements (at
+/// least one): whole trailing axes as far as they fit, then a part of the next one. So each
+/// block is one run of the variable's elements in C order.
+pub(crate) fn slab_ranges(
+    shape: &[u64],
+    most: u64,
+) -> impl Iterator<Item = (Vec<u64>, Vec<u64>)> + use<> {
+    let most = most.max(1);
     let mut block = vec![1; shape.len()];
     let mut size = 1u64;
     for d in (0..shape.len()).rev() {
         let len = shape[d].max(1);
-        if size.saturating_mul(len) <= COMPARE_ELEMENTS {
+        if size.saturating_mul(len) <= most {
             block[d] = len;
             size *= len;
         } else {
-            block[d] = (COMPARE_ELEMENTS / size).max(1);
+            block[d] = (most / size).max(1);
             break;
         }
     }
@@ -915,7 +928,7 @@ fn numbers(var: &CombinedVar, slabs: &mut dyn Slabs) -> Result<Vec<f64>, String>
 }
 
 /// Little-endian values of `dtype` as floats (`None` for strings).
-fn floats(bytes: &[u8], dtype: Dtype) -> Option<Vec<f64>> {
+pub(crate) fn floats(bytes: &[u8], dtype: Dtype) -> Option<Vec<f64>> {
     use netcdf::types::{FloatType, IntType};
     fn each<const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> f64) -> Vec<f64> {
         bytes
@@ -1048,7 +1061,7 @@ fn promote(a: Dtype, b: Dtype) -> Option<Dtype> {
 
 /// The float type an integer variable becomes when it needs missing values (xarray's
 /// `maybe_promote`): 32-bit for integers of one or two bytes, else 64-bit.
-fn with_missing(dtype: Dtype) -> Option<Dtype> {
+pub(crate) fn with_missing(dtype: Dtype) -> Option<Dtype> {
     use netcdf::types::FloatType;
     match dtype {
         Dtype::Float(_) => Some(dtype),
@@ -1121,11 +1134,8 @@ fn concat(
                     }
                 });
         if !concatenated {
-            if present.len() != parts.len() {
-                return Err(format!(
-                    "variable {name:?} is present in some datasets but not others"
-                ));
-            }
+            // Merged from the parts that have it, as xarray merges variables it does not
+            // concatenate (a part without it does not count).
             let mut merged = first.clone();
             for (_, other) in &present[1..] {
                 agree(&mut merged, other, options.compat, slabs)?;
@@ -1371,6 +1381,12 @@ fn read_origin(
             debug_assert_eq!(out.len(), outer * along * row);
             Ok(out)
         }
+        Origin::Decoded(decoded) => super::reduce::read_decoded(slabs, decoded, info, start, count),
+        Origin::Reduced(reduced) => super::reduce::read_reduced(slabs, reduced, info, start, count),
+        Origin::Strings(_) => Err(format!(
+            "variable {:?} holds strings, which are not read as numbers",
+            info.name
+        )),
     }
 }
 
@@ -1397,7 +1413,7 @@ fn fill_missing(values: &mut [u8], other: &[u8], dtype: Dtype) {
 }
 
 /// `n` NaNs of a float type, little-endian.
-fn nan(dtype: Dtype, n: usize) -> Vec<u8> {
+pub(crate) fn nan(dtype: Dtype, n: usize) -> Vec<u8> {
     use netcdf::types::FloatType;
     match dtype {
         Dtype::Float(FloatType::F32) => f32::NAN.to_le_bytes().repeat(n),
@@ -1433,7 +1449,7 @@ mod tests {
             vec![5, 4, 3],
         ] {
             let mut covered = 0u64;
-            for (start, count) in slab_ranges(&shape) {
+            for (start, count) in slab_ranges(&shape, COMPARE_ELEMENTS) {
                 let n: u64 = count.iter().product();
                 assert!(n <= COMPARE_ELEMENTS, "{shape:?}: {count:?}");
                 for ((s, c), len) in start.iter().zip(&count).zip(&shape) {

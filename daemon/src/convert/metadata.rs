@@ -332,6 +332,18 @@ pub(crate) struct VarInfo {
     pub(crate) attrs: Map<String, Value>,
     /// The array's `fill_value`: its `_FillValue`, or null.
     pub(crate) fill_value: Value,
+    /// The types of its `scale_factor` and `add_offset` attributes, which decide the type
+    /// CF decoding gives it (see [`super::reduce`]).
+    pub(crate) packing: Packing,
+}
+
+/// The types of a variable's packing attributes (`None`: absent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Packing {
+    /// `scale_factor`.
+    pub(crate) scale: Option<Dtype>,
+    /// `add_offset`.
+    pub(crate) offset: Option<Dtype>,
 }
 
 impl VarInfo {
@@ -367,12 +379,22 @@ impl VarInfo {
             variable.attributes().filter(|a| a.name() != "_FillValue"),
             &format!("variable {path:?}"),
         )?;
+        let attribute_type = |name: &str| {
+            variable
+                .attribute_value(name)
+                .and_then(Result::ok)
+                .and_then(|value| attribute_type(&value))
+        };
         Ok(VarInfo {
             name,
             dims,
             dtype,
             attrs,
             fill_value,
+            packing: Packing {
+                scale: attribute_type("scale_factor"),
+                offset: attribute_type("add_offset"),
+            },
         })
     }
 
@@ -450,7 +472,7 @@ pub(crate) fn attributes<'a>(
 }
 
 /// A float as JSON: a number, or the string zarr uses for a non-finite value.
-fn float_json(x: f64) -> Value {
+pub(crate) fn float_json(x: f64) -> Value {
     if x.is_nan() {
         json!("NaN")
     } else if x == f64::INFINITY {
@@ -492,6 +514,23 @@ fn attribute_json(value: AttributeValue) -> Value {
         AttributeValue::Str(s) => json!(s),
         AttributeValue::Strs(v) => json!(v),
     }
+}
+
+/// The numeric type of an attribute's values (`None`: text).
+fn attribute_type(value: &AttributeValue) -> Option<Dtype> {
+    Some(match value {
+        AttributeValue::Uchar(_) | AttributeValue::Uchars(_) => Dtype::Int(IntType::U8),
+        AttributeValue::Schar(_) | AttributeValue::Schars(_) => Dtype::Int(IntType::I8),
+        AttributeValue::Ushort(_) | AttributeValue::Ushorts(_) => Dtype::Int(IntType::U16),
+        AttributeValue::Short(_) | AttributeValue::Shorts(_) => Dtype::Int(IntType::I16),
+        AttributeValue::Uint(_) | AttributeValue::Uints(_) => Dtype::Int(IntType::U32),
+        AttributeValue::Int(_) | AttributeValue::Ints(_) => Dtype::Int(IntType::I32),
+        AttributeValue::Ulonglong(_) | AttributeValue::Ulonglongs(_) => Dtype::Int(IntType::U64),
+        AttributeValue::Longlong(_) | AttributeValue::Longlongs(_) => Dtype::Int(IntType::I64),
+        AttributeValue::Float(_) | AttributeValue::Floats(_) => Dtype::Float(FloatType::F32),
+        AttributeValue::Double(_) | AttributeValue::Doubles(_) => Dtype::Float(FloatType::F64),
+        AttributeValue::Str(_) | AttributeValue::Strs(_) => return None,
+    })
 }
 
 /// The `fill_value` of an array from its `_FillValue` attribute (its first value).

@@ -7,6 +7,7 @@
 pub(crate) mod combine;
 pub(crate) mod metadata;
 pub(crate) mod plan;
+pub(crate) mod reduce;
 pub(crate) mod stored;
 pub(crate) mod write;
 
@@ -137,16 +138,18 @@ pub(crate) fn convert_file(
     Ok((layout, written))
 }
 
-/// Converts `sources` combined as `aggregation` says ([`combine`]) into the store directory
-/// `dir`. Chunks are read by the NetCDF library, slab by slab from the sources that make
-/// them, with a few source files open at a time.
+/// Converts `sources` combined as `aggregation` says ([`combine`]; without it, the one
+/// source as it is) and reduced in time as `reduction` says ([`reduce`]) into the store
+/// directory `dir`. Chunks are read by the NetCDF library, slab by slab from the sources that
+/// make them, with a few source files open at a time.
 ///
 /// # Errors
 /// A reason for the store's failed status: a file that cannot be read, or why the sources
-/// cannot be combined.
+/// cannot be combined or reduced.
 pub(crate) fn convert_sources(
     sources: &[Source],
-    aggregation: &crate::stores::request::Aggregation,
+    aggregation: Option<&crate::stores::request::Aggregation>,
+    reduction: Option<&crate::stores::request::Reduction>,
     dir: &Path,
     chunking: &Chunking,
     compressor: Compressor,
@@ -158,14 +161,44 @@ pub(crate) fn convert_sources(
         .enumerate()
         .map(|(n, source)| slabs.dataset(n, source))
         .collect::<Result<Vec<_>, _>>()?;
-    let parts = combine::combine(&datasets, aggregation, &mut slabs)?;
+    let mut parts = match aggregation {
+        Some(aggregation) => combine::combine(&datasets, aggregation, &mut slabs)?,
+        None => vec![(String::new(), combine::Part::of(0, &datasets[0]))],
+    };
+    if let Some(reduction) = reduction {
+        parts = parts
+            .into_iter()
+            .map(|(name, part)| {
+                let reduced = reduce::reduce(part, reduction, &mut slabs);
+                match reduced {
+                    Ok(part) => Ok((name, part)),
+                    Err(reason) if name.is_empty() => Err(reason),
+                    Err(reason) => Err(format!("{name}: {reason}")),
+                }
+            })
+            .collect::<Result<_, String>>()?;
+    }
     let layout =
         metadata::layout_of_groups(&combine::groups(&parts), chunking, &compressor.codec())?;
     let vars: Vec<&combine::CombinedVar> = parts.iter().flat_map(|(_, part)| &part.vars).collect();
+    if let Some(var) = vars.iter().find(|v| {
+        v.info.dtype == metadata::Dtype::String && !matches!(v.origin, combine::Origin::Strings(_))
+    }) {
+        return Err(format!(
+            "variable {:?} holds strings, which cannot be combined or reduced yet",
+            var.info.name
+        ));
+    }
     write::write_metadata(&layout, dir)?;
     let read = |n: usize, index: &[u64]| -> Result<write::ChunkRead, String> {
         let array = &layout.arrays[n];
         let (start, count) = write::chunk_extent(array, index);
+        if let combine::Origin::Strings(strings) = &vars[n].origin {
+            // A coordinate: one chunk.
+            return Ok(write::ChunkRead::Values(write::ChunkValues::Strings(
+                strings.to_vec(),
+            )));
+        }
         let values = combine::read_block(&mut slabs, vars[n], &start, &count)?;
         Ok(write::ChunkRead::Values(write::ChunkValues::Fixed(
             write::full_chunk(values, &count, array),

@@ -49,14 +49,15 @@ impl Handler for ConvertJob {
         remove_dir(&dir);
         tracing::info!(%token, sources = ?record.sources, "converting");
         let compressor = self.stores.config.compressor;
-        let converted = match &record.aggregation {
-            None => self.stores.open_source(&record).and_then(|source| {
+        let converted = match (&record.aggregation, &record.reduction) {
+            (None, None) => self.stores.open_source(&record).and_then(|source| {
                 convert::convert_file(&source, &dir, &record.chunking, compressor, stop)
             }),
-            Some(aggregation) => self.stores.open_sources(&record).and_then(|sources| {
+            (aggregation, reduction) => self.stores.open_sources(&record).and_then(|sources| {
                 convert::convert_sources(
                     &sources,
-                    aggregation,
+                    aggregation.as_ref(),
+                    reduction.as_ref(),
                     &dir,
                     &record.chunking,
                     compressor,

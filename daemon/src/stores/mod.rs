@@ -1,8 +1,8 @@
 //! Zarr stores: the record of each store (sources, chunking, owner, public flag and expiry,
 //! status and reason, timestamps), the token that names it, and who may read it.
 //!
-//! A store's token is a UUID v5 over its canonical request: the owner, the sources and the
-//! aggregation options (reduction options join them when they are implemented). So the same
+//! A store's token is a UUID v5 over its canonical request: the owner, the sources, the
+//! aggregation options and the reduction options. So the same
 //! request by the same user names the same store and is converted once; two users converting
 //! one file get two stores, and neither learns of the other's. The sources of an aggregated
 //! store count in request order, since the order of a concatenation is the order of its
@@ -32,7 +32,7 @@ use crate::config::StoresConfig;
 use crate::db::{self, Batch, Db, cf};
 use crate::error::{Error, Missing, Result};
 use crate::jobs::Queue;
-use request::{Aggregation, Chunking, ConvertRequest};
+use request::{Aggregation, Chunking, ConvertRequest, Reduction};
 
 /// The job kind of a conversion; its subject is the store's token.
 pub const CONVERT: &str = "convert";
@@ -97,6 +97,9 @@ pub struct StoreRecord {
     /// How its sources are combined; `None`: it is one source converted as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregation: Option<Aggregation>,
+    /// How it is reduced in time; `None`: not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduction: Option<Reduction>,
     /// Until when (Unix seconds) anyone may read it; `None`: only its owner and admins.
     pub public_until: Option<i64>,
     /// Its state.
@@ -141,7 +144,12 @@ impl StoreRecord {
 }
 
 /// The token of the store `owner` gets for `sources`.
-pub(crate) fn token(owner: &str, sources: &[String], aggregation: Option<&Aggregation>) -> Uuid {
+pub(crate) fn token(
+    owner: &str,
+    sources: &[String],
+    aggregation: Option<&Aggregation>,
+    reduction: Option<&Reduction>,
+) -> Uuid {
     let mut ordered: Vec<&str> = sources.iter().map(String::as_str).collect();
     if aggregation.is_none() {
         ordered.sort_unstable();
@@ -150,7 +158,7 @@ pub(crate) fn token(owner: &str, sources: &[String], aggregation: Option<&Aggreg
         "owner": owner,
         "sources": ordered,
         "aggregate": aggregation,
-        "reduce": null,
+        "reduce": reduction,
     });
     Uuid::new_v5(&namespace(), canonical.to_string().as_bytes())
 }
@@ -358,7 +366,12 @@ impl Stores {
         };
         let mut records = Vec::with_capacity(stores.len());
         for sources in stores {
-            let token = token(&caller.user, &sources, request.aggregation.as_ref());
+            let token = token(
+                &caller.user,
+                &sources,
+                request.aggregation.as_ref(),
+                request.reduction.as_ref(),
+            );
             let existing = self.record(token)?;
             let reuse = !request.reload
                 && existing.as_ref().is_some_and(|r| {
@@ -384,6 +397,7 @@ impl Stores {
                         sources,
                         chunking: request.chunking,
                         aggregation: request.aggregation.clone(),
+                        reduction: request.reduction.clone(),
                         public_until: public_until
                             .max(existing.as_ref().and_then(|r| r.public_until)),
                         status: Status::Preparing,

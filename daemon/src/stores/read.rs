@@ -346,7 +346,7 @@ impl Stores {
         compute: impl FnOnce(&convert::Source) -> std::result::Result<Option<T>, String>,
     ) -> Option<T> {
         // An aggregated store waits for its conversion: combining needs every source.
-        if record.sources.len() != 1 || record.aggregation.is_some() {
+        if record.sources.len() != 1 || record.aggregation.is_some() || record.reduction.is_some() {
             return None;
         }
         let _slot = self.on_demand.take(&record.owner)?;

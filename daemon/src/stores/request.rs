@@ -13,9 +13,15 @@
 //! [`crate::convert::combine`]). Its options are validated whether or not `aggregate` is set
 //! (freva-client sends them always) and do nothing without it, as spec 2 says.
 //!
-//! Temporal reduction (`time_freq`, `time_method`, `climatology`, `min_coverage`, `dtype`) is
-//! not implemented yet: a request that sets one of them to anything but its default is a 422
-//! naming it, never a conversion that silently ignores it.
+//! Temporal reduction (`time_freq` with `time_method`, `climatology`, `min_coverage`, `dtype`)
+//! reduces each store in time ([`Reduction`], carried out by [`crate::convert::reduce`]). What
+//! is wrong on its face is a 422 with the reference's message: an unknown value, a yearly or
+//! decadal climatology, `time_method` or `climatology` without `time_freq`, `min_coverage`
+//! outside 0..1, and the spatial options (`space`, `space_dims`, `weighting`), which the
+//! reference reserves and does not implement. As in the reference, an option whose value is
+//! empty, `false` or `0` is not set.
+
+use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
@@ -82,6 +88,139 @@ pub struct ConvertRequest {
     pub chunking: Chunking,
     /// How to combine the sources into one store; `None`: one store per source.
     pub aggregation: Option<Aggregation>,
+    /// How to reduce each store in time; `None`: the values as they are.
+    pub reduction: Option<Reduction>,
+}
+
+/// A temporal reduction (DECISIONS, "Data portal"; reference section 6): every numeric
+/// variable with the time dimension resampled to `freq` (or grouped into a climatology) by
+/// `method`, as [`crate::convert::reduce`] describes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Reduction {
+    /// `time_freq`.
+    pub freq: Freq,
+    /// `time_method` (default mean).
+    pub method: Method,
+    /// `climatology`: group by the position within the year (or day) instead of resampling.
+    pub climatology: bool,
+    /// `min_coverage`: outputs of fewer valid inputs than this share of their group are
+    /// missing (0: no check).
+    pub min_coverage: f64,
+    /// `dtype`: what floating-point variables are written as.
+    pub dtype: OutputType,
+}
+
+/// `time_freq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Freq {
+    /// Hours.
+    Hourly,
+    /// Three hours from midnight.
+    #[serde(rename = "3hourly")]
+    ThreeHourly,
+    /// Six hours from midnight.
+    #[serde(rename = "6hourly")]
+    SixHourly,
+    /// Days.
+    Daily,
+    /// Calendar months.
+    Monthly,
+    /// Meteorological seasons: DJF, MAM, JJA, SON.
+    Seasonal,
+    /// Calendar years.
+    Yearly,
+    /// Ten calendar years from the first year of the data.
+    Decadal,
+}
+
+impl Freq {
+    /// Every value, in the reference's order, with its name.
+    pub(crate) const ALL: [(&'static str, Freq); 8] = [
+        ("hourly", Freq::Hourly),
+        ("3hourly", Freq::ThreeHourly),
+        ("6hourly", Freq::SixHourly),
+        ("daily", Freq::Daily),
+        ("monthly", Freq::Monthly),
+        ("seasonal", Freq::Seasonal),
+        ("yearly", Freq::Yearly),
+        ("decadal", Freq::Decadal),
+    ];
+
+    /// Its name in requests.
+    pub(crate) fn name(self) -> &'static str {
+        name_in(&Freq::ALL, self)
+    }
+
+    /// Whether a climatology of it means something (the reference: hourly, daily, monthly
+    /// and seasonal).
+    pub(crate) fn has_climatology(self) -> bool {
+        matches!(
+            self,
+            Freq::Hourly | Freq::Daily | Freq::Monthly | Freq::Seasonal
+        )
+    }
+}
+
+/// `time_method`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// Mean of the valid values.
+    Mean,
+    /// Sum of the valid values (0 when there are none).
+    Sum,
+    /// Least valid value.
+    Min,
+    /// Greatest valid value.
+    Max,
+    /// Population standard deviation (ddof 0).
+    Std,
+    /// Population variance (ddof 0).
+    Var,
+    /// Median.
+    Median,
+    /// Number of valid values.
+    Count,
+}
+
+impl Method {
+    /// Every value with its name.
+    pub(crate) const ALL: [(&'static str, Method); 8] = [
+        ("mean", Method::Mean),
+        ("sum", Method::Sum),
+        ("min", Method::Min),
+        ("max", Method::Max),
+        ("std", Method::Std),
+        ("var", Method::Var),
+        ("median", Method::Median),
+        ("count", Method::Count),
+    ];
+
+    /// Its name in requests and in `cell_methods`.
+    pub(crate) fn name(self) -> &'static str {
+        name_in(&Method::ALL, self)
+    }
+}
+
+/// The name of `value` in a list of every value with its name.
+fn name_in<T: PartialEq + Copy>(all: &[(&'static str, T)], value: T) -> &'static str {
+    all.iter()
+        .find(|(_, v)| *v == value)
+        .map(|(name, _)| *name)
+        .expect("every value is listed")
+}
+
+/// `dtype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputType {
+    /// 32-bit floats (the default).
+    Float32,
+    /// 64-bit floats.
+    Float64,
+    /// The type the reduction gives.
+    Keep,
 }
 
 /// How the sources of one store are combined (spec 2, endpoint 2, `aggregate` and its
@@ -174,14 +313,16 @@ pub enum GroupBy {
     Vars,
 }
 
-/// The options of a request that a later release implements, with the value that means
-/// "not set" besides `null`.
-const NOT_YET: [(&str, Option<&str>); 5] = [
-    ("time_freq", None),
-    ("time_method", None),
-    ("climatology", Some("false")),
-    ("min_coverage", Some("0")),
-    ("dtype", Some("float32")),
+/// The reduction options: in time, and the spatial ones the reference reserves.
+const REDUCTION: [&str; 8] = [
+    "time_freq",
+    "time_method",
+    "climatology",
+    "min_coverage",
+    "dtype",
+    "space",
+    "space_dims",
+    "weighting",
 ];
 
 /// Options of a conversion besides its sources.
@@ -284,20 +425,7 @@ impl ConvertRequest {
         } else {
             Vec::new()
         };
-        for (name, unset) in NOT_YET {
-            if let Some(value) = object.remove(name)
-                && !is_unset(&value, unset)
-            {
-                return Err(Error::invalid(
-                    name,
-                    Fault::Refused,
-                    format!(
-                        "Option '{name}' ({value}) is not supported by this server yet; \
-                         leave it out to convert the files as they are."
-                    ),
-                ));
-            }
-        }
+        let reduction = reduction(&mut object)?;
         let mut request = ConvertRequest {
             sources,
             public: false,
@@ -305,6 +433,7 @@ impl ConvertRequest {
             reload: false,
             chunking: Chunking::default(),
             aggregation: None,
+            reduction,
         };
         let mut mode = None;
         let mut aggregation = Aggregation {
@@ -437,8 +566,9 @@ impl ConvertRequest {
                         other,
                         Fault::Unknown,
                         format!(
-                            "Unknown option '{other}'; the options are {known}{}.",
-                            OPTIONS.join(", ")
+                            "Unknown option '{other}'; the options are {known}{}, {}.",
+                            OPTIONS.join(", "),
+                            REDUCTION.join(", ")
                         ),
                     ));
                 }
@@ -551,26 +681,139 @@ impl ShareRequest {
 
 /// Whether `key` is a conversion option of `load/{flavour}` rather than a search facet.
 pub(crate) fn is_option(key: &str) -> bool {
-    key == "data-vars" || OPTIONS.contains(&key) || NOT_YET.iter().any(|(name, _)| *name == key)
+    key == "data-vars" || OPTIONS.contains(&key) || REDUCTION.contains(&key)
 }
 
-/// Whether `value` means "not set" for an option whose default is `unset`.
-fn is_unset(value: &Value, unset: Option<&str>) -> bool {
-    let Some(unset) = unset else {
-        return false;
-    };
-    match value {
-        Value::Bool(b) => b.to_string() == unset,
-        Value::Number(n) => n.as_f64() == unset.parse::<f64>().ok(),
-        Value::String(s) => {
-            let s = s.trim().to_ascii_lowercase();
-            s == unset
-                || s.parse::<f64>()
-                    .ok()
-                    .is_some_and(|n| Some(n) == unset.parse().ok())
+/// Takes the reduction options out of `object` and validates them as the reference plans a
+/// reduction (its messages, its defaults).
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming the first option that is not valid.
+fn reduction(object: &mut Map<String, Value>) -> Result<Option<Reduction>> {
+    let mut given: HashMap<&str, Value> = HashMap::new();
+    for name in REDUCTION {
+        // As the reference: a value that is empty, false or zero is not set.
+        if let Some(value) = object.remove(name)
+            && !is_falsy(&value)
+        {
+            given.insert(name, value);
         }
-        _ => false,
     }
+    let refuse = |name: &str, message: String| Err(Error::invalid(name, Fault::Refused, message));
+    if let Some(name) = ["space", "space_dims", "weighting"]
+        .into_iter()
+        .find(|name| given.contains_key(name))
+    {
+        return refuse(
+            name,
+            format!(
+                "Spatial reduction is not implemented yet (option '{name}'). Only temporal \
+                 reduction is currently supported."
+            ),
+        );
+    }
+    let dtype = match given.get("dtype") {
+        None => OutputType::Float32,
+        Some(value) => reduction_choice(
+            "dtype",
+            value,
+            &[
+                ("float32", OutputType::Float32),
+                ("float64", OutputType::Float64),
+                ("keep", OutputType::Keep),
+            ],
+        )?,
+    };
+    let climatology = match given.get("climatology") {
+        None => false,
+        Some(value) => boolean("climatology", value)?,
+    };
+    let Some(freq) = given.get("time_freq") else {
+        if given.contains_key("time_method") || climatology {
+            let name = if climatology {
+                "climatology"
+            } else {
+                "time_method"
+            };
+            return refuse(
+                name,
+                "'time_method'/'climatology' require 'time_freq' to be set.".into(),
+            );
+        }
+        return Ok(None);
+    };
+    let freq = reduction_choice("time_freq", freq, &Freq::ALL)?;
+    let method = match given.get("time_method") {
+        None => Method::Mean,
+        Some(value) => reduction_choice("time_method", value, &Method::ALL)?,
+    };
+    let min_coverage = match given.get("min_coverage") {
+        None => 0.0,
+        Some(value) => number("min_coverage", value)?,
+    };
+    if !(0.0..=1.0).contains(&min_coverage) {
+        return refuse(
+            "min_coverage",
+            format!("min_coverage must be between 0 and 1, got {min_coverage:?}."),
+        );
+    }
+    if climatology && !freq.has_climatology() {
+        return refuse(
+            "climatology",
+            format!(
+                "A '{}' climatology is not meaningful. Allowed: hourly, daily, monthly, \
+                 seasonal.",
+                freq.name()
+            ),
+        );
+    }
+    Ok(Some(Reduction {
+        freq,
+        method,
+        climatology,
+        min_coverage,
+        dtype,
+    }))
+}
+
+/// Whether the reference takes `value` for "not set": null, false, zero, an empty string
+/// (and, from a query string, `False` or `0`).
+fn is_falsy(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => {
+            let s = s.trim();
+            s.is_empty() || s.eq_ignore_ascii_case("false") || s.parse::<f64>() == Ok(0.0)
+        }
+        Value::Array(items) => items.is_empty(),
+        Value::Object(fields) => fields.is_empty(),
+    }
+}
+
+/// A reduction option's value among `choices`, with the reference's message otherwise.
+fn reduction_choice<T: Copy>(name: &str, value: &Value, choices: &[(&str, T)]) -> Result<T> {
+    value
+        .as_str()
+        .and_then(|given| {
+            choices
+                .iter()
+                .find(|(known, _)| *known == given.trim())
+                .map(|(_, which)| *which)
+        })
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(known, _)| *known).collect();
+            let shown = match value {
+                Value::String(s) => format!("'{s}'"),
+                other => other.to_string(),
+            };
+            Error::invalid(
+                name,
+                Fault::Refused,
+                format!("Unknown {name} {shown}. Allowed: {}.", names.join(", ")),
+            )
+        })
 }
 
 /// The sources of a request: `path` as a string or a list of strings, each absolute.
@@ -802,8 +1045,41 @@ mod tests {
             ),
             (r#"{"path": "/a.nc", "dim": ""}"#, "dim"),
             (r#"{"path": "/a.nc", "dim": 3}"#, "dim"),
-            (r#"{"path": "/a.nc", "time_freq": "monthly"}"#, "time_freq"),
+            (r#"{"path": "/a.nc", "time_freq": "weekly"}"#, "time_freq"),
+            (r#"{"path": "/a.nc", "time_freq": 3}"#, "time_freq"),
+            (
+                r#"{"path": "/a.nc", "time_freq": "daily", "time_method": "mode"}"#,
+                "time_method",
+            ),
+            (
+                r#"{"path": "/a.nc", "time_freq": "daily", "dtype": "int8"}"#,
+                "dtype",
+            ),
+            (r#"{"path": "/a.nc", "dtype": "float16"}"#, "dtype"),
+            (
+                r#"{"path": "/a.nc", "time_freq": "daily", "min_coverage": 1.5}"#,
+                "min_coverage",
+            ),
+            (
+                r#"{"path": "/a.nc", "time_freq": "daily", "min_coverage": -0.1}"#,
+                "min_coverage",
+            ),
+            (
+                r#"{"path": "/a.nc", "time_freq": "daily", "min_coverage": "most"}"#,
+                "min_coverage",
+            ),
             (r#"{"path": "/a.nc", "climatology": true}"#, "climatology"),
+            (r#"{"path": "/a.nc", "time_method": "max"}"#, "time_method"),
+            (
+                r#"{"path": "/a.nc", "time_freq": "yearly", "climatology": true}"#,
+                "climatology",
+            ),
+            (
+                r#"{"path": "/a.nc", "time_freq": "daily", "climatology": "often"}"#,
+                "climatology",
+            ),
+            (r#"{"path": "/a.nc", "space": "mean"}"#, "space"),
+            (r#"{"path": "/a.nc", "weighting": "cos_lat"}"#, "weighting"),
         ] {
             let err = body(json).unwrap_err();
             assert_eq!(err.kind(), crate::ErrorKind::Invalid, "{json}");
@@ -816,12 +1092,65 @@ mod tests {
     }
 
     #[test]
-    fn spelled_out_defaults_of_later_options_are_no_options() {
+    fn reduction_options_without_time_freq_reduce_nothing() {
         let request = body(
-            r#"{"path": "/a.nc", "climatology": false, "min_coverage": 0.0, "dtype": "float32"}"#,
+            r#"{"path": "/a.nc", "climatology": false, "min_coverage": 0.0, "dtype": "float32",
+                "time_freq": "", "space": null}"#,
         )
         .unwrap();
         assert_eq!(request.sources, ["/a.nc"]);
+        assert_eq!(request.reduction, None);
+    }
+
+    #[test]
+    fn reduction_options_are_read_with_the_reference_defaults_and_messages() {
+        let request = body(r#"{"path": "/a.nc", "time_freq": "monthly"}"#).unwrap();
+        assert_eq!(
+            request.reduction,
+            Some(Reduction {
+                freq: Freq::Monthly,
+                method: Method::Mean,
+                climatology: false,
+                min_coverage: 0.0,
+                dtype: OutputType::Float32,
+            })
+        );
+        let query = pairs(&[
+            ("path", "/a.nc"),
+            ("time_freq", "seasonal"),
+            ("time_method", "median"),
+            ("climatology", "True"),
+            ("min_coverage", "0.75"),
+            ("dtype", "keep"),
+        ]);
+        let request = ConvertRequest::from_pairs(&query, MAX_TTL).unwrap();
+        assert_eq!(
+            request.reduction,
+            Some(Reduction {
+                freq: Freq::Seasonal,
+                method: Method::Median,
+                climatology: true,
+                min_coverage: 0.75,
+                dtype: OutputType::Keep,
+            })
+        );
+        let message = |json: &str| body(json).unwrap_err().to_string();
+        assert!(
+            message(r#"{"path": "/a.nc", "time_freq": "decadal", "climatology": true}"#)
+                .contains("A 'decadal' climatology is not meaningful.")
+        );
+        assert!(
+            message(r#"{"path": "/a.nc", "time_freq": "weekly"}"#)
+                .contains("Unknown time_freq 'weekly'.")
+        );
+        assert!(
+            message(r#"{"path": "/a.nc", "climatology": true}"#)
+                .contains("'time_method'/'climatology' require 'time_freq' to be set.")
+        );
+        assert!(
+            message(r#"{"path": "/a.nc", "space_dims": ["lat"]}"#)
+                .contains("Spatial reduction is not implemented yet")
+        );
     }
 
     #[test]

@@ -38,13 +38,25 @@ fn convert(json: &str) -> ConvertRequest {
 fn tokens_name_owner_and_sources_not_their_order_or_chunking() {
     let ab = ["/a.nc".to_string(), "/b.nc".to_string()];
     let ba = ["/b.nc".to_string(), "/a.nc".to_string()];
-    assert_eq!(token("jane", &ab, None), token("jane", &ba, None));
-    assert_ne!(token("jane", &ab, None), token("john", &ab, None));
-    assert_ne!(token("jane", &ab[..1], None), token("jane", &ab, None));
-    assert_eq!(token("jane", &ab, None).get_version_num(), 5);
+    assert_eq!(
+        token("jane", &ab, None, None),
+        token("jane", &ba, None, None)
+    );
+    assert_ne!(
+        token("jane", &ab, None, None),
+        token("john", &ab, None, None)
+    );
+    assert_ne!(
+        token("jane", &ab[..1], None, None),
+        token("jane", &ab, None, None)
+    );
+    assert_eq!(token("jane", &ab, None, None).get_version_num(), 5);
     // A name that looks like a pattern or a JSON fragment is just a name.
-    assert_ne!(token("*", &ab, None), token("jane", &ab, None));
-    assert_ne!(token("jane\",\"x", &ab, None), token("jane", &ab, None));
+    assert_ne!(token("*", &ab, None, None), token("jane", &ab, None, None));
+    assert_ne!(
+        token("jane\",\"x", &ab, None, None),
+        token("jane", &ab, None, None)
+    );
 }
 
 #[test]
@@ -59,17 +71,47 @@ fn tokens_of_aggregated_stores_name_the_options_and_the_order_of_sources() {
         .unwrap();
     // A concatenation's order is its sources' order.
     assert_ne!(
-        token("jane", &ab, Some(&concat)),
-        token("jane", &ba, Some(&concat))
+        token("jane", &ab, Some(&concat), None),
+        token("jane", &ba, Some(&concat), None)
     );
     assert_ne!(
-        token("jane", &ab, Some(&concat)),
-        token("jane", &ab, Some(&merge))
+        token("jane", &ab, Some(&concat), None),
+        token("jane", &ab, Some(&merge), None)
     );
-    assert_ne!(token("jane", &ab, Some(&merge)), token("jane", &ab, None));
+    assert_ne!(
+        token("jane", &ab, Some(&merge), None),
+        token("jane", &ab, None, None)
+    );
     // Options without `aggregate` do nothing and name the same store.
     let plain = convert(r#"{"path": ["/a.nc"], "join": "outer", "compat": "override"}"#);
     assert_eq!(plain.aggregation, None);
+}
+
+#[test]
+fn tokens_of_reduced_stores_name_every_reduction_option() {
+    let a = ["/a.nc".to_string()];
+    let reduction = |json: &str| convert(json).reduction.unwrap();
+    let monthly = reduction(r#"{"path": "/a.nc", "time_freq": "monthly"}"#);
+    let variants = [
+        reduction(r#"{"path": "/a.nc", "time_freq": "daily"}"#),
+        reduction(r#"{"path": "/a.nc", "time_freq": "monthly", "time_method": "max"}"#),
+        reduction(r#"{"path": "/a.nc", "time_freq": "monthly", "climatology": true}"#),
+        reduction(r#"{"path": "/a.nc", "time_freq": "monthly", "min_coverage": 0.5}"#),
+        reduction(r#"{"path": "/a.nc", "time_freq": "monthly", "dtype": "keep"}"#),
+    ];
+    let plain = token("jane", &a, None, None);
+    let reduced = token("jane", &a, None, Some(&monthly));
+    assert_ne!(plain, reduced);
+    for other in &variants {
+        assert_ne!(reduced, token("jane", &a, None, Some(other)), "{other:?}");
+    }
+    // The defaults spelt out name the same store.
+    let spelt = reduction(
+        r#"{"path": "/a.nc", "time_freq": "monthly", "time_method": "mean", "dtype": "float32",
+            "climatology": false, "min_coverage": 0}"#,
+    );
+    assert_eq!(reduced, token("jane", &a, None, Some(&spelt)));
+    assert_ne!(reduced, token("john", &a, None, Some(&monthly)));
 }
 
 #[test]

@@ -1,0 +1,1246 @@
+//! Temporal reduction (`time_freq`, `time_method`, `climatology`, `min_coverage`, `dtype`):
+//! each group of a store (one source, or what [`super::combine`] made of several) resampled
+//! in time, or grouped into a climatology, before it is written. The semantics are the
+//! reference's reducer (reference section 6) on xarray:
+//!
+//! - **Time dimension**: the first of `time`, `valid_time`, `t` that is a dimension with a
+//!   variable of its name, else any dimension whose variable's `units` contain `" since "`.
+//!   Without one: "Cannot reduce in time: the dataset has no time dimension."
+//! - **Upsampling guard** (resampling only): from the undecoded axis in seconds (units of
+//!   seconds, minutes, hours or days), `span // nominal(freq) + 1` output steps must not exceed
+//!   `1.01 * n + 1`, else "... which is not a reduction." The same bound is applied to the
+//!   bins themselves when the units are of months or years (which the reference skips), so a
+//!   request's work is bounded in every case.
+//! - **CF decoding** as `xr.decode_cf` (mask and scale): `_FillValue` and `missing_value`
+//!   become NaN, `scale_factor` and `add_offset` are applied, in the float type xarray chooses
+//!   ([`Decoding`]). Bounds variables (named in a `bounds` attribute, or ending in `_bnds`,
+//!   `_bounds`, `_vertices`) are dropped.
+//! - **Variables**: numeric data variables with the time dimension are reduced; data
+//!   variables without it are carried over (decoded); non-numeric ones with it (and those
+//!   whose units make them times) are dropped. None to reduce: an error.
+//! - **Resampling** as pandas `resample` with the reference's offsets (`h`, `3h`, `6h`, `D`,
+//!   `MS`, `QS-DEC`, `YS`, `10YS`): bins closed and labelled on the left; hourly bins counted
+//!   from midnight of the first time step's day; decades from 1 January of its year. Every
+//!   bin from the first to the last is an output step; an empty one is NaN for every method,
+//!   which makes integer results floats as numpy does.
+//! - **Climatology** groups by hour, day of year, month or season (`DJF`, `JJA`, `MAM`, `SON`,
+//!   xarray's sorted order) and replaces the time dimension by `hour`, `dayofyear`, `month` or
+//!   `season`, holding the groups present.
+//! - **Methods** skip NaN as xarray does: `sum` of nothing is 0, `count` counts, `std` and
+//!   `var` are of the population (ddof 0), the others of nothing are NaN.
+//! - **min_coverage**: a float result whose group has fewer valid values than that share of
+//!   its steps is NaN.
+//! - **Output**: `cell_methods` of every data variable gets `time: mean (monthly)` (a
+//!   climatology `time: mean over monthly`), floating-point data variables are cast to `dtype`,
+//!   the time axis is re-encoded in whole days, hours, minutes or seconds since its first
+//!   label, in the source's calendar.
+//!
+//! Resampling needs a time axis in increasing order, as xarray's does (sources concatenated
+//! out of order, or of different calendars, fail with a reason).
+//!
+//! Values are computed in 64-bit floats, each output chunk from the slabs of the time steps
+//! its groups cover, at most [`READ_ELEMENTS`] values at a time. They can differ from xarray's
+//! in the last bits where xarray reduces 32-bit floats in 32 bits (as results of different
+//! dask chunkings differ among themselves); with `dtype=float64`, xarray casts that 32-bit
+//! result, and svcd keeps its 64-bit one. Integers beyond 2^53 lose precision in `sum`, `min`
+//! and `max`.
+
+use std::sync::Arc;
+
+use netcdf::types::{FloatType, IntType};
+use serde_json::{Map, Value, json};
+
+use super::combine::{self, CombinedVar, Origin, Part, Slabs};
+use super::metadata::{Dtype, Packing, VarInfo, float_json};
+use super::plan::Dim;
+use super::write::to_usize;
+use crate::crawl::cf_time::{Calendar, Date, DateTime, TimeUnits};
+use crate::stores::request::{Freq, Method, OutputType, Reduction};
+
+const F32: Dtype = Dtype::Float(FloatType::F32);
+const F64: Dtype = Dtype::Float(FloatType::F64);
+const I64: Dtype = Dtype::Int(IntType::I64);
+
+/// Values held at once while reducing one output chunk (32 MiB of 64-bit floats).
+const READ_ELEMENTS: u64 = 4 << 20;
+
+/// Names of the time dimension, in order of preference.
+const TIME_NAMES: [&str; 3] = ["time", "valid_time", "t"];
+
+/// How much longer than its input an output axis may be and still be a reduction.
+const INFLATION_TOLERANCE: f64 = 1.01;
+
+const SECONDS_PER_DAY: i64 = 86_400;
+
+/// How xarray decodes a variable (`mask_and_scale`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Decoding {
+    /// Raw values that mean missing (`_FillValue`, `missing_value`).
+    missing: Vec<f64>,
+    /// `scale_factor`.
+    scale: Option<f64>,
+    /// `add_offset`.
+    offset: Option<f64>,
+    /// The type decoding gives.
+    to: Dtype,
+}
+
+impl Decoding {
+    /// How `info` is decoded; `None` when decoding leaves it as it is.
+    fn of(info: &VarInfo) -> Option<Decoding> {
+        if !matches!(info.dtype, Dtype::Int(_) | Dtype::Float(_)) {
+            return None;
+        }
+        let mut missing: Vec<f64> = Vec::new();
+        for value in [Some(&info.fill_value), info.attrs.get("missing_value")]
+            .into_iter()
+            .flatten()
+        {
+            match value {
+                Value::Array(values) => missing.extend(values.iter().filter_map(number)),
+                value => missing.extend(number(value)),
+            }
+        }
+        missing.retain(|m| !m.is_nan());
+        let scale = info.attrs.get("scale_factor").and_then(first_number);
+        let offset = info.attrs.get("add_offset").and_then(first_number);
+        let to = decoded_type(info.dtype, info.packing);
+        let masks = !missing.is_empty() || info.attrs.contains_key("missing_value");
+        let fill = !info.fill_value.is_null();
+        if !masks && !fill && scale.is_none() && offset.is_none() {
+            return None;
+        }
+        if missing.is_empty() && scale.is_none() && offset.is_none() && to == info.dtype {
+            return None;
+        }
+        Some(Decoding {
+            missing,
+            scale,
+            offset,
+            to,
+        })
+    }
+
+    /// Decodes one raw value.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "32-bit results are computed in 32 bits, as xarray does"
+    )]
+    fn value(&self, raw: f64) -> f64 {
+        if self.missing.contains(&raw) {
+            return f64::NAN;
+        }
+        if self.to == F32 {
+            let mut v = raw as f32;
+            if let Some(scale) = self.scale {
+                v *= scale as f32;
+            }
+            if let Some(offset) = self.offset {
+                v += offset as f32;
+            }
+            f64::from(v)
+        } else {
+            let mut v = raw;
+            if let Some(scale) = self.scale {
+                v *= scale;
+            }
+            if let Some(offset) = self.offset {
+                v += offset;
+            }
+            v
+        }
+    }
+}
+
+/// The float type xarray decodes a masked or packed variable of `dtype` to
+/// (`_choose_float_dtype`): the packing attributes' type when both have one float type (64
+/// bits for 32-bit integers), 64 bits with any other `add_offset`, the `scale_factor`'s float
+/// type alone; unpacked, 32 bits for floats of at most 4 bytes and integers of at most 2.
+fn decoded_type(dtype: Dtype, packing: Packing) -> Dtype {
+    match (packing.scale, packing.offset) {
+        (Some(scale), Some(offset)) if scale == offset && matches!(scale, Dtype::Float(_)) => {
+            if matches!(dtype, Dtype::Int(_)) && dtype.size() == 4 {
+                F64
+            } else {
+                scale
+            }
+        }
+        (_, Some(_)) => F64,
+        (Some(Dtype::Float(float)), None) => Dtype::Float(float),
+        (Some(_), None) => F64,
+        (None, None) => match dtype {
+            Dtype::Float(_) if dtype.size() <= 4 => F32,
+            Dtype::Int(_) if dtype.size() <= 2 => F32,
+            _ => F64,
+        },
+    }
+}
+
+/// A JSON number, or the string zarr writes for a non-finite one.
+fn number(value: &Value) -> Option<f64> {
+    match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// An attribute's number, or the first of its numbers.
+fn first_number(value: &Value) -> Option<f64> {
+    match value {
+        Value::Array(values) => values.first().and_then(number),
+        value => number(value),
+    }
+}
+
+/// Raw little-endian values of `from` as decoded numbers.
+fn decode(raw: &[u8], from: Dtype, decoding: Option<&Decoding>) -> Result<Vec<f64>, String> {
+    let values = combine::floats(raw, from).ok_or("strings cannot be decoded as numbers")?;
+    Ok(match decoding {
+        Some(decoding) => values.into_iter().map(|v| decoding.value(v)).collect(),
+        None => values,
+    })
+}
+
+/// Numbers as little-endian values of `dtype` (integers are whole here; NaN never is one).
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "the values are of `dtype`: whole and in range for integers"
+)]
+fn encode(values: &[f64], dtype: Dtype) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * to_usize(dtype.size()));
+    for &v in values {
+        match dtype {
+            Dtype::Float(FloatType::F32) => out.extend((v as f32).to_le_bytes()),
+            Dtype::Float(FloatType::F64) => out.extend(v.to_le_bytes()),
+            Dtype::Int(IntType::I8) => out.extend((v as i8).to_le_bytes()),
+            Dtype::Int(IntType::U8) => out.extend((v as u8).to_le_bytes()),
+            Dtype::Int(IntType::I16) => out.extend((v as i16).to_le_bytes()),
+            Dtype::Int(IntType::U16) => out.extend((v as u16).to_le_bytes()),
+            Dtype::Int(IntType::I32) => out.extend((v as i32).to_le_bytes()),
+            Dtype::Int(IntType::U32) => out.extend((v as u32).to_le_bytes()),
+            Dtype::Int(IntType::I64) => out.extend((v as i64).to_le_bytes()),
+            Dtype::Int(IntType::U64) => out.extend((v as u64).to_le_bytes()),
+            Dtype::Char | Dtype::String => {}
+        }
+    }
+    out
+}
+
+/// A variable carried over decoded (and cast).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Decoded {
+    /// The variable as it was.
+    source: CombinedVar,
+    /// How it is decoded (`None`: only cast).
+    decoding: Option<Decoding>,
+}
+
+/// The block `start`/`count` of a decoded variable of type `info.dtype`.
+///
+/// # Errors
+/// A sentence naming the file and variable that could not be read.
+pub(crate) fn read_decoded(
+    slabs: &mut dyn Slabs,
+    decoded: &Decoded,
+    info: &VarInfo,
+    start: &[u64],
+    count: &[u64],
+) -> Result<Vec<u8>, String> {
+    let raw = combine::read_block(slabs, &decoded.source, start, count)?;
+    let values = decode(&raw, decoded.source.info.dtype, decoded.decoding.as_ref())?;
+    Ok(encode(&values, info.dtype))
+}
+
+/// A variable reduced in time.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Reduced {
+    /// The variable as it was.
+    source: CombinedVar,
+    /// How its values are decoded first.
+    decoding: Option<Decoding>,
+    /// Its time axis.
+    axis: usize,
+    /// The time steps of each output step, as runs `(first, length)`.
+    groups: Arc<[Vec<(u64, u64)>]>,
+    /// How a group's values become one.
+    method: Method,
+    /// Results of groups with a smaller share of valid values are NaN.
+    min_coverage: Option<f64>,
+}
+
+impl Reduced {
+    /// The result of one group's values (NaN: missing), which it reorders.
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "a group has far fewer than 2^53 values"
+    )]
+    fn reduce(&self, xs: &mut [f64]) -> f64 {
+        let n = xs.len();
+        let mut k = 0;
+        for i in 0..n {
+            if !xs[i].is_nan() {
+                xs[k] = xs[i];
+                k += 1;
+            }
+        }
+        if let Some(least) = self.min_coverage
+            && (k as f64 / n as f64) < least
+        {
+            return f64::NAN;
+        }
+        let valid = &mut xs[..k];
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let variance = |v: &[f64]| {
+            let m = mean(v);
+            v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64
+        };
+        if k == 0 {
+            return match self.method {
+                Method::Sum | Method::Count => 0.0,
+                _ => f64::NAN,
+            };
+        }
+        match self.method {
+            Method::Mean => mean(valid),
+            Method::Sum => valid.iter().sum(),
+            Method::Min => valid.iter().copied().fold(f64::INFINITY, f64::min),
+            Method::Max => valid.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            Method::Var => variance(valid),
+            Method::Std => variance(valid).sqrt(),
+            Method::Median => {
+                valid.sort_unstable_by(f64::total_cmp);
+                if k % 2 == 1 {
+                    valid[k / 2]
+                } else {
+                    f64::midpoint(valid[k / 2 - 1], valid[k / 2])
+                }
+            }
+            Method::Count => k as f64,
+        }
+    }
+}
+
+/// The block `start`/`count` of a reduced variable of type `info.dtype`: for each output
+/// step, the slabs of its time steps over the block's other axes, read in pieces of at most
+/// [`READ_ELEMENTS`] values.
+///
+/// # Errors
+/// A sentence naming the file and variable that could not be read.
+pub(crate) fn read_reduced(
+    slabs: &mut dyn Slabs,
+    reduced: &Reduced,
+    info: &VarInfo,
+    start: &[u64],
+    count: &[u64],
+) -> Result<Vec<u8>, String> {
+    let axis = reduced.axis;
+    let mut other_start = start.to_vec();
+    other_start.remove(axis);
+    let mut other_count = count.to_vec();
+    other_count.remove(axis);
+    let spatial = to_usize(other_count.iter().product());
+    let outer = to_usize(count[..axis].iter().product());
+    let inner = to_usize(count[axis + 1..].iter().product());
+    let along = to_usize(count[axis]);
+    let mut out = vec![f64::NAN; outer * along * inner];
+    let mut results = vec![f64::NAN; spatial];
+    for j in 0..along {
+        let group = &reduced.groups[to_usize(start[axis]) + j];
+        let n: u64 = group.iter().map(|(_, len)| len).sum();
+        results.fill(f64::NAN);
+        if let Some(most) = READ_ELEMENTS.checked_div(n) {
+            for (sub_start, sub_count) in combine::slab_ranges(&other_count, most) {
+                let offset = flat_index(&sub_start, &other_count);
+                let elements = to_usize(sub_count.iter().product());
+                let sub_outer = to_usize(sub_count[..axis].iter().product());
+                let sub_inner = to_usize(sub_count[axis..].iter().product());
+                let steps = to_usize(n);
+                let mut columns = vec![f64::NAN; elements * steps];
+                let mut done = 0;
+                for &(first, len) in group {
+                    let mut s: Vec<u64> = other_start
+                        .iter()
+                        .zip(&sub_start)
+                        .map(|(a, b)| a + b)
+                        .collect();
+                    s.insert(axis, first);
+                    let mut c = sub_count.clone();
+                    c.insert(axis, len);
+                    let raw = combine::read_block(slabs, &reduced.source, &s, &c)?;
+                    let values =
+                        decode(&raw, reduced.source.info.dtype, reduced.decoding.as_ref())?;
+                    let len = to_usize(len);
+                    for o in 0..sub_outer {
+                        for k in 0..len {
+                            for i in 0..sub_inner {
+                                let e = o * sub_inner + i;
+                                columns[e * steps + done + k] =
+                                    values[(o * len + k) * sub_inner + i];
+                            }
+                        }
+                    }
+                    done += len;
+                }
+                for (e, column) in columns.chunks_exact_mut(steps).enumerate() {
+                    results[offset + e] = reduced.reduce(column);
+                }
+            }
+        }
+        for o in 0..outer {
+            for i in 0..inner {
+                out[(o * along + j) * inner + i] = results[o * inner + i];
+            }
+        }
+    }
+    Ok(encode(&out, info.dtype))
+}
+
+/// The position of `index` in C order within `shape`.
+fn flat_index(index: &[u64], shape: &[u64]) -> usize {
+    let mut flat = 0u64;
+    for (i, len) in index.iter().zip(shape) {
+        flat = flat * len + i;
+    }
+    to_usize(flat)
+}
+
+/// The type a method gives for values of the (decoded) type `dtype`, as numpy.
+fn reduced_type(dtype: Dtype, method: Method) -> Dtype {
+    match (dtype, method) {
+        (_, Method::Count) => I64,
+        (Dtype::Float(_), _) => dtype,
+        (Dtype::Int(_), Method::Mean | Method::Std | Method::Var | Method::Median) => F64,
+        (Dtype::Int(IntType::U8 | IntType::U16 | IntType::U32 | IntType::U64), Method::Sum) => {
+            Dtype::Int(IntType::U64)
+        }
+        (Dtype::Int(_), Method::Sum) => I64,
+        _ => dtype,
+    }
+}
+
+/// Where a group's time steps fall on the output axis.
+struct Grouping {
+    /// The output axis.
+    axis: CombinedVar,
+    /// The time steps of each output step.
+    groups: Vec<Vec<u64>>,
+}
+
+/// Reduces one group of a store as `reduction` says.
+///
+/// # Errors
+/// The reason for the store's failed status, with the reference's sentence where it has one.
+pub(crate) fn reduce(
+    part: Part,
+    reduction: &Reduction,
+    slabs: &mut dyn Slabs,
+) -> Result<Part, String> {
+    let Some(time) = time_dim(&part) else {
+        let mut dims = dim_names(&part);
+        dims.sort();
+        return Err(format!(
+            "Cannot reduce in time: the dataset has no time dimension. Dimensions: {}.",
+            dims.join(", ")
+        ));
+    };
+    let time_var = part
+        .vars
+        .iter()
+        .find(|v| v.info.name == time)
+        .expect("the time dimension has a variable")
+        .clone();
+    if time_var.info.dims.len() != 1 || time_var.info.dims[0].name != time {
+        return Err(format!(
+            "Cannot reduce in time: variable {time:?} is not the coordinate of dimension {time:?}"
+        ));
+    }
+    let raw = combine::read_block(slabs, &time_var, &[0], &[time_var.info.dims[0].len])?;
+    let raw = combine::floats(&raw, time_var.info.dtype)
+        .ok_or_else(|| format!("time coordinate {time:?} holds strings"))?;
+    let units = time_var
+        .info
+        .attrs
+        .get("units")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if !reduction.climatology {
+        check_not_inflating(&raw, &units, reduction.freq)?;
+    }
+    let calendar_attr = time_var.info.attrs.get("calendar").and_then(Value::as_str);
+    let time_units = TimeUnits::parse(&units, calendar_attr)
+        .map_err(|e| format!("Cannot reduce in time: time coordinate {time:?}: {e}"))?;
+    let calendar = Calendar::parse(calendar_attr).expect("parsed with the units");
+    let stamps = raw
+        .iter()
+        .map(|&v| {
+            time_units.datetime(v).ok_or_else(|| {
+                format!("Cannot reduce in time: time value {v} of {time:?} is not a date")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let grouping = if reduction.climatology {
+        climatology(&stamps, reduction.freq, calendar, &part)?
+    } else {
+        resample(&stamps, reduction.freq, calendar, &time_var, calendar_attr)?
+    };
+    let empty = grouping.groups.iter().any(Vec::is_empty);
+    let groups: Arc<[Vec<(u64, u64)>]> = grouping.groups.iter().map(|g| runs(g)).collect();
+    let out_len = grouping.axis.info.dims[0].len;
+    let out_dim = grouping.axis.info.name.clone();
+    let fragment = if reduction.climatology {
+        format!(
+            "{time}: {} over {}",
+            reduction.method.name(),
+            reduction.freq.name()
+        )
+    } else {
+        format!(
+            "{time}: {} ({})",
+            reduction.method.name(),
+            reduction.freq.name()
+        )
+    };
+    let bounds = bounds_variables(&part);
+    let mut vars = Vec::with_capacity(part.vars.len());
+    let mut reduced_any = false;
+    for var in part.vars {
+        let name = var.info.name.clone();
+        if bounds.contains(&name) {
+            continue;
+        }
+        if name == time {
+            vars.push(grouping.axis.clone());
+            continue;
+        }
+        let Some(axis) = var.info.dims.iter().position(|d| d.name == time) else {
+            vars.push(carried(var, reduction.dtype, &fragment));
+            continue;
+        };
+        if var.info.is_coordinate() || !is_numeric(&var.info) {
+            // Not reducible, and its length would no longer match: dropped.
+            continue;
+        }
+        reduced_any = true;
+        let decoding = Decoding::of(&var.info);
+        let decoded = decoding.as_ref().map_or(var.info.dtype, |d| d.to);
+        let mut dtype = reduced_type(decoded, reduction.method);
+        if empty {
+            dtype = combine::with_missing(dtype).unwrap_or(dtype);
+        }
+        let masked = reduction.min_coverage > 0.0 && matches!(decoded, Dtype::Float(_));
+        if masked {
+            dtype = combine::with_missing(dtype).unwrap_or(dtype);
+        }
+        dtype = cast_type(dtype, reduction.dtype);
+        let mut dims = var.info.dims.clone();
+        dims[axis] = Dim {
+            name: out_dim.clone(),
+            len: out_len,
+        };
+        let mut attrs = decoded_attrs(&var.info.attrs, decoding.is_some());
+        tag(&mut attrs, &fragment);
+        let info = VarInfo {
+            name,
+            dims,
+            dtype,
+            fill_value: fill_of(dtype),
+            attrs,
+            packing: Packing::default(),
+        };
+        vars.push(CombinedVar {
+            info,
+            origin: Origin::Reduced(Arc::new(Reduced {
+                source: var,
+                decoding,
+                axis,
+                groups: groups.clone(),
+                method: reduction.method,
+                min_coverage: masked.then_some(reduction.min_coverage),
+            })),
+        });
+    }
+    if !reduced_any {
+        return Err(format!(
+            "No numeric variable spans the time dimension {time:?}; nothing can be reduced."
+        ));
+    }
+    Ok(Part {
+        attrs: part.attrs,
+        vars,
+        names: part.names,
+    })
+}
+
+/// The time dimension of `part`, as the reference finds it.
+fn time_dim(part: &Part) -> Option<String> {
+    let dims = dim_names(part);
+    let has_var = |name: &str| part.vars.iter().any(|v| v.info.name == name);
+    if let Some(name) = TIME_NAMES
+        .iter()
+        .find(|name| dims.iter().any(|d| d == *name) && has_var(name))
+    {
+        return Some((*name).to_string());
+    }
+    dims.into_iter().find(|name| {
+        part.vars
+            .iter()
+            .any(|v| &v.info.name == name && is_time_like(&v.info))
+    })
+}
+
+/// The dimension names of `part`, in order of first use.
+fn dim_names(part: &Part) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for dim in part.vars.iter().flat_map(|v| &v.info.dims) {
+        if !names.contains(&dim.name) {
+            names.push(dim.name.clone());
+        }
+    }
+    names
+}
+
+/// Whether xarray decodes the variable to times (its units are `<unit> since <date>`).
+fn is_time_like(info: &VarInfo) -> bool {
+    info.attrs
+        .get("units")
+        .and_then(Value::as_str)
+        .is_some_and(|units| units.contains(" since "))
+}
+
+/// Whether a variable's decoded values are numbers.
+fn is_numeric(info: &VarInfo) -> bool {
+    matches!(info.dtype, Dtype::Int(_) | Dtype::Float(_)) && !is_time_like(info)
+}
+
+/// The bounds variables of `part`: named by a `bounds` attribute, or by their suffix.
+fn bounds_variables(part: &Part) -> Vec<String> {
+    let mut names = Vec::new();
+    for var in &part.vars {
+        if let Some(bounds) = var.info.attrs.get("bounds").and_then(Value::as_str)
+            && part.vars.iter().any(|v| v.info.name == bounds)
+        {
+            names.push(bounds.to_string());
+        }
+        let name = &var.info.name;
+        if name.ends_with("_bnds") || name.ends_with("_bounds") || name.ends_with("_vertices") {
+            names.push(name.clone());
+        }
+    }
+    names
+}
+
+/// A variable without the time dimension as the reduced store holds it: decoded, and a
+/// floating-point data variable cast to `dtype` and tagged with `fragment`.
+fn carried(var: CombinedVar, dtype: OutputType, fragment: &str) -> CombinedVar {
+    if is_time_like(&var.info) || !matches!(var.info.dtype, Dtype::Int(_) | Dtype::Float(_)) {
+        // Times stay encoded (a reader decodes them as xarray did); text stays text.
+        let mut var = var;
+        if !var.info.is_coordinate() {
+            tag(&mut var.info.attrs, fragment);
+        }
+        return var;
+    }
+    let data = !var.info.is_coordinate();
+    let decoding = Decoding::of(&var.info);
+    let decoded = decoding.as_ref().map_or(var.info.dtype, |d| d.to);
+    let out = if data {
+        cast_type(decoded, dtype)
+    } else {
+        decoded
+    };
+    let mut attrs = decoded_attrs(&var.info.attrs, decoding.is_some());
+    if data {
+        tag(&mut attrs, fragment);
+    }
+    if decoding.is_none() && out == var.info.dtype {
+        return CombinedVar {
+            info: VarInfo { attrs, ..var.info },
+            origin: var.origin,
+        };
+    }
+    let fill_value = if decoding.is_some() {
+        fill_of(out)
+    } else {
+        var.info.fill_value.clone()
+    };
+    CombinedVar {
+        info: VarInfo {
+            name: var.info.name.clone(),
+            dims: var.info.dims.clone(),
+            dtype: out,
+            attrs,
+            fill_value,
+            packing: Packing::default(),
+        },
+        origin: Origin::Decoded(Arc::new(Decoded {
+            source: var,
+            decoding,
+        })),
+    }
+}
+
+/// A float type as `dtype` asks; other types as they are.
+fn cast_type(dtype: Dtype, asked: OutputType) -> Dtype {
+    match (dtype, asked) {
+        (Dtype::Float(_), OutputType::Float32) => F32,
+        (Dtype::Float(_), OutputType::Float64) => F64,
+        _ => dtype,
+    }
+}
+
+/// The `fill_value` of a decoded array: NaN for floats, none for integers.
+fn fill_of(dtype: Dtype) -> Value {
+    match dtype {
+        Dtype::Float(_) => float_json(f64::NAN),
+        _ => Value::Null,
+    }
+}
+
+/// Attributes after decoding: the masking and packing ones are spent.
+fn decoded_attrs(attrs: &Map<String, Value>, decoded: bool) -> Map<String, Value> {
+    let mut attrs = attrs.clone();
+    if decoded {
+        for spent in ["missing_value", "scale_factor", "add_offset"] {
+            attrs.remove(spent);
+        }
+    }
+    attrs
+}
+
+/// Appends `fragment` to `cell_methods`.
+fn tag(attrs: &mut Map<String, Value>, fragment: &str) {
+    let existing = match attrs.get("cell_methods") {
+        Some(Value::String(s)) => s.trim().to_string(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    };
+    let tagged = format!("{existing} {fragment}").trim().to_string();
+    attrs.insert("cell_methods".into(), Value::String(tagged));
+}
+
+/// Consecutive time steps as runs `(first, length)`.
+fn runs(steps: &[u64]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &step in steps {
+        match runs.last_mut() {
+            Some((first, len)) if *first + *len == step => *len += 1,
+            _ => runs.push((step, 1)),
+        }
+    }
+    runs
+}
+
+/// Seconds of a CF time unit, as the reference reads an undecoded axis.
+fn unit_seconds(unit: &str) -> Option<f64> {
+    Some(match unit {
+        "second" | "seconds" | "sec" | "s" => 1.0,
+        "minute" | "minutes" | "min" => 60.0,
+        "hour" | "hours" | "hr" | "h" => 3600.0,
+        "day" | "days" | "d" => 86_400.0,
+        _ => return None,
+    })
+}
+
+/// The nominal length of `freq` in seconds (mean lengths for calendar periods).
+fn nominal_seconds(freq: Freq) -> f64 {
+    match freq {
+        Freq::Hourly => 3600.0,
+        Freq::ThreeHourly => 3.0 * 3600.0,
+        Freq::SixHourly => 6.0 * 3600.0,
+        Freq::Daily => 86_400.0,
+        Freq::Monthly => 30.44 * 86_400.0,
+        Freq::Seasonal => 91.31 * 86_400.0,
+        Freq::Yearly => 365.25 * 86_400.0,
+        Freq::Decadal => 3652.5 * 86_400.0,
+    }
+}
+
+/// The reference's upsampling guard on the undecoded axis `raw` with `units`: skipped when
+/// the axis has fewer than two steps or its unit is not one of seconds to days.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_precision_loss,
+    reason = "step counts of a bounded axis"
+)]
+fn check_not_inflating(raw: &[f64], units: &str, freq: Freq) -> Result<(), String> {
+    let lower = units.to_lowercase();
+    let Some((unit, _)) = lower.split_once(" since ") else {
+        return Ok(());
+    };
+    let Some(scale) = unit_seconds(unit.trim()) else {
+        return Ok(());
+    };
+    if raw.len() < 2 {
+        return Ok(());
+    }
+    let seconds: Vec<f64> = raw
+        .iter()
+        .map(|v| v * scale)
+        .filter(|v| !v.is_nan())
+        .collect();
+    let (lo, hi) = seconds
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
+    let span = hi - lo;
+    if span.is_nan() || span <= 0.0 {
+        return Ok(());
+    }
+    let target = nominal_seconds(freq);
+    let produced = (span / target).floor() + 1.0;
+    let n = raw.len();
+    if produced <= n as f64 * INFLATION_TOLERANCE + 1.0 {
+        return Ok(());
+    }
+    let mut steps: Vec<f64> = raw.windows(2).map(|w| (w[1] - w[0]) * scale).collect();
+    steps.sort_unstable_by(f64::total_cmp);
+    let step = match steps.len() {
+        0 => None,
+        k if k % 2 == 1 => Some(steps[k / 2]),
+        k => Some(f64::midpoint(steps[k / 2 - 1], steps[k / 2])),
+    };
+    Err(not_a_reduction(
+        freq,
+        produced.min(u64::MAX as f64) as u64,
+        n,
+        Some((span, step)),
+    ))
+}
+
+/// The reference's message for a resampling that would grow the time axis.
+fn not_a_reduction(
+    freq: Freq,
+    produced: u64,
+    n: usize,
+    axis: Option<(f64, Option<f64>)>,
+) -> String {
+    let mut message = format!(
+        "Cannot reduce to '{}': that would produce {produced} time steps from {n}, which is \
+         not a reduction.",
+        freq.name()
+    );
+    if let Some((span, step)) = axis {
+        message.push_str(&format!(
+            " The source spans {} with a step of {}; '{}' is {}.",
+            describe_seconds(span),
+            step.map_or_else(|| "unknown".to_string(), describe_seconds),
+            freq.name(),
+            describe_seconds(nominal_seconds(freq)),
+        ));
+    }
+    message.push_str(
+        " Either the requested frequency is finer than the data, or the time axis is sparse \
+         -- resampling fills every period between the first and last time step.",
+    );
+    message
+}
+
+/// A duration in the largest unit that keeps it at least 1, as the reference writes it.
+fn describe_seconds(seconds: f64) -> String {
+    for (scale, unit) in [(86_400.0, "day"), (3600.0, "hour"), (60.0, "minute")] {
+        if seconds >= scale {
+            let value = seconds / scale;
+            let plural = if (value - 1.0).abs() < f64::EPSILON {
+                ""
+            } else {
+                "s"
+            };
+            return format!("{} {unit}{plural}", six_digits(value));
+        }
+    }
+    format!("{} seconds", six_digits(seconds))
+}
+
+/// A number with at most six significant digits, as Python's `{:.6g}`.
+fn six_digits(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    #[expect(clippy::cast_possible_truncation, reason = "a decimal exponent")]
+    let exponent = x.abs().log10().floor() as i32;
+    if !(-4..6).contains(&exponent) {
+        let text = format!("{x:.5e}");
+        let (mantissa, exp) = text.split_once('e').unwrap_or((&text, "0"));
+        let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
+        let exp: i32 = exp.parse().unwrap_or(0);
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.abs());
+    }
+    let decimals = usize::try_from(5 - exponent).unwrap_or(0);
+    let text = format!("{x:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
+/// Seconds since the calendar's day zero.
+fn absolute(stamp: DateTime, calendar: Calendar) -> i64 {
+    calendar.day_number(stamp.date) * SECONDS_PER_DAY + stamp.seconds
+}
+
+/// The date-time `seconds` after the calendar's day zero.
+fn from_absolute(seconds: i64, calendar: Calendar) -> DateTime {
+    DateTime {
+        date: calendar.date(seconds.div_euclid(SECONDS_PER_DAY)),
+        seconds: seconds.rem_euclid(SECONDS_PER_DAY),
+    }
+}
+
+/// Resampling bins (pandas' `resample` with the reference's offsets), closed and labelled on
+/// the left: the output axis and the time steps of each bin.
+fn resample(
+    stamps: &[DateTime],
+    freq: Freq,
+    calendar: Calendar,
+    time_var: &CombinedVar,
+    calendar_attr: Option<&str>,
+) -> Result<Grouping, String> {
+    let first = *stamps
+        .first()
+        .ok_or("Cannot reduce in time: the time axis is empty")?;
+    if let Some(step) = stamps
+        .windows(2)
+        .position(|w| absolute(w[1], calendar) < absolute(w[0], calendar))
+    {
+        return Err(format!(
+            "Cannot resample: the time axis {:?} is not in increasing order (step {} goes back \
+             from {} to {}); concatenate the sources in time order, or use aggregate=auto",
+            time_var.info.name,
+            step + 1,
+            shown(stamps[step]),
+            shown(stamps[step + 1]),
+        ));
+    }
+    let month = |s: &DateTime| s.date.year * 12 + i64::from(s.date.month) - 1;
+    let hours = |n: i64| n * 3600;
+    let tick = |step: i64| {
+        let origin = calendar.day_number(first.date) * SECONDS_PER_DAY;
+        move |s: &DateTime| (absolute(*s, calendar) - origin).div_euclid(step)
+    };
+    let bin: Box<dyn Fn(&DateTime) -> i64> = match freq {
+        Freq::Hourly => Box::new(tick(hours(1))),
+        Freq::ThreeHourly => Box::new(tick(hours(3))),
+        Freq::SixHourly => Box::new(tick(hours(6))),
+        Freq::Daily => Box::new(tick(SECONDS_PER_DAY)),
+        Freq::Monthly => Box::new(month),
+        Freq::Seasonal => Box::new(move |s| (month(s) + 1).div_euclid(3)),
+        Freq::Yearly => Box::new(|s| s.date.year),
+        Freq::Decadal => Box::new(move |s| (s.date.year - first.date.year).div_euclid(10)),
+    };
+    let label = |b: i64| -> DateTime {
+        let day_one = |m: i64| DateTime {
+            date: Date {
+                year: m.div_euclid(12),
+                month: u32::try_from(m.rem_euclid(12) + 1).expect("1 to 12"),
+                day: 1,
+            },
+            seconds: 0,
+        };
+        let origin = calendar.day_number(first.date) * SECONDS_PER_DAY;
+        match freq {
+            Freq::Hourly => from_absolute(origin + b * hours(1), calendar),
+            Freq::ThreeHourly => from_absolute(origin + b * hours(3), calendar),
+            Freq::SixHourly => from_absolute(origin + b * hours(6), calendar),
+            Freq::Daily => from_absolute(origin + b * SECONDS_PER_DAY, calendar),
+            Freq::Monthly => day_one(b),
+            Freq::Seasonal => day_one(b * 3 - 1),
+            Freq::Yearly => day_one(b * 12),
+            Freq::Decadal => day_one((first.date.year + 10 * b) * 12),
+        }
+    };
+    let bins: Vec<i64> = stamps.iter().map(bin).collect();
+    let lo = *bins.iter().min().expect("not empty");
+    let hi = *bins.iter().max().expect("not empty");
+    let produced = u64::try_from(hi - lo).unwrap_or(u64::MAX).saturating_add(1);
+    #[expect(clippy::cast_precision_loss, reason = "step counts")]
+    if produced as f64 > stamps.len() as f64 * INFLATION_TOLERANCE + 1.0 {
+        return Err(not_a_reduction(freq, produced, stamps.len(), None));
+    }
+    let mut groups = vec![Vec::new(); to_usize(produced)];
+    for (step, b) in bins.iter().enumerate() {
+        groups[to_usize(u64::try_from(b - lo).expect("at least lo"))].push(step as u64);
+    }
+    let labels: Vec<DateTime> = (lo..=hi).map(label).collect();
+    Ok(Grouping {
+        axis: time_axis(time_var, &labels, calendar, calendar_attr),
+        groups,
+    })
+}
+
+/// A date-time as `YYYY-MM-DD hh:mm:ss`.
+fn shown(stamp: DateTime) -> String {
+    let Date { year, month, day } = stamp.date;
+    let (h, m, s) = (
+        stamp.seconds / 3600,
+        stamp.seconds / 60 % 60,
+        stamp.seconds % 60,
+    );
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}")
+}
+
+/// The time coordinate of resampled labels: whole units since the first label.
+fn time_axis(
+    time_var: &CombinedVar,
+    labels: &[DateTime],
+    calendar: Calendar,
+    calendar_attr: Option<&str>,
+) -> CombinedVar {
+    let first = labels[0];
+    let base = absolute(first, calendar);
+    let offsets: Vec<i64> = labels
+        .iter()
+        .map(|l| absolute(*l, calendar) - base)
+        .collect();
+    let (unit, seconds) = [
+        ("days", SECONDS_PER_DAY),
+        ("hours", 3600),
+        ("minutes", 60),
+        ("seconds", 1),
+    ]
+    .into_iter()
+    .find(|(_, s)| offsets.iter().all(|o| o % s == 0))
+    .expect("every offset is whole seconds");
+    let mut attrs = time_var.info.attrs.clone();
+    for spent in [
+        "units",
+        "calendar",
+        "missing_value",
+        "scale_factor",
+        "add_offset",
+    ] {
+        attrs.remove(spent);
+    }
+    attrs.insert(
+        "units".into(),
+        json!(format!("{unit} since {}", shown(first))),
+    );
+    if let Some(calendar) = calendar_attr {
+        attrs.insert("calendar".into(), json!(calendar));
+    }
+    let values: Vec<u8> = offsets
+        .iter()
+        .flat_map(|o| (o / seconds).to_le_bytes())
+        .collect();
+    let name = time_var.info.name.clone();
+    CombinedVar {
+        info: VarInfo {
+            name: name.clone(),
+            dims: vec![Dim {
+                name,
+                len: labels.len() as u64,
+            }],
+            dtype: I64,
+            attrs,
+            fill_value: Value::Null,
+            packing: Packing::default(),
+        },
+        origin: Origin::Values(values.into()),
+    }
+}
+
+/// Climatology groups (xarray's `groupby("time.<key>")`): the groups present, in sorted order.
+fn climatology(
+    stamps: &[DateTime],
+    freq: Freq,
+    calendar: Calendar,
+    part: &Part,
+) -> Result<Grouping, String> {
+    const SEASONS: [&str; 4] = ["DJF", "JJA", "MAM", "SON"];
+    let key = |s: &DateTime| -> i64 {
+        match freq {
+            Freq::Hourly => s.seconds / 3600,
+            Freq::Daily => {
+                let new_year = Date {
+                    year: s.date.year,
+                    month: 1,
+                    day: 1,
+                };
+                calendar.day_number(s.date) - calendar.day_number(new_year) + 1
+            }
+            Freq::Seasonal => match s.date.month {
+                12 | 1 | 2 => 0,
+                6..=8 => 1,
+                3..=5 => 2,
+                _ => 3,
+            },
+            _ => i64::from(s.date.month),
+        }
+    };
+    let name = match freq {
+        Freq::Hourly => "hour",
+        Freq::Daily => "dayofyear",
+        Freq::Seasonal => "season",
+        _ => "month",
+    };
+    if part.vars.iter().any(|v| v.info.name == name) {
+        return Err(format!(
+            "Cannot make a climatology: the dataset already has a variable named {name:?}"
+        ));
+    }
+    let keys: Vec<i64> = stamps.iter().map(key).collect();
+    let mut present = keys.clone();
+    present.sort_unstable();
+    present.dedup();
+    let mut groups = vec![Vec::new(); present.len()];
+    for (step, k) in keys.iter().enumerate() {
+        let at = present.binary_search(k).expect("present");
+        groups[at].push(step as u64);
+    }
+    let dims = vec![Dim {
+        name: name.to_string(),
+        len: present.len() as u64,
+    }];
+    let (dtype, origin) = if freq == Freq::Seasonal {
+        let labels: Vec<String> = present
+            .iter()
+            .map(|&k| SEASONS[to_usize(u64::try_from(k).expect("0 to 3"))].to_string())
+            .collect();
+        (Dtype::String, Origin::Strings(labels.into()))
+    } else {
+        let values: Vec<u8> = present.iter().flat_map(|k| k.to_le_bytes()).collect();
+        (I64, Origin::Values(values.into()))
+    };
+    Ok(Grouping {
+        axis: CombinedVar {
+            info: VarInfo {
+                name: name.to_string(),
+                dims,
+                dtype,
+                attrs: Map::new(),
+                fill_value: Value::Null,
+                packing: Packing::default(),
+            },
+            origin,
+        },
+        groups,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reducer(method: Method, min_coverage: Option<f64>) -> Reduced {
+        Reduced {
+            source: CombinedVar {
+                info: VarInfo {
+                    name: "x".into(),
+                    dims: Vec::new(),
+                    dtype: F64,
+                    attrs: Map::new(),
+                    fill_value: Value::Null,
+                    packing: Packing::default(),
+                },
+                origin: Origin::Source(0),
+            },
+            decoding: None,
+            axis: 0,
+            groups: Arc::from(Vec::new()),
+            method,
+            min_coverage,
+        }
+    }
+
+    #[test]
+    fn methods_skip_missing_values_as_xarray() {
+        let nan = f64::NAN;
+        let cases = [
+            (Method::Mean, vec![1.0, nan, 3.0], 2.0),
+            (Method::Sum, vec![1.0, nan, 3.0], 4.0),
+            (Method::Sum, vec![nan, nan], 0.0),
+            (Method::Count, vec![nan, 2.0], 1.0),
+            (Method::Min, vec![5.0, nan, -1.0], -1.0),
+            (Method::Max, vec![5.0, nan, -1.0], 5.0),
+            (Method::Var, vec![1.0, 2.0, 3.0, nan], 2.0 / 3.0),
+            (Method::Std, vec![1.0, 3.0], 1.0),
+            (Method::Median, vec![4.0, 1.0, nan, 3.0, 2.0], 2.5),
+            (Method::Median, vec![4.0, 1.0, 3.0], 3.0),
+        ];
+        for (method, mut values, expected) in cases {
+            let got = reducer(method, None).reduce(&mut values);
+            assert!(
+                (got - expected).abs() < 1e-12,
+                "{method:?}: {got} != {expected}"
+            );
+        }
+        for method in [Method::Mean, Method::Min, Method::Std, Method::Median] {
+            assert!(
+                reducer(method, None).reduce(&mut [nan, nan]).is_nan(),
+                "{method:?}"
+            );
+        }
+        // Two of four valid: kept at 0.5, missing above it.
+        assert_eq!(
+            reducer(Method::Mean, Some(0.5)).reduce(&mut [1.0, nan, 3.0, nan]),
+            2.0
+        );
+        assert!(
+            reducer(Method::Mean, Some(0.6))
+                .reduce(&mut [1.0, nan, 3.0, nan])
+                .is_nan()
+        );
+    }
+
+    #[test]
+    fn decoding_chooses_the_float_type_xarray_chooses() {
+        let i16 = Dtype::Int(IntType::I16);
+        let i32 = Dtype::Int(IntType::I32);
+        let packing = |scale, offset| Packing { scale, offset };
+        assert_eq!(decoded_type(i16, packing(Some(F32), None)), F32);
+        assert_eq!(decoded_type(i16, packing(Some(F64), None)), F64);
+        assert_eq!(decoded_type(i32, packing(Some(F32), None)), F32);
+        assert_eq!(decoded_type(i32, packing(Some(F32), Some(F32))), F64);
+        assert_eq!(decoded_type(i16, packing(Some(F32), Some(F32))), F32);
+        assert_eq!(decoded_type(i16, packing(Some(F32), Some(F64))), F64);
+        assert_eq!(decoded_type(F32, packing(Some(F64), None)), F64);
+        assert_eq!(
+            decoded_type(Dtype::Int(IntType::U8), Packing::default()),
+            F32
+        );
+        assert_eq!(decoded_type(i32, Packing::default()), F64);
+        assert_eq!(decoded_type(F32, Packing::default()), F32);
+    }
+
+    #[test]
+    fn durations_are_written_as_the_reference_writes_them() {
+        assert_eq!(describe_seconds(86_400.0), "1 day");
+        assert_eq!(describe_seconds(3.0 * 86_400.0), "3 days");
+        assert_eq!(describe_seconds(30.44 * 86_400.0), "30.44 days");
+        assert_eq!(describe_seconds(5400.0), "1.5 hours");
+        assert_eq!(describe_seconds(12.0), "12 seconds");
+        assert_eq!(six_digits(1_234_567.0), "1.23457e+06");
+        assert_eq!(six_digits(0.000_012_5), "1.25e-05");
+    }
+
+    #[test]
+    fn runs_join_consecutive_steps() {
+        assert_eq!(runs(&[0, 1, 2, 5, 6, 9]), vec![(0, 3), (5, 2), (9, 1)]);
+        assert!(runs(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_guard_refuses_upsampling_and_sparse_axes() {
+        // Monthly values to daily: 30 times as many steps.
+        let monthly: Vec<f64> = (0..12).map(|m| f64::from(m) * 30.0).collect();
+        let refused = check_not_inflating(&monthly, "days since 2000-01-01", Freq::Daily);
+        assert!(refused.unwrap_err().contains("which is not a reduction"));
+        assert!(check_not_inflating(&monthly, "days since 2000-01-01", Freq::Monthly).is_ok());
+        // Two steps 1,500 years apart, yearly.
+        let sparse = [0.0, 1500.0 * 365.0];
+        assert!(check_not_inflating(&sparse, "days since 0001-01-01", Freq::Yearly).is_err());
+        // Units the reference cannot read skip it.
+        assert!(check_not_inflating(&monthly, "months since 2000-01-01", Freq::Daily).is_ok());
+    }
+}
