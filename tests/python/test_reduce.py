@@ -33,7 +33,7 @@ class NotAReduction(Exception):
     pass
 
 
-def write(path, step_hours, steps, calendar="standard", start="2001-01-01", gap=None, seed=0):
+def write(path, step_hours, steps, calendar="standard", start="2001-01-01", gap=None, seed=0, accumulated=False, inner=False, missing=None):
     """A file of `steps` time steps `step_hours` apart (hours since `start`), with a float
     variable with NaNs, a packed int16 variable (scale_factor, add_offset, _FillValue), an int
     count, orography, a scalar grid mapping, time bounds and a fixed string-free layout.
@@ -43,6 +43,11 @@ def write(path, step_hours, steps, calendar="standard", start="2001-01-01", gap=
     if gap:
         hours = np.delete(hours, np.s_[gap[0]:gap[1]])
     n = hours.size
+    units = f"hours since {start}"
+    if accumulated:
+        # Days summed step by step, as a model writes them: 0.9999999999999997 for day 1.
+        hours = np.concatenate([[0.0], np.cumsum(np.full(n - 1, step_hours / 24.0))])
+        units = f"days since {start}"
     tas = rng.normal(280, 8, (n, 3, 4)).astype("f4")
     tas[rng.random(tas.shape) < 0.2] = np.nan
     packed = rng.integers(-3000, 3000, (n, 3, 4)).astype("i2")
@@ -58,14 +63,23 @@ def write(path, step_hours, steps, calendar="standard", start="2001-01-01", gap=
             "time_bnds": (("time", "bnds"), np.stack([hours, hours + step_hours], axis=1)),
         },
         coords={
-            "time": ("time", hours, {"units": f"hours since {start}", "calendar": calendar, "standard_name": "time",
+            "time": ("time", hours, {"units": units, "calendar": calendar, "standard_name": "time",
                                      "axis": "T", "bounds": "time_bnds"}),
             "lat": ("lat", [10.0, 20.0, 30.0], {"units": "degrees_north"}),
             "lon": ("lon", [0.0, 90.0, 180.0, 270.0], {"units": "degrees_east"}),
         },
         attrs={"title": path.stem, "frequency": f"{step_hours}h"},
     )
+    if inner:
+        # A variable whose time axis is not its first.
+        ds["ua"] = (("lat", "time", "lon"), rng.normal(0, 10, (3, n, 4)).astype("f4"), {"units": "m s-1"})
     encoding = {name: {"_FillValue": None} for name in ("count", "orog", "crs", "time_bnds", "time", "lat", "lon")}
+    if missing is not None:
+        # One time step without its time.
+        times = ds["time"].values.copy()
+        times[missing] = -1.0
+        ds = ds.assign_coords(time=("time", times, ds["time"].attrs))
+        encoding["time"] = {"_FillValue": -1.0}
     ds.to_netcdf(path, engine="netcdf4", encoding=encoding)
     return str(path)
 
@@ -81,6 +95,9 @@ def files(daemon):
         "daily-360": write(root / "daily-360.nc", 24, 360 * 2, calendar="360_day", start="1990-01-01", seed=4),
         "monthly": write(root / "monthly.nc", 24 * 30, 12 * 26, calendar="360_day", start="1853-06-01", seed=5),
         "sparse": write(root / "sparse.nc", 24, 200, start="2010-01-01", gap=(40, 100), seed=6),
+        "accumulated": write(root / "accumulated.nc", 1, 24 * 6, start="2012-03-01", seed=7, accumulated=True),
+        "inner": write(root / "inner.nc", 6, 4 * 70, calendar="julian", start="1701-01-01", seed=8, inner=True),
+        "missing-time": write(root / "missing-time.nc", 3, 8 * 20, start="2020-01-01", seed=9, missing=17),
     }
 
 
@@ -265,6 +282,15 @@ OPTION_CASES = [
     ("sparse-count", "sparse", {"time_freq": "daily", "time_method": "count"}),
     ("sparse-min-keep", "sparse", {"time_freq": "daily", "time_method": "min", "dtype": "keep"}),
     ("sparse-monthly-coverage", "sparse", {"time_freq": "monthly", "min_coverage": 0.5}),
+    # Times a hair below midnight belong to the day before, as xarray decodes them.
+    ("accumulated-daily", "accumulated", {"time_freq": "daily", "time_method": "sum"}),
+    ("accumulated-hourly-climatology", "accumulated", {"time_freq": "hourly", "climatology": True, "time_method": "count"}),
+    # A variable with time as its second axis: the output axis comes first, as xarray's.
+    ("inner-time-axis", "inner", {"time_freq": "monthly", "time_method": "median"}),
+    ("inner-time-axis-climatology", "inner", {"time_freq": "seasonal", "climatology": True, "time_method": "std"}),
+    # A step without its time is in no group; resampling needs every time, as xarray.
+    ("missing-time-climatology", "missing-time", {"time_freq": "hourly", "climatology": True, "time_method": "count"}),
+    ("missing-time-resample", "missing-time", {"time_freq": "daily"}),
 ]
 
 
@@ -343,3 +369,22 @@ def test_load_reduces_every_store_it_starts(daemon, headers):
         assert_same(open_served(url, headers), want, "load yearly max")
     bad = requests.get(load, params={"file": source, "time_freq": "decadal", "climatology": "true"}, headers=headers, timeout=30)
     assert bad.status_code == 422 and "not meaningful" in bad.json()["detail"], bad.text
+
+
+def test_a_file_claiming_a_billion_time_steps_fails_its_store_and_the_daemon_stays_up(daemon, headers, files):
+    """8 MB on disk, a time dimension of 10^9 steps in chunks never written: neither its
+    plain nor its reduced store may make the daemon allocate what the file claims."""
+    import netCDF4
+
+    path = daemon.data / "reduce" / "billion.nc"
+    with netCDF4.Dataset(path, "w") as f:
+        f.createDimension("time", 10**9)
+        t = f.createVariable("time", "f8", ("time",), chunksizes=(1 << 20,), fill_value=False)
+        t.units = "days since 2000-01-01"
+        f.createVariable("x", "f4", ("time",), chunksizes=(1 << 20,))
+        t[0:3] = [0, 1, 2]
+    assert path.stat().st_size < 64 * 2**20
+    for options, words in [({"time_freq": "yearly"}, "at most 10000000 can be reduced"), ({}, "chunks")]:
+        url, status = convert(daemon, headers, [str(path)], options)
+        assert status["status"] == 1 and words in status["reason"], (options, status)
+    assert requests.get(f"{daemon.base}/ping", timeout=10).status_code == 200

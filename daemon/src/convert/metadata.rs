@@ -172,6 +172,23 @@ pub(crate) fn layout(
     Ok(layout)
 }
 
+/// The longest chunk of a coordinate, in elements (32 MiB of 64-bit values): a coordinate is
+/// one chunk, as xarray writes it, unless it is longer (a file may claim any length).
+const MAX_COORDINATE_CHUNK: u64 = 1 << 22;
+
+/// The most chunks one store may have: a file may claim dimensions whose chunks would
+/// never end being written.
+const MAX_STORE_CHUNKS: u64 = 20_000_000;
+
+/// The number of chunks of an array of `shape` in chunks of `chunks`.
+fn chunk_count(shape: &[u64], chunks: &[u64]) -> u64 {
+    shape
+        .iter()
+        .zip(chunks)
+        .map(|(len, chunk)| len.div_ceil((*chunk).max(1)))
+        .fold(1u64, u64::saturating_mul)
+}
+
 /// What every array of one store shares.
 struct Scope<'a> {
     stored: Option<&'a StoredFile>,
@@ -257,7 +274,10 @@ impl Scope<'_> {
             let dtype = variable.dtype;
             let shape: Vec<u64> = variable.dims.iter().map(|d| d.len).collect();
             let chunks: Vec<u64> = if coordinate {
-                shape.iter().map(|&len| len.max(1)).collect()
+                shape
+                    .iter()
+                    .map(|&len| len.clamp(1, MAX_COORDINATE_CHUNK))
+                    .collect()
             } else {
                 indexes.iter().map(|&d| planned[d]).collect()
             };
@@ -313,6 +333,20 @@ impl Scope<'_> {
                 .documents
                 .insert(format!("{}/.zattrs", array.path), Value::Object(attrs));
             layout.arrays.push(array);
+            let total = layout
+                .arrays
+                .iter()
+                .map(|a| chunk_count(&a.shape, &a.chunks))
+                .fold(0u64, u64::saturating_add);
+            if total > MAX_STORE_CHUNKS {
+                let last = layout.arrays.last().expect("just pushed");
+                return Err(format!(
+                    "the store would have more than {MAX_STORE_CHUNKS} chunks (variable {:?} \
+                     of shape {:?} in chunks of {:?}); a larger chunk_size or \
+                     map_primary_chunksize makes fewer",
+                    variable.name, last.shape, last.chunks
+                ));
+            }
         }
         Ok(())
     }

@@ -11,10 +11,13 @@
 //!   `1.01 * n + 1`, else "... which is not a reduction." The same bound is applied to the
 //!   bins themselves when the units are of months or years (which the reference skips), so a
 //!   request's work is bounded in every case.
-//! - **CF decoding** as `xr.decode_cf` (mask and scale): `_FillValue` and `missing_value`
-//!   become NaN, `scale_factor` and `add_offset` are applied, in the float type xarray chooses
-//!   ([`Decoding`]). Bounds variables (named in a `bounds` attribute, or ending in `_bnds`,
-//!   `_bounds`, `_vertices`) are dropped.
+//! - **CF decoding** as `xr.decode_cf` (mask and scale): `_Unsigned` integers are read
+//!   unsigned, `_FillValue` and `missing_value` become NaN, `scale_factor` and `add_offset`
+//!   are applied, in the float type xarray chooses ([`Decoding`]). Times are decoded to the
+//!   nanosecond, truncated as xarray does (a value a hair below midnight stays on the day
+//!   before); a missing time is in no group, and resampling refuses it as xarray does. Bounds
+//!   variables (named in a `bounds` attribute, or ending in `_bnds`, `_bounds`, `_vertices`)
+//!   are dropped. A variable marked `dtype = "bool"` fails the store (not reduced yet).
 //! - **Variables**: numeric data variables with the time dimension are reduced; data
 //!   variables without it are carried over (decoded); non-numeric ones with it (and those
 //!   whose units make them times) are dropped. None to reduce: an error.
@@ -26,6 +29,9 @@
 //! - **Climatology** groups by hour, day of year, month or season (`DJF`, `JJA`, `MAM`, `SON`,
 //!   xarray's sorted order) and replaces the time dimension by `hour`, `dayofyear`, `month` or
 //!   `season`, holding the groups present.
+//! - **Dimensions**: the output axis is the first of every reduced variable, as xarray puts
+//!   the dimension of its groups. A variable with the time dimension twice, or a name that
+//!   the climatology's dimension would clash with, fails the store.
 //! - **Methods** skip NaN as xarray does: `sum` of nothing is 0, `count` counts, `std` and
 //!   `var` are of the population (ddof 0), the others of nothing are NaN.
 //! - **min_coverage**: a float result whose group has fewer valid values than that share of
@@ -39,7 +45,9 @@
 //! out of order, or of different calendars, fail with a reason).
 //!
 //! Values are computed in 64-bit floats, each output chunk from the slabs of the time steps
-//! its groups cover, at most [`READ_ELEMENTS`] values at a time. They can differ from xarray's
+//! its groups cover, at most [`READ_ELEMENTS`] values at a time: running totals for `mean`,
+//! `sum`, `count`, `min` and `max`, every value of a group for `std`, `var` and `median`. A
+//! time axis of more than [`MAX_TIME_STEPS`] steps fails the store. They can differ from xarray's
 //! in the last bits where xarray reduces 32-bit floats in 32 bits (as results of different
 //! dask chunkings differ among themselves); with `dtype=float64`, xarray casts that 32-bit
 //! result, and svcd keeps its 64-bit one. Integers beyond 2^53 lose precision in `sum`, `min`
@@ -64,6 +72,10 @@ const I64: Dtype = Dtype::Int(IntType::I64);
 /// Values held at once while reducing one output chunk (32 MiB of 64-bit floats).
 const READ_ELEMENTS: u64 = 4 << 20;
 
+/// The longest time axis reduced (hourly steps of a thousand years fit): its values and
+/// their dates are held in memory.
+const MAX_TIME_STEPS: u64 = 10_000_000;
+
 /// Names of the time dimension, in order of preference.
 const TIME_NAMES: [&str; 3] = ["time", "valid_time", "t"];
 
@@ -83,6 +95,37 @@ pub(crate) struct Decoding {
     offset: Option<f64>,
     /// The type decoding gives.
     to: Dtype,
+    /// The width of a signed integer read as unsigned (`_Unsigned = "true"`).
+    unsigned_bits: Option<u64>,
+}
+
+/// The unsigned type of a signed integer variable marked `_Unsigned = "true"`.
+fn unsigned_type(info: &VarInfo) -> Option<Dtype> {
+    let marked = info
+        .attrs
+        .get("_Unsigned")
+        .and_then(Value::as_str)
+        .is_some_and(|s| s.eq_ignore_ascii_case("true"));
+    match (marked, info.dtype) {
+        (true, Dtype::Int(IntType::I8)) => Some(Dtype::Int(IntType::U8)),
+        (true, Dtype::Int(IntType::I16)) => Some(Dtype::Int(IntType::U16)),
+        (true, Dtype::Int(IntType::I32)) => Some(Dtype::Int(IntType::U32)),
+        (true, Dtype::Int(IntType::I64)) => Some(Dtype::Int(IntType::U64)),
+        _ => None,
+    }
+}
+
+/// A signed integer of `bits` bits read as unsigned.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "integers of at most 64 bits, as numpy"
+)]
+fn as_unsigned(value: f64, bits: u64) -> f64 {
+    if value < 0.0 {
+        value + (1u128 << bits) as f64
+    } else {
+        value
+    }
 }
 
 impl Decoding {
@@ -91,6 +134,7 @@ impl Decoding {
         if !matches!(info.dtype, Dtype::Int(_) | Dtype::Float(_)) {
             return None;
         }
+        let unsigned = unsigned_type(info);
         let mut missing: Vec<f64> = Vec::new();
         for value in [Some(&info.fill_value), info.attrs.get("missing_value")]
             .into_iter()
@@ -104,20 +148,35 @@ impl Decoding {
         missing.retain(|m| !m.is_nan());
         let scale = info.attrs.get("scale_factor").and_then(first_number);
         let offset = info.attrs.get("add_offset").and_then(first_number);
-        let to = decoded_type(info.dtype, info.packing);
+        let stored = unsigned.unwrap_or(info.dtype);
         let masks = !missing.is_empty() || info.attrs.contains_key("missing_value");
         let fill = !info.fill_value.is_null();
-        if !masks && !fill && scale.is_none() && offset.is_none() {
+        let to = if !masks && !fill && scale.is_none() && offset.is_none() {
+            stored
+        } else {
+            decoded_type(stored, info.packing)
+        };
+        if unsigned.is_none()
+            && missing.is_empty()
+            && scale.is_none()
+            && offset.is_none()
+            && to == info.dtype
+        {
             return None;
         }
-        if missing.is_empty() && scale.is_none() && offset.is_none() && to == info.dtype {
-            return None;
+        let bits = unsigned.map(|_| 8 * info.dtype.size());
+        if let Some(bits) = bits {
+            // xarray casts the fill values to the unsigned type too.
+            for m in &mut missing {
+                *m = as_unsigned(*m, bits);
+            }
         }
         Some(Decoding {
             missing,
             scale,
             offset,
             to,
+            unsigned_bits: bits,
         })
     }
 
@@ -127,6 +186,9 @@ impl Decoding {
         reason = "32-bit results are computed in 32 bits, as xarray does"
     )]
     fn value(&self, raw: f64) -> f64 {
+        let raw = self
+            .unsigned_bits
+            .map_or(raw, |bits| as_unsigned(raw, bits));
         if self.missing.contains(&raw) {
             return f64::NAN;
         }
@@ -276,6 +338,36 @@ pub(crate) struct Reduced {
 }
 
 impl Reduced {
+    /// Whether its method needs every value of a group (else running totals do).
+    fn needs_every_value(&self) -> bool {
+        matches!(self.method, Method::Std | Method::Var | Method::Median)
+    }
+
+    /// Whether `valid` values of `n` are too few for `min_coverage`.
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "a group has far fewer than 2^53 values"
+    )]
+    fn too_few(&self, valid: usize, n: usize) -> bool {
+        self.min_coverage
+            .is_some_and(|least| (valid as f64 / n as f64) < least)
+    }
+
+    /// The result of a method that keeps running totals, from the number of valid values of
+    /// the `n` of a group and their sum, least or greatest value.
+    fn of_running_totals(&self, valid: u32, total: f64, n: usize) -> f64 {
+        if self.too_few(valid as usize, n) {
+            return f64::NAN;
+        }
+        match (self.method, valid) {
+            (Method::Sum | Method::Count, 0) => 0.0,
+            (_, 0) => f64::NAN,
+            (Method::Mean, _) => total / f64::from(valid),
+            (Method::Count, _) => f64::from(valid),
+            _ => total,
+        }
+    }
+
     /// The result of one group's values (NaN: missing), which it reorders.
     #[expect(
         clippy::cast_precision_loss,
@@ -290,9 +382,7 @@ impl Reduced {
                 k += 1;
             }
         }
-        if let Some(least) = self.min_coverage
-            && (k as f64 / n as f64) < least
-        {
+        if self.too_few(k, n) {
             return f64::NAN;
         }
         let valid = &mut xs[..k];
@@ -327,8 +417,106 @@ impl Reduced {
     }
 }
 
-/// The block `start`/`count` of a reduced variable of type `info.dtype`: for each output
-/// step, the slabs of its time steps over the block's other axes, read in pieces of at most
+/// One group's values over a block of elements, gathered for the method: running totals
+/// (count and sum, least or greatest value) per element, or every value per element for the
+/// methods that need them. Its buffers are kept from block to block.
+struct Gather {
+    /// Values of each element's group (`needs_every_value`), element by element.
+    columns: Vec<f64>,
+    /// Valid values per element (running totals).
+    valid: Vec<u32>,
+    /// Sum, least or greatest valid value per element (running totals).
+    total: Vec<f64>,
+    /// Values per group.
+    steps: usize,
+}
+
+impl Gather {
+    fn new() -> Self {
+        Gather {
+            columns: Vec::new(),
+            valid: Vec::new(),
+            total: Vec::new(),
+            steps: 0,
+        }
+    }
+
+    /// Starts a block of `elements` elements with `steps` values each.
+    fn start(&mut self, reduced: &Reduced, elements: usize, steps: usize) {
+        self.steps = steps;
+        if reduced.needs_every_value() {
+            self.columns.clear();
+            self.columns.resize(elements * steps, f64::NAN);
+        } else {
+            let initial = match reduced.method {
+                Method::Min => f64::INFINITY,
+                Method::Max => f64::NEG_INFINITY,
+                _ => 0.0,
+            };
+            self.valid.clear();
+            self.valid.resize(elements, 0);
+            self.total.clear();
+            self.total.resize(elements, initial);
+        }
+    }
+
+    /// Adds the values of `len` consecutive steps, from step `done` of the group, laid out
+    /// as `outer` x `len` x `inner` in C order (the block's elements are `outer` x `inner`).
+    fn add(
+        &mut self,
+        reduced: &Reduced,
+        values: &[f64],
+        (outer, len, inner): (usize, usize, usize),
+        done: usize,
+    ) {
+        let steps = self.steps;
+        for o in 0..outer {
+            for k in 0..len {
+                let row = &values[(o * len + k) * inner..(o * len + k + 1) * inner];
+                let at = o * inner;
+                if reduced.needs_every_value() {
+                    for (i, &v) in row.iter().enumerate() {
+                        self.columns[(at + i) * steps + done + k] = v;
+                    }
+                    continue;
+                }
+                let valid = &mut self.valid[at..at + inner];
+                let total = &mut self.total[at..at + inner];
+                for ((count, sum), &v) in valid.iter_mut().zip(total.iter_mut()).zip(row) {
+                    if v.is_nan() {
+                        continue;
+                    }
+                    *count += 1;
+                    *sum = match reduced.method {
+                        Method::Min => sum.min(v),
+                        Method::Max => sum.max(v),
+                        _ => *sum + v,
+                    };
+                }
+            }
+        }
+    }
+
+    /// The results of the block's elements, into `out`.
+    fn finish(&mut self, reduced: &Reduced, out: &mut [f64]) {
+        if reduced.needs_every_value() {
+            for (result, column) in out
+                .iter_mut()
+                .zip(self.columns.chunks_exact_mut(self.steps))
+            {
+                *result = reduced.reduce(column);
+            }
+        } else {
+            for ((result, &valid), &total) in out.iter_mut().zip(&self.valid).zip(&self.total) {
+                *result = reduced.of_running_totals(valid, total, self.steps);
+            }
+        }
+    }
+}
+
+/// The block `start`/`count` of a reduced variable of type `info.dtype` (its first axis the
+/// output steps, the others the source's other axes in order): for each output step, the
+/// slabs of its time steps over the block's other axes, read in pieces of at most
 /// [`READ_ELEMENTS`] values.
 ///
 /// # Errors
@@ -341,62 +529,40 @@ pub(crate) fn read_reduced(
     count: &[u64],
 ) -> Result<Vec<u8>, String> {
     let axis = reduced.axis;
-    let mut other_start = start.to_vec();
-    other_start.remove(axis);
-    let mut other_count = count.to_vec();
-    other_count.remove(axis);
+    let (other_start, other_count) = (&start[1..], &count[1..]);
     let spatial = to_usize(other_count.iter().product());
-    let outer = to_usize(count[..axis].iter().product());
-    let inner = to_usize(count[axis + 1..].iter().product());
-    let along = to_usize(count[axis]);
-    let mut out = vec![f64::NAN; outer * along * inner];
-    let mut results = vec![f64::NAN; spatial];
-    for j in 0..along {
-        let group = &reduced.groups[to_usize(start[axis]) + j];
+    let along = to_usize(count[0]);
+    let mut out = vec![f64::NAN; along * spatial];
+    let mut gather = Gather::new();
+    for (j, results) in out.chunks_exact_mut(spatial.max(1)).enumerate() {
+        let group = &reduced.groups[to_usize(start[0]) + j];
         let n: u64 = group.iter().map(|(_, len)| len).sum();
-        results.fill(f64::NAN);
-        if let Some(most) = READ_ELEMENTS.checked_div(n) {
-            for (sub_start, sub_count) in combine::slab_ranges(&other_count, most) {
-                let offset = flat_index(&sub_start, &other_count);
-                let elements = to_usize(sub_count.iter().product());
-                let sub_outer = to_usize(sub_count[..axis].iter().product());
-                let sub_inner = to_usize(sub_count[axis..].iter().product());
-                let steps = to_usize(n);
-                let mut columns = vec![f64::NAN; elements * steps];
-                let mut done = 0;
-                for &(first, len) in group {
-                    let mut s: Vec<u64> = other_start
-                        .iter()
-                        .zip(&sub_start)
-                        .map(|(a, b)| a + b)
-                        .collect();
-                    s.insert(axis, first);
-                    let mut c = sub_count.clone();
-                    c.insert(axis, len);
-                    let raw = combine::read_block(slabs, &reduced.source, &s, &c)?;
-                    let values =
-                        decode(&raw, reduced.source.info.dtype, reduced.decoding.as_ref())?;
-                    let len = to_usize(len);
-                    for o in 0..sub_outer {
-                        for k in 0..len {
-                            for i in 0..sub_inner {
-                                let e = o * sub_inner + i;
-                                columns[e * steps + done + k] =
-                                    values[(o * len + k) * sub_inner + i];
-                            }
-                        }
-                    }
-                    done += len;
-                }
-                for (e, column) in columns.chunks_exact_mut(steps).enumerate() {
-                    results[offset + e] = reduced.reduce(column);
-                }
+        let Some(most) = READ_ELEMENTS.checked_div(n) else {
+            continue;
+        };
+        for (sub_start, sub_count) in combine::slab_ranges(other_count, most) {
+            let offset = flat_index(&sub_start, other_count);
+            let elements = to_usize(sub_count.iter().product());
+            let sub_outer = to_usize(sub_count[..axis].iter().product());
+            let sub_inner = to_usize(sub_count[axis..].iter().product());
+            gather.start(reduced, elements, to_usize(n));
+            let mut done = 0;
+            for &(first, len) in group {
+                let mut s: Vec<u64> = other_start
+                    .iter()
+                    .zip(&sub_start)
+                    .map(|(a, b)| a + b)
+                    .collect();
+                s.insert(axis, first);
+                let mut c = sub_count.clone();
+                c.insert(axis, len);
+                let raw = combine::read_block(slabs, &reduced.source, &s, &c)?;
+                let values = decode(&raw, reduced.source.info.dtype, reduced.decoding.as_ref())?;
+                let len = to_usize(len);
+                gather.add(reduced, &values, (sub_outer, len, sub_inner), done);
+                done += len;
             }
-        }
-        for o in 0..outer {
-            for i in 0..inner {
-                out[(o * along + j) * inner + i] = results[o * inner + i];
-            }
+            gather.finish(reduced, &mut results[offset..offset + elements]);
         }
     }
     Ok(encode(&out, info.dtype))
@@ -461,7 +627,14 @@ pub(crate) fn reduce(
             "Cannot reduce in time: variable {time:?} is not the coordinate of dimension {time:?}"
         ));
     }
-    let raw = combine::read_block(slabs, &time_var, &[0], &[time_var.info.dims[0].len])?;
+    let steps = time_var.info.dims[0].len;
+    if steps > MAX_TIME_STEPS {
+        return Err(format!(
+            "Cannot reduce in time: the time axis {time:?} has {steps} steps; at most \
+             {MAX_TIME_STEPS} can be reduced"
+        ));
+    }
+    let raw = combine::read_block(slabs, &time_var, &[0], &[steps])?;
     let raw = combine::floats(&raw, time_var.info.dtype)
         .ok_or_else(|| format!("time coordinate {time:?} holds strings"))?;
     let units = time_var
@@ -471,17 +644,22 @@ pub(crate) fn reduce(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    if !reduction.climatology {
-        check_not_inflating(&raw, &units, reduction.freq)?;
-    }
+    let guarded = !reduction.climatology && check_not_inflating(&raw, &units, reduction.freq)?;
     let calendar_attr = time_var.info.attrs.get("calendar").and_then(Value::as_str);
     let time_units = TimeUnits::parse(&units, calendar_attr)
         .map_err(|e| format!("Cannot reduce in time: time coordinate {time:?}: {e}"))?;
     let calendar = Calendar::parse(calendar_attr).expect("parsed with the units");
+    // The time values decoded as xarray decodes them: masked (a missing step is in no
+    // group, as pandas drops NaT), unpacked, then to the nanosecond.
+    let time_decoding = Decoding::of(&time_var.info);
     let stamps = raw
         .iter()
         .map(|&v| {
-            time_units.datetime(v).ok_or_else(|| {
+            let v = time_decoding.as_ref().map_or(v, |d| d.value(v));
+            if v.is_nan() {
+                return Ok(None);
+            }
+            time_units.instant(v).map(Some).ok_or_else(|| {
                 format!("Cannot reduce in time: time value {v} of {time:?} is not a date")
             })
         })
@@ -489,7 +667,14 @@ pub(crate) fn reduce(
     let grouping = if reduction.climatology {
         climatology(&stamps, reduction.freq, calendar, &part)?
     } else {
-        resample(&stamps, reduction.freq, calendar, &time_var, calendar_attr)?
+        resample(
+            &stamps,
+            reduction.freq,
+            calendar,
+            &time_var,
+            calendar_attr,
+            guarded,
+        )?
     };
     let empty = grouping.groups.iter().any(Vec::is_empty);
     let groups: Arc<[Vec<(u64, u64)>]> = grouping.groups.iter().map(|g| runs(g)).collect();
@@ -528,6 +713,17 @@ pub(crate) fn reduce(
             // Not reducible, and its length would no longer match: dropped.
             continue;
         }
+        if var.info.dims.iter().filter(|d| d.name == time).count() > 1 {
+            return Err(format!(
+                "Cannot reduce in time: variable {name:?} has the dimension {time:?} twice"
+            ));
+        }
+        if var.info.attrs.get("dtype").and_then(Value::as_str) == Some("bool") {
+            return Err(format!(
+                "Cannot reduce in time: variable {name:?} holds booleans (dtype = \"bool\"), \
+                 which cannot be reduced yet"
+            ));
+        }
         reduced_any = true;
         let decoding = Decoding::of(&var.info);
         let decoded = decoding.as_ref().map_or(var.info.dtype, |d| d.to);
@@ -540,11 +736,16 @@ pub(crate) fn reduce(
             dtype = combine::with_missing(dtype).unwrap_or(dtype);
         }
         dtype = cast_type(dtype, reduction.dtype);
+        // The output axis comes first, as xarray puts the dimension of its groups.
         let mut dims = var.info.dims.clone();
-        dims[axis] = Dim {
-            name: out_dim.clone(),
-            len: out_len,
-        };
+        dims.remove(axis);
+        dims.insert(
+            0,
+            Dim {
+                name: out_dim.clone(),
+                len: out_len,
+            },
+        );
         let mut attrs = decoded_attrs(&var.info.attrs, decoding.is_some());
         tag(&mut attrs, &fragment);
         let info = VarInfo {
@@ -708,7 +909,7 @@ fn fill_of(dtype: Dtype) -> Value {
 fn decoded_attrs(attrs: &Map<String, Value>, decoded: bool) -> Map<String, Value> {
     let mut attrs = attrs.clone();
     if decoded {
-        for spent in ["missing_value", "scale_factor", "add_offset"] {
+        for spent in ["missing_value", "scale_factor", "add_offset", "_Unsigned"] {
             attrs.remove(spent);
         }
     }
@@ -764,23 +965,24 @@ fn nominal_seconds(freq: Freq) -> f64 {
 }
 
 /// The reference's upsampling guard on the undecoded axis `raw` with `units`: skipped when
-/// the axis has fewer than two steps or its unit is not one of seconds to days.
+/// the axis has fewer than two steps or its unit is not one of seconds to days. Whether it
+/// checked the axis.
 #[expect(
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss,
     clippy::cast_precision_loss,
     reason = "step counts of a bounded axis"
 )]
-fn check_not_inflating(raw: &[f64], units: &str, freq: Freq) -> Result<(), String> {
+fn check_not_inflating(raw: &[f64], units: &str, freq: Freq) -> Result<bool, String> {
     let lower = units.to_lowercase();
     let Some((unit, _)) = lower.split_once(" since ") else {
-        return Ok(());
+        return Ok(false);
     };
     let Some(scale) = unit_seconds(unit.trim()) else {
-        return Ok(());
+        return Ok(false);
     };
     if raw.len() < 2 {
-        return Ok(());
+        return Ok(false);
     }
     let seconds: Vec<f64> = raw
         .iter()
@@ -794,13 +996,13 @@ fn check_not_inflating(raw: &[f64], units: &str, freq: Freq) -> Result<(), Strin
         });
     let span = hi - lo;
     if span.is_nan() || span <= 0.0 {
-        return Ok(());
+        return Ok(true);
     }
     let target = nominal_seconds(freq);
     let produced = (span / target).floor() + 1.0;
     let n = raw.len();
     if produced <= n as f64 * INFLATION_TOLERANCE + 1.0 {
-        return Ok(());
+        return Ok(true);
     }
     let mut steps: Vec<f64> = raw.windows(2).map(|w| (w[1] - w[0]) * scale).collect();
     steps.sort_unstable_by(f64::total_cmp);
@@ -898,46 +1100,76 @@ fn from_absolute(seconds: i64, calendar: Calendar) -> DateTime {
     }
 }
 
+/// A time step as decoded: the date-time of its whole second and the nanoseconds past it
+/// (`None`: missing).
+type Stamp = Option<(DateTime, u32)>;
+
+/// Nanoseconds since the calendar's day zero.
+fn absolute_nanos((at, nanos): (DateTime, u32), calendar: Calendar) -> i128 {
+    i128::from(absolute(at, calendar)) * 1_000_000_000 + i128::from(nanos)
+}
+
 /// Resampling bins (pandas' `resample` with the reference's offsets), closed and labelled on
-/// the left: the output axis and the time steps of each bin.
+/// the left: the output axis and the time steps of each bin. `guarded`: the reference's guard
+/// has checked the axis (else the bins are bounded here, the same way).
 fn resample(
-    stamps: &[DateTime],
+    stamps: &[Stamp],
     freq: Freq,
     calendar: Calendar,
     time_var: &CombinedVar,
     calendar_attr: Option<&str>,
+    guarded: bool,
 ) -> Result<Grouping, String> {
-    let first = *stamps
-        .first()
-        .ok_or("Cannot reduce in time: the time axis is empty")?;
-    if let Some(step) = stamps
+    if let Some(step) = stamps.iter().position(Option::is_none) {
+        return Err(format!(
+            "Cannot resample: the time axis {:?} is missing its value at step {step}, and \
+             resampling needs a time in increasing order at every step",
+            time_var.info.name
+        ));
+    }
+    let present: Vec<(usize, (DateTime, u32))> = stamps
+        .iter()
+        .enumerate()
+        .filter_map(|(step, stamp)| stamp.map(|s| (step, s)))
+        .collect();
+    let Some(&(_, (first, _))) = present.first() else {
+        return Err("Cannot reduce in time: the time axis has no valid time".into());
+    };
+    if let Some(at) = present
         .windows(2)
-        .position(|w| absolute(w[1], calendar) < absolute(w[0], calendar))
+        .position(|w| absolute_nanos(w[1].1, calendar) < absolute_nanos(w[0].1, calendar))
     {
         return Err(format!(
             "Cannot resample: the time axis {:?} is not in increasing order (step {} goes back \
              from {} to {}); concatenate the sources in time order, or use aggregate=auto",
             time_var.info.name,
-            step + 1,
-            shown(stamps[step]),
-            shown(stamps[step + 1]),
+            present[at + 1].0,
+            shown(present[at].1.0),
+            shown(present[at + 1].1.0),
         ));
     }
     let month = |s: &DateTime| s.date.year * 12 + i64::from(s.date.month) - 1;
-    let hours = |n: i64| n * 3600;
-    let tick = |step: i64| {
-        let origin = calendar.day_number(first.date) * SECONDS_PER_DAY;
-        move |s: &DateTime| (absolute(*s, calendar) - origin).div_euclid(step)
+    let origin = calendar.day_number(first.date) * SECONDS_PER_DAY;
+    let tick_seconds = match freq {
+        Freq::Hourly => Some(3600),
+        Freq::ThreeHourly => Some(3 * 3600),
+        Freq::SixHourly => Some(6 * 3600),
+        Freq::Daily => Some(SECONDS_PER_DAY),
+        _ => None,
     };
-    let bin: Box<dyn Fn(&DateTime) -> i64> = match freq {
-        Freq::Hourly => Box::new(tick(hours(1))),
-        Freq::ThreeHourly => Box::new(tick(hours(3))),
-        Freq::SixHourly => Box::new(tick(hours(6))),
-        Freq::Daily => Box::new(tick(SECONDS_PER_DAY)),
-        Freq::Monthly => Box::new(month),
-        Freq::Seasonal => Box::new(move |s| (month(s) + 1).div_euclid(3)),
-        Freq::Yearly => Box::new(|s| s.date.year),
-        Freq::Decadal => Box::new(move |s| (s.date.year - first.date.year).div_euclid(10)),
+    let bin = |stamp: (DateTime, u32)| -> i64 {
+        let at = stamp.0;
+        match (freq, tick_seconds) {
+            (_, Some(step)) => {
+                let since = absolute_nanos(stamp, calendar) - i128::from(origin) * 1_000_000_000;
+                i64::try_from(since.div_euclid(i128::from(step) * 1_000_000_000))
+                    .expect("within MAX_OFFSET_YEARS")
+            }
+            (Freq::Monthly, _) => month(&at),
+            (Freq::Seasonal, _) => (month(&at) + 1).div_euclid(3),
+            (Freq::Yearly, _) => at.date.year,
+            _ => (at.date.year - first.date.year).div_euclid(10),
+        }
     };
     let label = |b: i64| -> DateTime {
         let day_one = |m: i64| DateTime {
@@ -948,29 +1180,28 @@ fn resample(
             },
             seconds: 0,
         };
-        let origin = calendar.day_number(first.date) * SECONDS_PER_DAY;
-        match freq {
-            Freq::Hourly => from_absolute(origin + b * hours(1), calendar),
-            Freq::ThreeHourly => from_absolute(origin + b * hours(3), calendar),
-            Freq::SixHourly => from_absolute(origin + b * hours(6), calendar),
-            Freq::Daily => from_absolute(origin + b * SECONDS_PER_DAY, calendar),
-            Freq::Monthly => day_one(b),
-            Freq::Seasonal => day_one(b * 3 - 1),
-            Freq::Yearly => day_one(b * 12),
-            Freq::Decadal => day_one((first.date.year + 10 * b) * 12),
+        match (freq, tick_seconds) {
+            (_, Some(step)) => from_absolute(origin + b * step, calendar),
+            (Freq::Monthly, _) => day_one(b),
+            (Freq::Seasonal, _) => day_one(b * 3 - 1),
+            (Freq::Yearly, _) => day_one(b * 12),
+            _ => day_one((first.date.year + 10 * b) * 12),
         }
     };
-    let bins: Vec<i64> = stamps.iter().map(bin).collect();
-    let lo = *bins.iter().min().expect("not empty");
-    let hi = *bins.iter().max().expect("not empty");
+    let bins: Vec<(usize, i64)> = present.iter().map(|&(step, s)| (step, bin(s))).collect();
+    let lo = bins.first().expect("not empty").1;
+    let hi = bins.last().expect("not empty").1;
     let produced = u64::try_from(hi - lo).unwrap_or(u64::MAX).saturating_add(1);
     #[expect(clippy::cast_precision_loss, reason = "step counts")]
-    if produced as f64 > stamps.len() as f64 * INFLATION_TOLERANCE + 1.0 {
+    let too_many = produced as f64 > stamps.len() as f64 * INFLATION_TOLERANCE + 1.0;
+    // Where the reference's guard could not read the axis (units of months or years), the
+    // bins themselves are held to its bound, so that no request makes unbounded work.
+    if !guarded && too_many {
         return Err(not_a_reduction(freq, produced, stamps.len(), None));
     }
     let mut groups = vec![Vec::new(); to_usize(produced)];
-    for (step, b) in bins.iter().enumerate() {
-        groups[to_usize(u64::try_from(b - lo).expect("at least lo"))].push(step as u64);
+    for &(step, b) in &bins {
+        groups[to_usize(u64::try_from(b - lo).expect("increasing"))].push(step as u64);
     }
     let labels: Vec<DateTime> = (lo..=hi).map(label).collect();
     Ok(Grouping {
@@ -1052,7 +1283,7 @@ fn time_axis(
 
 /// Climatology groups (xarray's `groupby("time.<key>")`): the groups present, in sorted order.
 fn climatology(
-    stamps: &[DateTime],
+    stamps: &[Stamp],
     freq: Freq,
     calendar: Calendar,
     part: &Part,
@@ -1084,19 +1315,26 @@ fn climatology(
         Freq::Seasonal => "season",
         _ => "month",
     };
-    if part.vars.iter().any(|v| v.info.name == name) {
+    if part
+        .vars
+        .iter()
+        .any(|v| v.info.name == name || v.info.dims.iter().any(|d| d.name == name))
+    {
         return Err(format!(
-            "Cannot make a climatology: the dataset already has a variable named {name:?}"
+            "Cannot make a climatology: the dataset already has a variable or dimension \
+             named {name:?}"
         ));
     }
-    let keys: Vec<i64> = stamps.iter().map(key).collect();
-    let mut present = keys.clone();
+    let keys: Vec<Option<i64>> = stamps.iter().map(|s| s.map(|(at, _)| key(&at))).collect();
+    let mut present: Vec<i64> = keys.iter().flatten().copied().collect();
     present.sort_unstable();
     present.dedup();
     let mut groups = vec![Vec::new(); present.len()];
     for (step, k) in keys.iter().enumerate() {
-        let at = present.binary_search(k).expect("present");
-        groups[at].push(step as u64);
+        if let Some(k) = k {
+            let at = present.binary_search(k).expect("present");
+            groups[at].push(step as u64);
+        }
     }
     let dims = vec![Dim {
         name: name.to_string(),
@@ -1108,6 +1346,14 @@ fn climatology(
             .map(|&k| SEASONS[to_usize(u64::try_from(k).expect("0 to 3"))].to_string())
             .collect();
         (Dtype::String, Origin::Strings(labels.into()))
+    } else if keys.iter().any(Option::is_none) {
+        // A missing time makes xarray's keys floats (NaN for it), and its groups' labels too.
+        #[expect(clippy::cast_precision_loss, reason = "hours, days and months")]
+        let values: Vec<u8> = present
+            .iter()
+            .flat_map(|&k| (k as f64).to_le_bytes())
+            .collect();
+        (F64, Origin::Values(values.into()))
     } else {
         let values: Vec<u8> = present.iter().flat_map(|k| k.to_le_bytes()).collect();
         (I64, Origin::Values(values.into()))
@@ -1168,8 +1414,8 @@ mod tests {
             (Method::Median, vec![4.0, 1.0, nan, 3.0, 2.0], 2.5),
             (Method::Median, vec![4.0, 1.0, 3.0], 3.0),
         ];
-        for (method, mut values, expected) in cases {
-            let got = reducer(method, None).reduce(&mut values);
+        for (method, values, expected) in cases {
+            let got = gathered(&reducer(method, None), &values);
             assert!(
                 (got - expected).abs() < 1e-12,
                 "{method:?}: {got} != {expected}"
@@ -1177,20 +1423,59 @@ mod tests {
         }
         for method in [Method::Mean, Method::Min, Method::Std, Method::Median] {
             assert!(
-                reducer(method, None).reduce(&mut [nan, nan]).is_nan(),
+                gathered(&reducer(method, None), &[nan, nan]).is_nan(),
                 "{method:?}"
             );
         }
         // Two of four valid: kept at 0.5, missing above it.
-        assert_eq!(
-            reducer(Method::Mean, Some(0.5)).reduce(&mut [1.0, nan, 3.0, nan]),
-            2.0
+        for method in [Method::Mean, Method::Median] {
+            assert_eq!(
+                gathered(&reducer(method, Some(0.5)), &[1.0, nan, 3.0, nan]),
+                2.0
+            );
+            assert!(gathered(&reducer(method, Some(0.6)), &[1.0, nan, 3.0, nan]).is_nan());
+        }
+    }
+
+    /// One element's group of `values`, gathered in two runs as a block read gives them.
+    fn gathered(reduced: &Reduced, values: &[f64]) -> f64 {
+        let mut gather = Gather::new();
+        let split = values.len() / 2;
+        gather.start(reduced, 1, values.len());
+        gather.add(reduced, &values[..split], (1, split, 1), 0);
+        gather.add(
+            reduced,
+            &values[split..],
+            (1, values.len() - split, 1),
+            split,
         );
-        assert!(
-            reducer(Method::Mean, Some(0.6))
-                .reduce(&mut [1.0, nan, 3.0, nan])
-                .is_nan()
-        );
+        let mut out = [0.0];
+        gather.finish(reduced, &mut out);
+        out[0]
+    }
+
+    #[test]
+    fn blocks_of_several_elements_are_gathered_element_by_element() {
+        // Two outer rows x three steps x two inner elements: element (o, i) has the values
+        // 10 * o + i + 100 * k over the steps k.
+        let values: Vec<f64> = (0..2)
+            .flat_map(|o| {
+                (0..3).flat_map(move |k| (0..2).map(move |i| f64::from(10 * o + i + 100 * k)))
+            })
+            .collect();
+        for (method, want) in [
+            (Method::Max, [200.0, 201.0, 210.0, 211.0]),
+            (Method::Median, [100.0, 101.0, 110.0, 111.0]),
+            (Method::Sum, [300.0, 303.0, 330.0, 333.0]),
+        ] {
+            let reduced = reducer(method, None);
+            let mut gather = Gather::new();
+            gather.start(&reduced, 4, 3);
+            gather.add(&reduced, &values, (2, 3, 2), 0);
+            let mut out = [0.0; 4];
+            gather.finish(&reduced, &mut out);
+            assert_eq!(out, want, "{method:?}");
+        }
     }
 
     #[test]

@@ -271,6 +271,25 @@ impl TimeUnits {
         }
     }
 
+    /// Like [`TimeUnits::datetime`], to the nanosecond as xarray decodes times: the offset
+    /// in nanoseconds is computed in floating point and truncated toward zero (so a value a
+    /// hair below a whole day stays on the day before). The date-time is of the whole second,
+    /// the nanoseconds past it come second.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the offset is checked to be within MAX_OFFSET_YEARS, far inside i128"
+    )]
+    pub(crate) fn instant(&self, value: f64) -> Option<(DateTime, u32)> {
+        let Unit::Seconds(unit) = self.unit else {
+            return self.datetime(value).map(|at| (at, 0));
+        };
+        self.datetime(value)?;
+        let nanos = (value * (unit as f64 * 1e9)) as i128;
+        let seconds = i64::try_from(nanos.div_euclid(1_000_000_000)).ok()?;
+        let past = u32::try_from(nanos.rem_euclid(1_000_000_000)).ok()?;
+        Some((shift(self.reference, seconds, self.calendar), past))
+    }
+
     fn add_months(&self, value: f64, months_per_unit: i64) -> DateTime {
         let whole = value.floor();
         let Date { year, month, day } = self.reference.date;
@@ -659,5 +678,30 @@ mod tests {
                 ),
             }
         }
+    }
+
+    #[test]
+    fn instants_are_truncated_to_the_nanosecond_as_xarray_decodes_them() {
+        let units = TimeUnits::parse("days since 2000-01-01", None).unwrap();
+        // A day summed from 24 hours in floating point falls a hair short of midnight.
+        let summed: f64 = (0..24).map(|_| 1.0 / 24.0).sum();
+        assert!(summed < 1.0);
+        let (at, nanos) = units.instant(summed).unwrap();
+        assert_eq!(
+            at.date,
+            Date {
+                year: 2000,
+                month: 1,
+                day: 1
+            }
+        );
+        assert_eq!((at.seconds, nanos), (86_399, 999_999_999));
+        let (at, nanos) = units.instant(1.5).unwrap();
+        assert_eq!((at.date.day, at.seconds, nanos), (2, 43_200, 0));
+        // Before the reference: toward zero, so -0.5 s is half a second before midnight.
+        let seconds = TimeUnits::parse("seconds since 2000-01-01", None).unwrap();
+        let (at, nanos) = seconds.instant(-0.5).unwrap();
+        assert_eq!((at.date.day, at.seconds, nanos), (31, 86_399, 500_000_000));
+        assert!(units.instant(f64::NAN).is_none());
     }
 }

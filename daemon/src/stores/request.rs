@@ -692,9 +692,13 @@ pub(crate) fn is_option(key: &str) -> bool {
 fn reduction(object: &mut Map<String, Value>) -> Result<Option<Reduction>> {
     let mut given: HashMap<&str, Value> = HashMap::new();
     for name in REDUCTION {
-        // As the reference: a value that is empty, false or zero is not set.
+        // As the reference: a value that is empty, false or zero is not set, and neither is
+        // the default of an option that only means something with another (its schema
+        // fills them in).
         if let Some(value) = object.remove(name)
             && !is_falsy(&value)
+            && !(name == "time_method" && value.as_str().map(str::trim) == Some("mean"))
+            && !(name == "weighting" && value.as_str().map(str::trim) == Some("auto"))
         {
             given.insert(name, value);
         }
@@ -726,8 +730,20 @@ fn reduction(object: &mut Map<String, Value>) -> Result<Option<Reduction>> {
     };
     let climatology = match given.get("climatology") {
         None => false,
+        // A JSON 1 is true, as the reference's schema reads it.
+        Some(Value::Number(n)) if n.as_f64() == Some(1.0) => true,
         Some(value) => boolean("climatology", value)?,
     };
+    let min_coverage = match given.get("min_coverage") {
+        None => 0.0,
+        Some(value) => number("min_coverage", value)?,
+    };
+    if !(0.0..=1.0).contains(&min_coverage) {
+        return refuse(
+            "min_coverage",
+            format!("min_coverage must be between 0 and 1, got {min_coverage:?}."),
+        );
+    }
     let Some(freq) = given.get("time_freq") else {
         if given.contains_key("time_method") || climatology {
             let name = if climatology {
@@ -747,16 +763,6 @@ fn reduction(object: &mut Map<String, Value>) -> Result<Option<Reduction>> {
         None => Method::Mean,
         Some(value) => reduction_choice("time_method", value, &Method::ALL)?,
     };
-    let min_coverage = match given.get("min_coverage") {
-        None => 0.0,
-        Some(value) => number("min_coverage", value)?,
-    };
-    if !(0.0..=1.0).contains(&min_coverage) {
-        return refuse(
-            "min_coverage",
-            format!("min_coverage must be between 0 and 1, got {min_coverage:?}."),
-        );
-    }
     if climatology && !freq.has_climatology() {
         return refuse(
             "climatology",
@@ -1070,6 +1076,11 @@ mod tests {
             ),
             (r#"{"path": "/a.nc", "climatology": true}"#, "climatology"),
             (r#"{"path": "/a.nc", "time_method": "max"}"#, "time_method"),
+            (r#"{"path": "/a.nc", "min_coverage": 1.5}"#, "min_coverage"),
+            (
+                r#"{"path": "/a.nc", "min_coverage": "lots"}"#,
+                "min_coverage",
+            ),
             (
                 r#"{"path": "/a.nc", "time_freq": "yearly", "climatology": true}"#,
                 "climatology",
@@ -1095,7 +1106,7 @@ mod tests {
     fn reduction_options_without_time_freq_reduce_nothing() {
         let request = body(
             r#"{"path": "/a.nc", "climatology": false, "min_coverage": 0.0, "dtype": "float32",
-                "time_freq": "", "space": null}"#,
+                "time_freq": "", "space": null, "time_method": "mean", "weighting": "auto"}"#,
         )
         .unwrap();
         assert_eq!(request.sources, ["/a.nc"]);
