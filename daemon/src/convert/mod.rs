@@ -199,6 +199,13 @@ pub(crate) fn convert_sources(
                 strings.to_vec(),
             )));
         }
+        if let combine::Origin::Reduced(reduced) = &vars[n].origin
+            && let Some(compute) =
+                reduce::read_reduced_later(&mut slabs, reduced, &vars[n].info, &start, &count)?
+        {
+            // Reduced on an encoder thread: the reader goes on reading.
+            return Ok(write::ChunkRead::Computed(compute));
+        }
         let values = combine::read_block(&mut slabs, vars[n], &start, &count)?;
         Ok(write::ChunkRead::Values(write::ChunkValues::Fixed(
             write::full_chunk(values, &count, array),
@@ -209,11 +216,24 @@ pub(crate) fn convert_sources(
 }
 
 /// The sources of an aggregated store as NetCDF files, a few open at a time (a store may
-/// combine thousands).
+/// combine thousands). Slabs of a NetCDF-4 variable stored with `deflate` (and `shuffle`) are
+/// decoded from its stored chunks on every core ([`stored`]), the same bytes the library
+/// gives; others are read by the library.
 struct OpenSources<'s> {
     sources: &'s [Source],
     /// Open files, the most recently used last.
-    open: Vec<(usize, netcdf::File)>,
+    open: Vec<Opened>,
+}
+
+/// One open source.
+struct Opened {
+    /// Its position in the request.
+    n: usize,
+    file: netcdf::File,
+    /// The same file as HDF5, for a NetCDF-4 file.
+    stored: Option<StoredFile>,
+    /// How each variable read so far is stored, when its stored chunks can be decoded.
+    arrays: std::collections::HashMap<String, Option<stored::StoredArray>>,
 }
 
 impl<'s> OpenSources<'s> {
@@ -227,26 +247,33 @@ impl<'s> OpenSources<'s> {
         }
     }
 
-    fn file(&mut self, n: usize) -> Result<&netcdf::File, String> {
-        if let Some(at) = self.open.iter().position(|(m, _)| *m == n) {
+    fn file(&mut self, n: usize) -> Result<&mut Opened, String> {
+        if let Some(at) = self.open.iter().position(|opened| opened.n == n) {
             let entry = self.open.remove(at);
             self.open.push(entry);
         } else {
             let source = &self.sources[n];
             let file = crate::crawl::open_netcdf(&source.opened())
                 .map_err(|e| format!("{}: {e}", source.path.display()))?;
+            // Without HDF5's view, every slab is read by the library.
+            let stored = StoredFile::open(&source.opened()).ok().flatten();
             if self.open.len() == Self::KEEP {
                 self.open.remove(0);
             }
-            self.open.push((n, file));
+            self.open.push(Opened {
+                n,
+                file,
+                stored,
+                arrays: std::collections::HashMap::new(),
+            });
         }
-        Ok(&self.open.last().expect("just pushed").1)
+        Ok(self.open.last_mut().expect("just pushed"))
     }
 
     /// The root group of source `n` as the combination sees it.
     fn dataset(&mut self, n: usize, source: &Source) -> Result<combine::Dataset, String> {
         let shown = source.path.display().to_string();
-        let file = self.file(n)?;
+        let file = &self.file(n)?.file;
         let failed = |e: String| format!("{shown}: {e}");
         let attrs = metadata::attributes(file.attributes(), "the file").map_err(failed)?;
         let vars = file
@@ -271,13 +298,35 @@ impl combine::Slabs for OpenSources<'_> {
         count: &[u64],
     ) -> Result<Vec<u8>, String> {
         let shown = self.sources[source].path.display().to_string();
-        let file = self.file(source)?;
         let failed = |e: &dyn std::fmt::Display| format!("{shown}: variable {name:?}: {e}");
-        let variable = file
+        let raw = &self.sources[source].file;
+        let opened = self.file(source)?;
+        let variable = opened
+            .file
             .variable(name)
             .ok_or_else(|| failed(&"vanished from the file"))?;
         if start.is_empty() {
             return variable.get_raw_values(..).map_err(|e| failed(&e));
+        }
+        if let Some(stored) = &opened.stored {
+            let array = opened.arrays.entry(name.to_string()).or_insert_with(|| {
+                let info = metadata::VarInfo::of(&variable, "").ok()?;
+                let shape: Vec<u64> = info.dims.iter().map(|d| d.len).collect();
+                stored.array(&metadata::ArrayLayout {
+                    path: name.to_string(),
+                    groups: Vec::new(),
+                    variable: name.to_string(),
+                    dtype: info.dtype,
+                    chunks: shape.clone(),
+                    shape,
+                    copied: None,
+                })
+            });
+            if let Some(pieces) = array.as_ref().and_then(|a| a.slab(start, count)) {
+                return pieces
+                    .values_on(raw, write::encoders())
+                    .map_err(|e| failed(&e));
+            }
         }
         variable
             .get_raw_values(write::extents(start, count))

@@ -181,35 +181,57 @@ impl Decoding {
     }
 
     /// Decodes one raw value.
+    fn value(&self, raw: f64) -> f64 {
+        let mut one = [raw];
+        self.apply(&mut one);
+        one[0]
+    }
+
+    /// Decodes raw values in place, a pass per step (so that each loop is simple).
     #[expect(
         clippy::cast_possible_truncation,
         reason = "32-bit results are computed in 32 bits, as xarray does"
     )]
-    fn value(&self, raw: f64) -> f64 {
-        let raw = self
-            .unsigned_bits
-            .map_or(raw, |bits| as_unsigned(raw, bits));
-        if self.missing.contains(&raw) {
-            return f64::NAN;
+    fn apply(&self, values: &mut [f64]) {
+        if let Some(bits) = self.unsigned_bits {
+            for v in values.iter_mut() {
+                *v = as_unsigned(*v, bits);
+            }
+        }
+        match self.missing.as_slice() {
+            [] => {}
+            [missing] => {
+                for v in values.iter_mut() {
+                    if *v == *missing {
+                        *v = f64::NAN;
+                    }
+                }
+            }
+            missing => {
+                for v in values.iter_mut() {
+                    if missing.contains(v) {
+                        *v = f64::NAN;
+                    }
+                }
+            }
+        }
+        if self.scale.is_none() && self.offset.is_none() {
+            // Masked only: the values are exact in the type they decode to (integers of at
+            // most 2 bytes, or floats, for 32-bit results).
+            return;
         }
         if self.to == F32 {
-            let mut v = raw as f32;
-            if let Some(scale) = self.scale {
-                v *= scale as f32;
+            let scale = self.scale.map_or(1.0, |s| s as f32);
+            let offset = self.offset.map_or(0.0, |o| o as f32);
+            for v in values.iter_mut() {
+                *v = f64::from(*v as f32 * scale + offset);
             }
-            if let Some(offset) = self.offset {
-                v += offset as f32;
-            }
-            f64::from(v)
         } else {
-            let mut v = raw;
-            if let Some(scale) = self.scale {
-                v *= scale;
+            let scale = self.scale.unwrap_or(1.0);
+            let offset = self.offset.unwrap_or(0.0);
+            for v in values.iter_mut() {
+                *v = *v * scale + offset;
             }
-            if let Some(offset) = self.offset {
-                v += offset;
-            }
-            v
         }
     }
 }
@@ -262,11 +284,11 @@ fn first_number(value: &Value) -> Option<f64> {
 
 /// Raw little-endian values of `from` as decoded numbers.
 fn decode(raw: &[u8], from: Dtype, decoding: Option<&Decoding>) -> Result<Vec<f64>, String> {
-    let values = combine::floats(raw, from).ok_or("strings cannot be decoded as numbers")?;
-    Ok(match decoding {
-        Some(decoding) => values.into_iter().map(|v| decoding.value(v)).collect(),
-        None => values,
-    })
+    let mut values = combine::floats(raw, from).ok_or("strings cannot be decoded as numbers")?;
+    if let Some(decoding) = decoding {
+        decoding.apply(&mut values);
+    }
+    Ok(values)
 }
 
 /// Numbers as little-endian values of `dtype` (integers are whole here; NaN never is one).
@@ -514,10 +536,108 @@ impl Gather {
     }
 }
 
+/// One piece of a block of a reduced variable: the elements of one sub-block of the block's
+/// other axes for one output step, and the slabs of the source that make them.
+struct Piece {
+    /// Its output step within the block.
+    step: usize,
+    /// Its first element within that step's elements (C order of the other axes).
+    offset: usize,
+    /// Its elements.
+    elements: usize,
+    /// Its elements as `outer` x `inner` (the other axes before and after the time axis).
+    outer: usize,
+    inner: usize,
+    /// The time steps of its group.
+    steps: usize,
+    /// The source slabs to read: start, count and length along the time axis.
+    reads: Vec<(Vec<u64>, Vec<u64>, usize)>,
+}
+
+/// The pieces of the block `start`/`count` of a reduced variable (its first axis the output
+/// steps, the others the source's other axes in order), each of at most [`READ_ELEMENTS`]
+/// values of the source.
+fn pieces(reduced: &Reduced, start: &[u64], count: &[u64]) -> Vec<Piece> {
+    let axis = reduced.axis;
+    let (other_start, other_count) = (&start[1..], &count[1..]);
+    let mut pieces = Vec::new();
+    for step in 0..to_usize(count[0]) {
+        let group = &reduced.groups[to_usize(start[0]) + step];
+        let n: u64 = group.iter().map(|(_, len)| len).sum();
+        let Some(most) = READ_ELEMENTS.checked_div(n) else {
+            continue;
+        };
+        for (sub_start, sub_count) in combine::slab_ranges(other_count, most) {
+            let reads = group
+                .iter()
+                .map(|&(first, len)| {
+                    let mut s: Vec<u64> = other_start
+                        .iter()
+                        .zip(&sub_start)
+                        .map(|(a, b)| a + b)
+                        .collect();
+                    s.insert(axis, first);
+                    let mut c = sub_count.clone();
+                    c.insert(axis, len);
+                    (s, c, to_usize(len))
+                })
+                .collect();
+            pieces.push(Piece {
+                step,
+                offset: flat_index(&sub_start, other_count),
+                elements: to_usize(sub_count.iter().product()),
+                outer: to_usize(sub_count[..axis].iter().product()),
+                inner: to_usize(sub_count[axis..].iter().product()),
+                steps: to_usize(n),
+                reads,
+            });
+        }
+    }
+    pieces
+}
+
+/// Reads the slabs of a piece.
+fn read_piece(
+    slabs: &mut dyn Slabs,
+    reduced: &Reduced,
+    piece: &Piece,
+) -> Result<Vec<Vec<u8>>, String> {
+    piece
+        .reads
+        .iter()
+        .map(|(s, c, _)| combine::read_block(slabs, &reduced.source, s, c))
+        .collect()
+}
+
+/// Reduces a piece from its slabs `raw` into `out` (the block's values, step by step).
+fn reduce_piece(
+    reduced: &Reduced,
+    gather: &mut Gather,
+    piece: &Piece,
+    raw: &[Vec<u8>],
+    spatial: usize,
+    out: &mut [f64],
+) -> Result<(), String> {
+    gather.start(reduced, piece.elements, piece.steps);
+    let mut done = 0;
+    for (bytes, (_, _, len)) in raw.iter().zip(&piece.reads) {
+        let values = decode(bytes, reduced.source.info.dtype, reduced.decoding.as_ref())?;
+        gather.add(reduced, &values, (piece.outer, *len, piece.inner), done);
+        done += len;
+    }
+    let at = piece.step * spatial + piece.offset;
+    gather.finish(reduced, &mut out[at..at + piece.elements]);
+    Ok(())
+}
+
+/// The number of values of the block's other axes, per output step.
+fn spatial_of(count: &[u64]) -> usize {
+    to_usize(count[1..].iter().product())
+}
+
 /// The block `start`/`count` of a reduced variable of type `info.dtype` (its first axis the
-/// output steps, the others the source's other axes in order): for each output step, the
-/// slabs of its time steps over the block's other axes, read in pieces of at most
-/// [`READ_ELEMENTS`] values.
+/// output steps, the others the source's other axes in order), read and reduced piece by
+/// piece: at most [`READ_ELEMENTS`] source values in memory at a time.
 ///
 /// # Errors
 /// A sentence naming the file and variable that could not be read.
@@ -528,44 +648,60 @@ pub(crate) fn read_reduced(
     start: &[u64],
     count: &[u64],
 ) -> Result<Vec<u8>, String> {
-    let axis = reduced.axis;
-    let (other_start, other_count) = (&start[1..], &count[1..]);
-    let spatial = to_usize(other_count.iter().product());
-    let along = to_usize(count[0]);
-    let mut out = vec![f64::NAN; along * spatial];
+    let spatial = spatial_of(count);
+    let mut out = vec![f64::NAN; to_usize(count[0]) * spatial];
     let mut gather = Gather::new();
-    for (j, results) in out.chunks_exact_mut(spatial.max(1)).enumerate() {
-        let group = &reduced.groups[to_usize(start[0]) + j];
-        let n: u64 = group.iter().map(|(_, len)| len).sum();
-        let Some(most) = READ_ELEMENTS.checked_div(n) else {
-            continue;
-        };
-        for (sub_start, sub_count) in combine::slab_ranges(other_count, most) {
-            let offset = flat_index(&sub_start, other_count);
-            let elements = to_usize(sub_count.iter().product());
-            let sub_outer = to_usize(sub_count[..axis].iter().product());
-            let sub_inner = to_usize(sub_count[axis..].iter().product());
-            gather.start(reduced, elements, to_usize(n));
-            let mut done = 0;
-            for &(first, len) in group {
-                let mut s: Vec<u64> = other_start
-                    .iter()
-                    .zip(&sub_start)
-                    .map(|(a, b)| a + b)
-                    .collect();
-                s.insert(axis, first);
-                let mut c = sub_count.clone();
-                c.insert(axis, len);
-                let raw = combine::read_block(slabs, &reduced.source, &s, &c)?;
-                let values = decode(&raw, reduced.source.info.dtype, reduced.decoding.as_ref())?;
-                let len = to_usize(len);
-                gather.add(reduced, &values, (sub_outer, len, sub_inner), done);
-                done += len;
-            }
-            gather.finish(reduced, &mut results[offset..offset + elements]);
-        }
+    for piece in pieces(reduced, start, count) {
+        let raw = read_piece(slabs, reduced, &piece)?;
+        reduce_piece(reduced, &mut gather, &piece, &raw, spatial, &mut out)?;
     }
     Ok(encode(&out, info.dtype))
+}
+
+/// Source bytes of a block that the reader may read ahead for an encoder to reduce.
+const DEFERRED_BYTES: u64 = 32 << 20;
+
+/// The block `start`/`count` of a reduced variable as [`read_reduced`] gives it, its slabs
+/// read now and reduced by the function returned, which an encoder thread runs; `None` when
+/// the block needs more than [`DEFERRED_BYTES`] of source (then [`read_reduced`] reads it
+/// piece by piece).
+///
+/// # Errors
+/// A sentence naming the file and variable that could not be read.
+#[expect(
+    clippy::type_complexity,
+    reason = "the one place the computation is handed over"
+)]
+pub(crate) fn read_reduced_later(
+    slabs: &mut dyn Slabs,
+    reduced: &Arc<Reduced>,
+    info: &VarInfo,
+    start: &[u64],
+    count: &[u64],
+) -> Result<Option<Box<dyn FnOnce() -> Result<Vec<u8>, String> + Send>>, String> {
+    let pieces = pieces(reduced, start, count);
+    let bytes: u64 = pieces
+        .iter()
+        .map(|p| (p.elements * p.steps) as u64 * reduced.source.info.dtype.size())
+        .sum();
+    if bytes > DEFERRED_BYTES {
+        return Ok(None);
+    }
+    let raw = pieces
+        .iter()
+        .map(|piece| read_piece(slabs, reduced, piece))
+        .collect::<Result<Vec<_>, _>>()?;
+    let reduced = Arc::clone(reduced);
+    let (dtype, count) = (info.dtype, count.to_vec());
+    Ok(Some(Box::new(move || {
+        let spatial = spatial_of(&count);
+        let mut out = vec![f64::NAN; to_usize(count[0]) * spatial];
+        let mut gather = Gather::new();
+        for (piece, raw) in pieces.iter().zip(&raw) {
+            reduce_piece(&reduced, &mut gather, piece, raw, spatial, &mut out)?;
+        }
+        Ok(encode(&out, dtype))
+    })))
 }
 
 /// The position of `index` in C order within `shape`.

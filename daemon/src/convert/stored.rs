@@ -276,6 +276,22 @@ impl StoredArray {
         let count: Vec<u64> = (0..rank)
             .map(|d| array.chunks[d].min(array.shape[d].saturating_sub(start[d])))
             .collect();
+        self.pieces_of(start, count, array.chunks.clone())
+    }
+
+    /// Where the stored chunks that cover the hyperslab `start`/`count` of the variable are
+    /// (its values are then [`Pieces::values`] with no padding), or `None` as for
+    /// [`StoredArray::pieces`].
+    pub(crate) fn slab(&self, start: &[u64], count: &[u64]) -> Option<Pieces> {
+        if start.len() != self.layout.stored_chunk.len() || count.contains(&0) {
+            return None;
+        }
+        self.pieces_of(start.to_vec(), count.to_vec(), count.to_vec())
+    }
+
+    /// The stored chunks of the block `start`/`count` of a chunk of shape `chunk`.
+    fn pieces_of(&self, start: Vec<u64>, count: Vec<u64>, chunk: Vec<u64>) -> Option<Pieces> {
+        let rank = chunk.len();
         let stored = &self.layout.stored_chunk;
         // The stored chunks' grid indices, first and last, along each dimension.
         let first: Vec<u64> = (0..rank).map(|d| start[d] / stored[d]).collect();
@@ -286,7 +302,7 @@ impl StoredArray {
         // stored ones (each would inflate a whole stored chunk again), are read better by
         // the library, which caches what it inflated.
         let count_pieces = (0..rank).try_fold(1u64, |n, d| n.checked_mul(last[d] - first[d] + 1));
-        let chunk_bytes: u64 = array.chunks.iter().product::<u64>() * self.layout.item as u64;
+        let chunk_bytes: u64 = chunk.iter().product::<u64>() * self.layout.item as u64;
         let stored_bytes = self.layout.stored_len() as u64;
         if count_pieces.is_none_or(|n| n > MAX_PIECES) || stored_bytes > 8 * chunk_bytes.max(1) {
             return None;
@@ -307,7 +323,7 @@ impl StoredArray {
                         layout: Arc::clone(&self.layout),
                         start,
                         count,
-                        chunk: array.chunks.clone(),
+                        chunk,
                         pieces,
                     });
                 }
@@ -458,9 +474,54 @@ impl Pieces {
     /// # Errors
     /// A sentence saying which stored chunk could not be read or decoded.
     pub(crate) fn values(&self, file: &std::fs::File) -> Result<Vec<u8>, String> {
+        self.values_on(file, 1)
+    }
+
+    /// [`Pieces::values`], the stored chunks read and decoded on `threads` threads (for a
+    /// caller that has the cores to itself, such as the reader of an aggregated store).
+    ///
+    /// # Errors
+    /// As [`Pieces::values`].
+    pub(crate) fn values_on(
+        &self,
+        file: &std::fs::File,
+        threads: usize,
+    ) -> Result<Vec<u8>, String> {
         let layout = &*self.layout;
         let item = layout.item;
         let rank = self.chunk.len();
+        if threads > 1 && self.pieces.len() > 1 {
+            let share = self.pieces.len().div_ceil(threads);
+            let decoded: Vec<Result<Vec<Vec<u8>>, String>> = std::thread::scope(|scope| {
+                let workers: Vec<_> = self
+                    .pieces
+                    .chunks(share)
+                    .map(|part| {
+                        scope.spawn(move || {
+                            part.iter()
+                                .map(|piece| self.native(piece, file))
+                                .collect::<Result<Vec<_>, _>>()
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| w.join().unwrap_or_else(|_| Err("decoding panicked".into())))
+                    .collect()
+            });
+            let total: u64 = self.chunk.iter().product();
+            let mut out = vec![0u8; to_usize(total) * item];
+            for (bytes, piece) in decoded
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .flatten()
+                .zip(&self.pieces)
+            {
+                self.place(&bytes, &piece.origin, &mut out, rank);
+            }
+            return Ok(out);
+        }
         // A store chunk that is one whole stored chunk (the common case: a plan of one time
         // step per chunk over a file stored that way) is the decoded chunk as it is.
         let whole = matches!(&self.pieces[..], [piece] if piece.origin == self.start)
@@ -473,18 +534,25 @@ impl Pieces {
             vec![0u8; to_usize(total) * item]
         };
         for piece in &self.pieces {
-            let mut bytes = layout.decoded(piece, file)?;
-            if layout.big_endian {
-                for element in bytes.chunks_exact_mut(item) {
-                    element.reverse();
-                }
-            }
+            let bytes = self.native(piece, file)?;
             if whole {
                 return Ok(bytes);
             }
             self.place(&bytes, &piece.origin, &mut out, rank);
         }
         Ok(out)
+    }
+
+    /// The values of one stored chunk, read, decoded and in the machine's byte order.
+    fn native(&self, piece: &Piece, file: &std::fs::File) -> Result<Vec<u8>, String> {
+        let layout = &*self.layout;
+        let mut bytes = layout.decoded(piece, file)?;
+        if layout.big_endian {
+            for element in bytes.chunks_exact_mut(layout.item) {
+                element.reverse();
+            }
+        }
+        Ok(bytes)
     }
 
     /// The store chunk of an array whose stored chunks are copied ([`Copied`]): the one

@@ -496,6 +496,53 @@ fn stored_chunks_decode_to_the_values_the_netcdf_library_reads() {
 }
 
 #[test]
+fn slabs_of_aggregated_sources_are_the_values_the_netcdf_library_reads() {
+    use combine::Slabs as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stored.nc");
+    stored_chunks(&path);
+    let library = netcdf::open(&path).unwrap();
+    let sources = [Source::open(&path).unwrap()];
+    let mut slabs = OpenSources::new(&sources);
+    let mut compared = 0;
+    for name in ["a", "b", "c", "d", "e"] {
+        let variable = library.variable(name).unwrap();
+        let shape: Vec<u64> = variable
+            .dimensions()
+            .iter()
+            .map(|d| d.len() as u64)
+            .collect();
+        // Slabs at every offset of a few shapes, across stored chunks and within them.
+        for count in [[1, 1, 1], [2, 3, 4], [3, 5, 6], [7, 5, 6], [5, 2, 3]] {
+            let count = &count[..shape.len()];
+            let offsets: Vec<Vec<u64>> = combine::slab_ranges(&shape, 1)
+                .map(|(start, _)| start)
+                .filter(|start| {
+                    start
+                        .iter()
+                        .zip(count)
+                        .zip(&shape)
+                        .all(|((s, c), n)| s + c <= *n)
+                })
+                .collect();
+            for start in offsets {
+                let expected = variable
+                    .get_raw_values(write::extents(&start, count))
+                    .unwrap();
+                let read = slabs.read(0, name, &start, count).unwrap();
+                assert_eq!(read, expected, "{name} {start:?} {count:?}");
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared > 500, "{compared} slabs compared");
+    // The stored path was taken for the variables it can decode.
+    let opened = slabs.file(0).unwrap();
+    assert!(matches!(opened.arrays.get("a"), Some(Some(_))));
+    assert!(matches!(opened.arrays.get("b"), Some(Some(_))));
+}
+
+#[test]
 fn a_netcdf3_file_has_no_stored_chunks() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("classic.nc");

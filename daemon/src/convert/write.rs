@@ -199,7 +199,7 @@ pub(crate) fn file_chunks<'f>(
 }
 
 /// The threads that compress and write one conversion's chunks: one per core, at most 4.
-fn encoders() -> usize {
+pub(crate) fn encoders() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
@@ -358,9 +358,16 @@ pub(crate) fn chunk_bytes(
 ) -> Result<Vec<u8>, String> {
     let failed = |e: String| format!("{} chunk {index:?}: {e}", array.path);
     let raw = || raw.ok_or_else(|| failed("stored chunks without their file".into()));
+    let computed = |compute: Box<dyn FnOnce() -> Result<Vec<u8>, String> + Send>| {
+        let (_, count) = chunk_extent(array, index);
+        compute()
+            .map(|values| full_chunk(values, &count, array))
+            .map_err(failed)
+    };
     match (array.copied, read) {
         (Some(copied), ChunkRead::Stored(pieces)) => pieces.copied(raw()?, &copied).map_err(failed),
         (Some(copied), ChunkRead::Values(ChunkValues::Fixed(values))) => Ok(copied.encode(values)),
+        (Some(copied), ChunkRead::Computed(compute)) => Ok(copied.encode(computed(compute)?)),
         (Some(_), ChunkRead::Values(ChunkValues::Strings(_))) => {
             Err(failed("strings in an array of numbers".into()))
         }
@@ -370,6 +377,7 @@ pub(crate) fn chunk_bytes(
                 ChunkRead::Stored(pieces) => {
                     ChunkValues::Fixed(pieces.values(raw()?).map_err(failed)?)
                 }
+                ChunkRead::Computed(compute) => ChunkValues::Fixed(computed(compute)?),
             };
             encoder
                 .ok_or_else(|| failed("no encoder".into()))?
@@ -384,6 +392,9 @@ pub(crate) enum ChunkRead {
     Values(ChunkValues),
     /// Where its stored chunks are, for the encoder to decode.
     Stored(Pieces),
+    /// Its values (of the part of the chunk within the array, in C order), computed by the
+    /// encoder from what the reader read: work that needs no source file runs on every core.
+    Computed(Box<dyn FnOnce() -> Result<Vec<u8>, String> + Send>),
 }
 
 /// The values of one chunk, uncompressed.
