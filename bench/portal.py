@@ -23,7 +23,8 @@
    are copied with their zlib chunks, and xarray is given the same zlib and shuffle.
 1b. Fast path: `--fast-mib` MiB (1 GiB by default) of such NetCDF-4 files, kept in
    `sources/<size>MiB-nc4/`: svcd's conversion against `cp` of the same file, both after
-   reading the file once (a warm page cache), in MiB/s of source (target >= 0.5 of cp).
+   reading the file once (a warm page cache) and after `sync` (no writeback of earlier work
+   left to fall on either), in MiB/s of source (target >= 0.5 of cp).
 2. First chunk after load: the time from `GET databrowser/load/user?file=F` to having the
    bytes of the first chunk (`tas/0.0.0`) of the store it answers, p50 and p99 over
    `--samples` fresh conversions (target p50 < 20 ms). The samples are distinct files (one
@@ -38,6 +39,19 @@
    `--rounds` rounds (default 3), so that the machine's noise falls on both alike.
    Requests/s and MiB/s (response bytes as sent), medians of the rounds, and the ratio
    svcd/nginx (target >= 0.7), also per round.
+
+4. Aggregation and reduction: `--agg-files` (100) NetCDF-4 files of daily 3-D `tas` (about
+   `--agg-mib` MiB in all, 1 GiB by default), in time order, kept in `sources/agg-*`:
+   - concat: svcd's `aggregate=concat` of all of them along time (`data_vars`, `coords`
+     minimal, `compat` override) against xarray's `open_mfdataset(combine="nested",
+     concat_dim="time", ...)` with the same options + `to_zarr` with the chunks and compressor
+     of svcd's store;
+   - monthly mean: the same files concatenated and reduced with `time_freq=monthly` against
+     xarray's `open_mfdataset` + the reference's reduction (`tests/python/test_reduce.py`:
+     decode, `resample(time="MS").mean()`, cast to float32) + `to_zarr`.
+   Both sides start with the files in the page cache. Seconds, MiB/s of source and the
+   ratio (target >= 3), and the peak resident memory (VmHWM) of each side during its run:
+   svcd's is reset before each (`/proc/<pid>/clear_refs`), xarray runs in a fresh process.
 
 Every chunk request carries `Accept-Encoding: gzip, deflate` (`--accept-encoding`), as zarr's
 HTTP clients send it (fsspec over aiohttp, and requests); `--accept-encoding identity` asks
@@ -55,7 +69,9 @@ nginx and wrk (Debian packages; `apt-get install -y nginx wrk` is tried when run
 
 Run: make bench-portal [BENCH_ARGS="--size-mib 64 --samples 10 --duration 3"], or
 .venv-test/bin/python bench/portal.py --svcd $CARGO_TARGET_DIR/release/svcd [--size-mib 1024]
-[--samples 50] [--duration 10] [--rounds 3] [--clients 16] [--data DIR] [--json FILE]
+[--samples 50] [--duration 10] [--rounds 3] [--clients 16] [--agg-files 100] [--agg-mib 1024]
+[--data DIR] [--json FILE]; `--only-aggregation` runs section 4 alone (e.g. with a larger
+`--agg-mib`, to see that svcd's peak memory does not grow with the sources).
 Prints one table with every figure and ratio (and writes them as JSON with --json).
 """
 
@@ -70,6 +86,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -356,6 +373,111 @@ class Svcd:
 
 
 # ---------------------------------------------------------------------------------------
+# 4. Aggregation and reduction
+
+
+def generate_aggregation_sources(root, files, size_mib):
+    """`files` NetCDF-4 files of daily 3-D tas in time order, about `size_mib` MiB in all,
+    kept in `root/sources/agg-<files>x<size>MiB` and reused when complete."""
+    directory = root / "sources" / f"agg-{files}x{size_mib}MiB"
+    manifest = directory / "manifest.json"
+    if manifest.exists():
+        listed = json.loads(manifest.read_text())
+        if listed.get("generator") == GENERATOR and all((directory / f["name"]).exists() and (directory / f["name"]).stat().st_size == f["bytes"] for f in listed["files"]):
+            return [directory / f["name"] for f in listed["files"]]
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    # About 180 KiB a day compressed on GRID_3D; measured on the first file.
+    days = max(2, int(size_mib * MIB / files / (180 * 1024)))
+    listed = []
+    for number in range(files):
+        first = number * days
+        name = f"tas_day_BENCH-ESM_historical_r1i1p1f1_gn_{noleap_date(first)}-{noleap_date(first + days - 1)}.nc"
+        path = directory / name
+        print(f"  writing {path} ({days} days)", flush=True)
+        write_netcdf(path, "NETCDF4", "tas", False, first, days, GRID_3D, seed=50_000 + number)
+        listed.append({"name": name, "bytes": path.stat().st_size})
+    manifest.write_text(json.dumps({"generator": GENERATOR, "files": listed}, indent=1))
+    return [directory / f["name"] for f in listed]
+
+
+# The options both sides combine the files with.
+AGGREGATION = {"aggregate": "concat", "dim": "time", "data_vars": "minimal", "coords": "minimal", "compat": "override", "join": "outer"}
+
+XARRAY_AGGREGATION = r'''
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import numcodecs, xarray as xr
+from test_reduce import reduce
+task = json.loads(sys.stdin.read())
+started = time.perf_counter()
+ds = xr.open_mfdataset(task["paths"], combine="nested", concat_dim="time", data_vars="minimal", coords="minimal",
+                       compat="override", join="outer", combine_attrs="override", decode_cf=False,
+                       decode_coords=False, engine="netcdf4", parallel=False)
+if task["reduction"]:
+    ds = reduce(ds, task["reduction"])
+encoding = {}
+for name, e in task["encoding"].items():
+    c = e["compressor"]
+    codec = numcodecs.Blosc(cname=c["cname"], clevel=c["clevel"], shuffle=c["shuffle"], blocksize=c.get("blocksize", 0))
+    encoding[name] = {"chunks": tuple(e["chunks"]), "compressors": [codec]}
+    if task["reduction"] and name in ds.variables and ds[name].dtype.kind == "f":
+        encoding[name]["_FillValue"] = float("nan")
+ds.to_zarr(task["target"], zarr_format=2, consolidated=True, mode="w", encoding=encoding)
+seconds = time.perf_counter() - started
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"seconds": seconds, "vmhwm_kib": hwm}))
+'''
+
+
+def vmhwm_kib(pid):
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+
+
+def reset_vmhwm(pid):
+    """Reset a process's peak resident memory to its current one (Linux: clear_refs 5)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as refs:
+        refs.write("5")
+
+
+def measure_aggregation(svcd, paths, run):
+    """Concatenation, then concatenation with a monthly mean: svcd, then xarray, each from
+    a warm page cache."""
+    size = sum(p.stat().st_size for p in paths)
+    tests = Path(__file__).resolve().parent.parent / "tests" / "python"
+    results = []
+    for label, reduction in (("concat", None), ("monthly mean", {"time_freq": "monthly", "time_method": "mean"})):
+        for path in paths:
+            read_through(path)
+        body = dict(AGGREGATION, path=[str(p) for p in paths], **(reduction or {}))
+        reset_vmhwm(svcd.proc.pid)
+        started = time.perf_counter()
+        answer = svcd.session.post(f"{svcd.base}/data-portal/zarr/convert", json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+        [url] = answer.json()["urls"]
+        svcd.wait_ready(url, started)
+        svcd_s = time.perf_counter() - started
+        svcd_hwm = vmhwm_kib(svcd.proc.pid)
+        store = svcd.store_dir(url)
+        encoding = {z.parent.name: json.loads(z.read_text()) for z in store.glob("*/.zarray")}
+        for path in paths:
+            read_through(path)
+        task = {"paths": [str(p) for p in paths], "reduction": reduction, "encoding": encoding, "target": str(run / f"xarray-{label.replace(' ', '-')}.zarr")}
+        done = subprocess.run([sys.executable, "-c", XARRAY_AGGREGATION, str(tests)], input=json.dumps(task), capture_output=True, text=True, timeout=7200)
+        if done.returncode != 0:
+            raise RuntimeError(f"xarray {label}: {done.stderr[-3000:]}")
+        xarray = json.loads(done.stdout.strip().splitlines()[-1])
+        shutil.rmtree(task["target"], ignore_errors=True)
+        row = {"label": label, "files": len(paths), "mib": size / MIB, "svcd_s": svcd_s, "xarray_s": xarray["seconds"], "ratio": xarray["seconds"] / svcd_s,
+               "svcd_vmhwm_mib": svcd_hwm / 1024, "xarray_vmhwm_mib": xarray["vmhwm_kib"] / 1024, "svcd_store_mib": tree_bytes(store) / MIB}
+        print(f"  {label}: svcd {svcd_s:.2f} s (VmHWM {row['svcd_vmhwm_mib']:.0f} MiB), xarray {xarray['seconds']:.2f} s (VmHWM {row['xarray_vmhwm_mib']:.0f} MiB)", flush=True)
+        results.append(row)
+    return results
+
+
+# ---------------------------------------------------------------------------------------
 # 1. Conversion
 
 
@@ -435,6 +557,8 @@ def measure_fast_path(svcd, sources, run):
     copies.mkdir()
     for number, (kind, path, variable) in enumerate(sources):
         size = path.stat().st_size
+        # Each side starts with no dirty pages of earlier work left to write back.
+        os.sync()
         url, svcd_s = svcd.timed_conversion(path)
         zarray = json.loads((svcd.store_dir(url) / variable / ".zarray").read_text())
         assert zarray["compressor"]["id"] == "zlib", f"{path.name}: {variable} was not copied: {zarray['compressor']}"
@@ -444,6 +568,7 @@ def measure_fast_path(svcd, sources, run):
         first = svcd.store_dir(url) / variable / ".".join("0" * len(zarray["shape"]))
         assert first.read_bytes() == stored, f"{first} is not the stored chunk of {path.name}"
         read_through(path)
+        os.sync()
         started = time.perf_counter()
         # A real copy of the bytes, never a reflink (a file system that clones would make
         # cp's time meaningless).
@@ -705,6 +830,10 @@ def table(figures):
     rows.append(("first chunk after load, p99 ms", f"{f['p99_ms']:.1f}", "", "", ""))
     rows.append(("  load answer alone, p50 / p99 ms", f"{f['load_p50_ms']:.1f} / {f['load_p99_ms']:.1f}", "", "", ""))
     rows.append(("  stores still converting at the chunk", f"{f['still_converting']} of {n}", "", "", ""))
+    for a in figures.get("aggregation", []):
+        name = f"{a['label']} of {a['files']} files ({a['mib']:.0f} MiB), MiB/s"
+        rows.append((name, f"{a['mib'] / a['svcd_s']:.1f}", f"xarray {a['mib'] / a['xarray_s']:.1f}", f"{a['ratio']:.2f}", ">= 3"))
+        rows.append(("  peak memory (VmHWM), MiB", f"{a['svcd_vmhwm_mib']:.0f}", f"xarray {a['xarray_vmhwm_mib']:.0f}", f"{a['svcd_vmhwm_mib'] / a['xarray_vmhwm_mib']:.2f}", ""))
     t = figures["throughput"]
     s, g = t["svcd"], t["nginx"]
     label = f"{t['clients']} clients, {t['chunks']} chunks, median of {t['rounds']}"
@@ -735,6 +864,9 @@ def main():
     parser.add_argument("--clients", type=int, default=16, help="concurrent connections of the chunk-throughput runs (default 16)")
     parser.add_argument("--threads", type=int, default=2, help="wrk threads (default 2)")
     parser.add_argument("--accept-encoding", default="gzip, deflate", help='the Accept-Encoding header of chunk requests (default "gzip, deflate", as fsspec and requests send it)')
+    parser.add_argument("--agg-files", type=int, default=100, help="files of the aggregation run (default 100)")
+    parser.add_argument("--agg-mib", type=int, default=1024, help="their size in all, MiB (default 1024)")
+    parser.add_argument("--only-aggregation", action="store_true", help="run section 4 alone")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     args = parser.parse_args()
     if not args.svcd or not os.access(args.svcd, os.X_OK):
@@ -748,10 +880,13 @@ def main():
     print(f"sources ({args.size_mib} MiB) and load samples ({args.samples}) in {root}", flush=True)
     with open(root / ".generating", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one run at a time writes the shared files
-        sources = generate_sources(root, args.size_mib)
-        nc4_kinds = [k for k in KINDS if k[2] == "NETCDF4"]
-        fast_sources = generate_sources(root, args.fast_mib, kinds=nc4_kinds, label="-nc4")
-        samples = generate_samples(root, args.samples)
+        sources, fast_sources, samples = [], [], []
+        if not args.only_aggregation:
+            sources = generate_sources(root, args.size_mib)
+            nc4_kinds = [k for k in KINDS if k[2] == "NETCDF4"]
+            fast_sources = generate_sources(root, args.fast_mib, kinds=nc4_kinds, label="-nc4")
+            samples = generate_samples(root, args.samples)
+        aggregated = generate_aggregation_sources(root, args.agg_files, args.agg_mib)
     total = sum(p.stat().st_size for _, p, _ in sources)
     print(f"  {len(sources)} sources, {total / MIB:.0f} MiB; {len(samples)} load samples, {sum(p.stat().st_size for p in samples) / MIB:.0f} MiB", flush=True)
 
@@ -762,6 +897,12 @@ def main():
         svcd = Svcd(args.svcd, root, run, args.accept_encoding)
         print(f"svcd on {svcd.host}, data directory {svcd.data}", flush=True)
 
+        if args.only_aggregation:
+            print(f"4. aggregation of {len(aggregated)} files: svcd, then xarray", flush=True)
+            figures["aggregation"] = measure_aggregation(svcd, aggregated, run)
+            for a in figures["aggregation"]:
+                print(f"{a['label']}: svcd {a['mib'] / a['svcd_s']:.1f} MiB/s, xarray {a['mib'] / a['xarray_s']:.1f} MiB/s, ratio {a['ratio']:.2f}; VmHWM svcd {a['svcd_vmhwm_mib']:.0f} MiB, xarray {a['xarray_vmhwm_mib']:.0f} MiB")
+            return
         print("1. conversion: svcd, then xarray, one file at a time", flush=True)
         rows = measure_conversion(svcd, sources, run)
         figures["conversion"] = {"files": rows, "summary": conversion_summary(rows)}
@@ -782,6 +923,9 @@ def main():
         print("3. chunk throughput: svcd and nginx in turn", flush=True)
         largest = max(rows, key=lambda r: r["svcd_store_bytes"])
         figures["throughput"] = measure_throughput(svcd, largest, args.clients, args.threads, args.duration, args.rounds, args.accept_encoding, run)
+
+        print(f"4. aggregation of {len(aggregated)} files: svcd, then xarray", flush=True)
+        figures["aggregation"] = measure_aggregation(svcd, aggregated, run)
         figures["svcd_log_problems"] = svcd.problems()
     finally:
         if svcd is not None:
