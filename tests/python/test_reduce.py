@@ -388,3 +388,26 @@ def test_a_file_claiming_a_billion_time_steps_fails_its_store_and_the_daemon_sta
         url, status = convert(daemon, headers, [str(path)], options)
         assert status["status"] == 1 and words in status["reason"], (options, status)
     assert requests.get(f"{daemon.base}/ping", timeout=10).status_code == 200
+
+
+def test_string_variables_without_time_are_carried_over(daemon, headers, files):
+    """A NetCDF-4 string variable without time rides along (the reference carries every
+    variable without the time dimension); one with time is dropped."""
+    import netCDF4
+
+    path = daemon.data / "reduce" / "strings.nc"
+    with netCDF4.Dataset(path, "w") as f:
+        f.createDimension("time", 48)
+        f.createDimension("station", 3)
+        t = f.createVariable("time", "f8", ("time",))
+        t.units = "hours since 2001-01-01"
+        t[:] = np.arange(48.0)
+        names = f.createVariable("station_name", str, ("station",))
+        for i, name in enumerate(["Zürich", "Hamburg", "Oslo-Blindern"]):
+            names[i] = name
+        flags = f.createVariable("flag", str, ("time",))
+        for i in range(48):
+            flags[i] = "ok" if i % 5 else "bad"
+        v = f.createVariable("tas", "f4", ("time", "station"))
+        v[:] = np.arange(48 * 3, dtype="f4").reshape(48, 3)
+    check(daemon, headers, [str(path)], {"time_freq": "daily", "time_method": "max"}, "strings")

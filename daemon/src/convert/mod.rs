@@ -181,8 +181,13 @@ pub(crate) fn convert_sources(
     let layout =
         metadata::layout_of_groups(&combine::groups(&parts), chunking, &compressor.codec())?;
     let vars: Vec<&combine::CombinedVar> = parts.iter().flat_map(|(_, part)| &part.vars).collect();
+    // Strings are carried over from one source as they are (combining refuses them first).
     if let Some(var) = vars.iter().find(|v| {
-        v.info.dtype == metadata::Dtype::String && !matches!(v.origin, combine::Origin::Strings(_))
+        v.info.dtype == metadata::Dtype::String
+            && !matches!(
+                v.origin,
+                combine::Origin::Strings(_) | combine::Origin::Source(_)
+            )
     }) {
         return Err(format!(
             "variable {:?} holds strings, which cannot be combined or reduced yet",
@@ -193,11 +198,19 @@ pub(crate) fn convert_sources(
     let read = |n: usize, index: &[u64]| -> Result<write::ChunkRead, String> {
         let array = &layout.arrays[n];
         let (start, count) = write::chunk_extent(array, index);
-        if let combine::Origin::Strings(strings) = &vars[n].origin {
-            // A coordinate: one chunk.
-            return Ok(write::ChunkRead::Values(write::ChunkValues::Strings(
-                strings.to_vec(),
-            )));
+        match &vars[n].origin {
+            combine::Origin::Strings(strings) => {
+                // A coordinate: one chunk.
+                return Ok(write::ChunkRead::Values(write::ChunkValues::Strings(
+                    strings.to_vec(),
+                )));
+            }
+            combine::Origin::Source(source) if array.dtype == metadata::Dtype::String => {
+                return slabs
+                    .strings(*source, array, index)
+                    .map(write::ChunkRead::Values);
+            }
+            _ => {}
         }
         if let combine::Origin::Reduced(reduced) = &vars[n].origin
             && let Some(compute) =
@@ -268,6 +281,21 @@ impl<'s> OpenSources<'s> {
             });
         }
         Ok(self.open.last_mut().expect("just pushed"))
+    }
+
+    /// Chunk `index` of the string array `array`, the variable of its name in source `n`.
+    fn strings(
+        &mut self,
+        n: usize,
+        array: &metadata::ArrayLayout,
+        index: &[u64],
+    ) -> Result<write::ChunkValues, String> {
+        let shown = self.sources[n].path.display().to_string();
+        let file = &self.file(n)?.file;
+        let variable = file
+            .variable(&array.variable)
+            .ok_or_else(|| format!("{shown}: variable {:?} vanished", array.variable))?;
+        write::chunk_values(&variable, array, index).map_err(|e| format!("{shown}: {e}"))
     }
 
     /// The root group of source `n` as the combination sees it.
