@@ -411,3 +411,15 @@ def test_string_variables_without_time_are_carried_over(daemon, headers, files):
         v = f.createVariable("tas", "f4", ("time", "station"))
         v[:] = np.arange(48 * 3, dtype="f4").reshape(48, 3)
     check(daemon, headers, [str(path)], {"time_freq": "daily", "time_method": "max"}, "strings")
+
+
+def test_a_scaled_time_axis_cannot_make_billions_of_bins(daemon, headers, files):
+    """The reference's guard reads the raw axis (100 steps of hours); decoded with its
+    scale_factor the axis spans 570,000 years of hours. The store fails, the daemon stays."""
+    path = daemon.data / "reduce" / "scaled-time.nc"
+    ds = xr.Dataset({"tas": (("time",), np.arange(100, dtype="f4"))},
+                    coords={"time": ("time", np.arange(100, dtype="f8"), {"units": "hours since 2000-01-01", "scale_factor": 5e7})})
+    ds.to_netcdf(path, encoding={"time": {"_FillValue": None}})
+    url, status = convert(daemon, headers, [str(path)], {"time_freq": "hourly"})
+    assert status["status"] == 1 and "not a reduction" in status["reason"], status
+    assert requests.get(f"{daemon.base}/ping", timeout=10).status_code == 200

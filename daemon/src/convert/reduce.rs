@@ -220,17 +220,28 @@ impl Decoding {
             // most 2 bytes, or floats, for 32-bit results).
             return;
         }
+        // Only the attributes present are applied, as xarray does: `-0.0 + 0.0` would lose
+        // the sign of a negative zero.
         if self.to == F32 {
-            let scale = self.scale.map_or(1.0, |s| s as f32);
-            let offset = self.offset.map_or(0.0, |o| o as f32);
+            let (scale, offset) = (self.scale.map(|s| s as f32), self.offset.map(|o| o as f32));
             for v in values.iter_mut() {
-                *v = f64::from(*v as f32 * scale + offset);
+                let mut x = *v as f32;
+                if let Some(scale) = scale {
+                    x *= scale;
+                }
+                if let Some(offset) = offset {
+                    x += offset;
+                }
+                *v = f64::from(x);
             }
         } else {
-            let scale = self.scale.unwrap_or(1.0);
-            let offset = self.offset.unwrap_or(0.0);
             for v in values.iter_mut() {
-                *v = *v * scale + offset;
+                if let Some(scale) = self.scale {
+                    *v *= scale;
+                }
+                if let Some(offset) = self.offset {
+                    *v += offset;
+                }
             }
         }
     }
@@ -556,44 +567,49 @@ struct Piece {
 
 /// The pieces of the block `start`/`count` of a reduced variable (its first axis the output
 /// steps, the others the source's other axes in order), each of at most [`READ_ELEMENTS`]
-/// values of the source.
-fn pieces(reduced: &Reduced, start: &[u64], count: &[u64]) -> Vec<Piece> {
+/// values of the source, made one at a time (a climatology's group has a run per year).
+fn pieces<'a>(
+    reduced: &'a Reduced,
+    start: &'a [u64],
+    count: &'a [u64],
+) -> impl Iterator<Item = Piece> + 'a {
     let axis = reduced.axis;
     let (other_start, other_count) = (&start[1..], &count[1..]);
-    let mut pieces = Vec::new();
-    for step in 0..to_usize(count[0]) {
+    (0..to_usize(count[0])).flat_map(move |step| {
         let group = &reduced.groups[to_usize(start[0]) + step];
         let n: u64 = group.iter().map(|(_, len)| len).sum();
-        let Some(most) = READ_ELEMENTS.checked_div(n) else {
-            continue;
-        };
-        for (sub_start, sub_count) in combine::slab_ranges(other_count, most) {
-            let reads = group
-                .iter()
-                .map(|&(first, len)| {
-                    let mut s: Vec<u64> = other_start
-                        .iter()
-                        .zip(&sub_start)
-                        .map(|(a, b)| a + b)
-                        .collect();
-                    s.insert(axis, first);
-                    let mut c = sub_count.clone();
-                    c.insert(axis, len);
-                    (s, c, to_usize(len))
-                })
-                .collect();
-            pieces.push(Piece {
-                step,
-                offset: flat_index(&sub_start, other_count),
-                elements: to_usize(sub_count.iter().product()),
-                outer: to_usize(sub_count[..axis].iter().product()),
-                inner: to_usize(sub_count[axis..].iter().product()),
-                steps: to_usize(n),
-                reads,
-            });
-        }
-    }
-    pieces
+        let blocks = READ_ELEMENTS
+            .checked_div(n)
+            .map(|most| combine::slab_ranges(other_count, most));
+        blocks
+            .into_iter()
+            .flatten()
+            .map(move |(sub_start, sub_count)| {
+                let reads = group
+                    .iter()
+                    .map(|&(first, len)| {
+                        let mut s: Vec<u64> = other_start
+                            .iter()
+                            .zip(&sub_start)
+                            .map(|(a, b)| a + b)
+                            .collect();
+                        s.insert(axis, first);
+                        let mut c = sub_count.clone();
+                        c.insert(axis, len);
+                        (s, c, to_usize(len))
+                    })
+                    .collect();
+                Piece {
+                    step,
+                    offset: flat_index(&sub_start, other_count),
+                    elements: to_usize(sub_count.iter().product()),
+                    outer: to_usize(sub_count[..axis].iter().product()),
+                    inner: to_usize(sub_count[axis..].iter().product()),
+                    steps: to_usize(n),
+                    reads,
+                }
+            })
+    })
 }
 
 /// Reads the slabs of a piece.
@@ -679,14 +695,21 @@ pub(crate) fn read_reduced_later(
     start: &[u64],
     count: &[u64],
 ) -> Result<Option<Box<dyn FnOnce() -> Result<Vec<u8>, String> + Send>>, String> {
-    let pieces = pieces(reduced, start, count);
-    let bytes: u64 = pieces
-        .iter()
-        .map(|p| (p.elements * p.steps) as u64 * reduced.source.info.dtype.size())
-        .sum();
+    // The source bytes the block needs: each output step's time steps over its elements.
+    let values_per_step = count[1..].iter().product::<u64>();
+    let bytes = (0..count[0])
+        .map(|j| {
+            let group = &reduced.groups[to_usize(start[0] + j)];
+            group.iter().map(|(_, len)| len).sum::<u64>()
+        })
+        .fold(0u64, |total, n| {
+            total.saturating_add(n.saturating_mul(values_per_step))
+        })
+        .saturating_mul(reduced.source.info.dtype.size());
     if bytes > DEFERRED_BYTES {
         return Ok(None);
     }
+    let pieces: Vec<Piece> = pieces(reduced, start, count).collect();
     let raw = pieces
         .iter()
         .map(|piece| read_piece(slabs, reduced, piece))
@@ -1328,11 +1351,19 @@ fn resample(
     let lo = bins.first().expect("not empty").1;
     let hi = bins.last().expect("not empty").1;
     let produced = u64::try_from(hi - lo).unwrap_or(u64::MAX).saturating_add(1);
+    // The bins themselves are held to the reference's bound where its guard could not read
+    // the axis (units of months or years), and to twice the steps where it did: its guard
+    // reads raw values, and nominal period lengths leave a bin or two of slack, but a
+    // `scale_factor` on the time axis could otherwise make billions of bins of a hundred
+    // steps. So no request makes unbounded work.
+    let n = stamps.len() as u64;
     #[expect(clippy::cast_precision_loss, reason = "step counts")]
-    let too_many = produced as f64 > stamps.len() as f64 * INFLATION_TOLERANCE + 1.0;
-    // Where the reference's guard could not read the axis (units of months or years), the
-    // bins themselves are held to its bound, so that no request makes unbounded work.
-    if !guarded && too_many {
+    let too_many = if guarded {
+        produced > 2 * n + 2
+    } else {
+        produced as f64 > n as f64 * INFLATION_TOLERANCE + 1.0
+    };
+    if too_many {
         return Err(not_a_reduction(freq, produced, stamps.len(), None));
     }
     let mut groups = vec![Vec::new(); to_usize(produced)];
@@ -1632,6 +1663,42 @@ mod tests {
         );
         assert_eq!(decoded_type(i32, Packing::default()), F64);
         assert_eq!(decoded_type(F32, Packing::default()), F32);
+    }
+
+    #[test]
+    fn decoding_applies_only_the_attributes_present() {
+        let decoding = |scale, offset, to| Decoding {
+            missing: vec![-1.0],
+            scale,
+            offset,
+            to,
+            unsigned_bits: None,
+        };
+        // A negative zero keeps its sign when there is no offset to add, as in xarray.
+        for to in [F32, F64] {
+            let mut values = [-0.0, 2.0, -1.0];
+            decoding(Some(0.5), None, to).apply(&mut values);
+            assert!(values[0] == 0.0 && values[0].is_sign_negative(), "{to:?}");
+            assert_eq!(values[1], 1.0);
+            assert!(values[2].is_nan());
+        }
+        let mut values = [3.0];
+        decoding(Some(0.5), Some(10.0), F64).apply(&mut values);
+        assert_eq!(values, [11.5]);
+        // Unsigned: -1 is 255 as a byte, and its fill value is cast the same way.
+        let mut unsigned = Decoding {
+            missing: vec![255.0],
+            scale: None,
+            offset: None,
+            to: F32,
+            unsigned_bits: Some(8),
+        };
+        let mut values = [-1.0, -2.0, 7.0];
+        unsigned.apply(&mut values);
+        assert!(values[0].is_nan());
+        assert_eq!(&values[1..], [254.0, 7.0]);
+        unsigned.missing.clear();
+        assert_eq!(unsigned.value(-128.0), 128.0);
     }
 
     #[test]

@@ -129,6 +129,7 @@ impl StoredFile {
         }
         Some(StoredArray {
             dataset,
+            shape: extent,
             layout: Arc::new(Layout {
                 stored_chunk,
                 pipeline,
@@ -240,6 +241,8 @@ impl Layout {
 pub(crate) struct StoredArray {
     dataset: hdf5::Dataset,
     layout: Arc<Layout>,
+    /// The variable's shape (its stored extent).
+    shape: Vec<u64>,
 }
 
 impl StoredArray {
@@ -283,7 +286,15 @@ impl StoredArray {
     /// (its values are then [`Pieces::values`] with no padding), or `None` as for
     /// [`StoredArray::pieces`].
     pub(crate) fn slab(&self, start: &[u64], count: &[u64]) -> Option<Pieces> {
-        if start.len() != self.layout.stored_chunk.len() || count.contains(&0) {
+        let inside = start.len() == self.shape.len()
+            && count.len() == self.shape.len()
+            && (0..start.len()).all(|d| {
+                count[d] > 0
+                    && start[d]
+                        .checked_add(count[d])
+                        .is_some_and(|end| end <= self.shape[d])
+            });
+        if !inside {
             return None;
         }
         self.pieces_of(start.to_vec(), count.to_vec(), count.to_vec())
@@ -491,36 +502,36 @@ impl Pieces {
         let item = layout.item;
         let rank = self.chunk.len();
         if threads > 1 && self.pieces.len() > 1 {
+            // Each thread decodes its share one stored chunk at a time and places it at once,
+            // so no more than one decoded chunk per thread is held besides the slab.
+            let total: u64 = self.chunk.iter().product();
+            let out = std::sync::Mutex::new(vec![0u8; to_usize(total) * item]);
             let share = self.pieces.len().div_ceil(threads);
-            let decoded: Vec<Result<Vec<Vec<u8>>, String>> = std::thread::scope(|scope| {
+            std::thread::scope(|scope| {
                 let workers: Vec<_> = self
                     .pieces
                     .chunks(share)
                     .map(|part| {
-                        scope.spawn(move || {
-                            part.iter()
-                                .map(|piece| self.native(piece, file))
-                                .collect::<Result<Vec<_>, _>>()
+                        let out = &out;
+                        scope.spawn(move || -> Result<(), String> {
+                            for piece in part {
+                                let bytes = self.native(piece, file)?;
+                                let mut out = out
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                                self.place(&bytes, &piece.origin, &mut out, rank);
+                            }
+                            Ok(())
                         })
                     })
                     .collect();
                 workers
                     .into_iter()
-                    .map(|w| w.join().unwrap_or_else(|_| Err("decoding panicked".into())))
-                    .collect()
-            });
-            let total: u64 = self.chunk.iter().product();
-            let mut out = vec![0u8; to_usize(total) * item];
-            for (bytes, piece) in decoded
-                .into_iter()
-                .collect::<Result<Vec<_>, _>>()?
-                .into_iter()
-                .flatten()
-                .zip(&self.pieces)
-            {
-                self.place(&bytes, &piece.origin, &mut out, rank);
-            }
-            return Ok(out);
+                    .try_for_each(|w| w.join().unwrap_or_else(|_| Err("decoding panicked".into())))
+            })?;
+            return Ok(out
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner));
         }
         // A store chunk that is one whole stored chunk (the common case: a plan of one time
         // step per chunk over a file stored that way) is the decoded chunk as it is.
