@@ -155,7 +155,7 @@ pub(crate) fn convert_sources(
     compressor: Compressor,
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
-    let mut slabs = OpenSources::new(sources);
+    let mut slabs = OpenSources::new(sources, Some(stop));
     let datasets = sources
         .iter()
         .enumerate()
@@ -236,6 +236,9 @@ struct OpenSources<'s> {
     sources: &'s [Source],
     /// Open files, the most recently used last.
     open: Vec<Opened>,
+    /// Set when the conversion is to stop: every read fails then, so that a chunk made of
+    /// many slabs (a climatology's) does not hold up a shutdown.
+    stop: Option<&'s Stop>,
 }
 
 /// One open source.
@@ -253,10 +256,11 @@ impl<'s> OpenSources<'s> {
     /// Files kept open at once.
     const KEEP: usize = 8;
 
-    fn new(sources: &'s [Source]) -> Self {
+    fn new(sources: &'s [Source], stop: Option<&'s Stop>) -> Self {
         OpenSources {
             sources,
             open: Vec::new(),
+            stop,
         }
     }
 
@@ -325,6 +329,9 @@ impl combine::Slabs for OpenSources<'_> {
         start: &[u64],
         count: &[u64],
     ) -> Result<Vec<u8>, String> {
+        if self.stop.is_some_and(Stop::requested) {
+            return Err("the conversion is stopping".into());
+        }
         let shown = self.sources[source].path.display().to_string();
         let failed = |e: &dyn std::fmt::Display| format!("{shown}: variable {name:?}: {e}");
         let raw = &self.sources[source].file;

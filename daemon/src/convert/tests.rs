@@ -503,7 +503,7 @@ fn slabs_of_aggregated_sources_are_the_values_the_netcdf_library_reads() {
     stored_chunks(&path);
     let library = netcdf::open(&path).unwrap();
     let sources = [Source::open(&path).unwrap()];
-    let mut slabs = OpenSources::new(&sources);
+    let mut slabs = OpenSources::new(&sources, None);
     let mut compared = 0;
     for name in ["a", "b", "c", "d", "e"] {
         let variable = library.variable(name).unwrap();

@@ -67,6 +67,8 @@ impl Handler for ConvertJob {
         };
         let (status, reason) = match converted {
             Ok((_, Written::Interrupted)) => return Ok(Outcome::Interrupted),
+            // A conversion that gave up because the daemon is stopping runs again next time.
+            Err(_) if stop.requested() => return Ok(Outcome::Interrupted),
             Ok((_, Written::Complete)) => (Status::Ready, String::new()),
             Err(reason) => {
                 self.stores.cache.forget(token);
