@@ -674,13 +674,15 @@ pub(crate) fn read_reduced(
     Ok(encode(&out, info.dtype))
 }
 
-/// Source bytes of a block that the reader may read ahead for an encoder to reduce.
-const DEFERRED_BYTES: u64 = 32 << 20;
+/// Source values of a block that the reader may read ahead for an encoder to reduce: as
+/// many as one piece ([`READ_ELEMENTS`]), so that a block in flight holds at most 32 MiB of
+/// source and decodes it a slab at a time, whatever the source's type.
+const DEFERRED_VALUES: u64 = READ_ELEMENTS;
 
 /// The block `start`/`count` of a reduced variable as [`read_reduced`] gives it, its slabs
 /// read now and reduced by the function returned, which an encoder thread runs; `None` when
-/// the block needs more than [`DEFERRED_BYTES`] of source (then [`read_reduced`] reads it
-/// piece by piece).
+/// the block needs more than [`DEFERRED_VALUES`] source values (then [`read_reduced`] reads
+/// it piece by piece).
 ///
 /// # Errors
 /// A sentence naming the file and variable that could not be read.
@@ -695,18 +697,17 @@ pub(crate) fn read_reduced_later(
     start: &[u64],
     count: &[u64],
 ) -> Result<Option<Box<dyn FnOnce() -> Result<Vec<u8>, String> + Send>>, String> {
-    // The source bytes the block needs: each output step's time steps over its elements.
+    // The source values the block needs: each output step's time steps over its elements.
     let values_per_step = count[1..].iter().product::<u64>();
-    let bytes = (0..count[0])
+    let values = (0..count[0])
         .map(|j| {
             let group = &reduced.groups[to_usize(start[0] + j)];
             group.iter().map(|(_, len)| len).sum::<u64>()
         })
         .fold(0u64, |total, n| {
             total.saturating_add(n.saturating_mul(values_per_step))
-        })
-        .saturating_mul(reduced.source.info.dtype.size());
-    if bytes > DEFERRED_BYTES {
+        });
+    if values > DEFERRED_VALUES {
         return Ok(None);
     }
     let pieces: Vec<Piece> = pieces(reduced, start, count).collect();
