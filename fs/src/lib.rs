@@ -1,5 +1,8 @@
 //! `svc-fs`: the FUSE view of the daemon's Zarr stores, `/<token>.zarr/<key>`, reading
 //! through the same daemon functions as the HTTP facade.
 //!
-//! Not built yet: the stores it serves arrive with the data portal. This crate holds the place
-//! in the dependency graph (`src -> http, fs -> daemon -> manifests`).
+//! Built so far: [`filesystem`], the tree the mount shows (inodes, lookup, readdir, read),
+//! over a [`filesystem::Backend`] and testable without a mount. Not built yet: the fuser
+//! adapter (`fuse.rs`), the daemon's backend, and `svcd serve --mount`.
+
+pub mod filesystem;

@@ -1,0 +1,545 @@
+//! The tree the mount shows: `/<token>.zarr/<key>`, as the HTTP layout names keys, with the
+//! directories that key prefixes make (`tas/`, `group0/tas/`). Pure and testable without a
+//! mount: what stores exist, their keys and sizes, and their bytes come from a [`Backend`]
+//! (the daemon's store records, key listings and read path); the FUSE adapter turns each
+//! callback into one call here and an errno out.
+//!
+//! Inodes: 1 is the root; a store's directory gets one when it is first listed or looked up,
+//! and everything below it the first time something inside it is, all at once from its key
+//! listing (a ready store is immutable). Listing the root reads no store's keys. An inode is
+//! never reused for another path while the tree lives, so the kernel's cached entries stay
+//! right.
+//!
+//! Permissions are the kernel's to enforce (`default_permissions`): a store and its keys
+//! belong to the store owner's uid; a private store is `0500`/`0400`, a public one
+//! `0555`/`0444`. The tree is read-only.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::RwLock;
+
+/// The root directory's inode.
+pub const ROOT: u64 = 1;
+
+/// What the tree needs of the daemon.
+pub trait Backend: Send + Sync {
+    /// The stores the mount shows now (ready ones).
+    fn stores(&self) -> Vec<StoreEntry>;
+
+    /// Every key of store `token` with its size in bytes, or `None` when it no longer
+    /// exists.
+    fn keys(&self, token: &str) -> Option<Vec<(String, u64)>>;
+
+    /// Up to `len` bytes of `key` of store `token` from `offset`.
+    ///
+    /// # Errors
+    /// An errno: `ENOENT` for a key or store that is gone, `EIO` for a read that failed.
+    fn read(&self, token: &str, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32>;
+}
+
+/// One store as the mount shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreEntry {
+    /// Its token (the directory is `<token>.zarr`).
+    pub token: String,
+    /// The local uid of its owner (root's when the owner has no local account).
+    pub uid: u32,
+    /// That user's gid.
+    pub gid: u32,
+    /// Whether anyone may read it.
+    pub public: bool,
+}
+
+/// What an inode is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A directory.
+    Directory,
+    /// A key's bytes.
+    File,
+}
+
+/// The attributes of an inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    /// Its inode number.
+    pub ino: u64,
+    /// File or directory.
+    pub kind: Kind,
+    /// Bytes of a file (0 for a directory).
+    pub size: u64,
+    /// Permission bits.
+    pub perm: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+/// A node of the tree.
+#[derive(Debug, Clone)]
+enum Node {
+    Root,
+    /// A store's directory (`<token>.zarr`) or a directory below it.
+    Directory {
+        store: StoreEntry,
+    },
+    /// A key.
+    File {
+        store: StoreEntry,
+        key: String,
+        size: u64,
+    },
+}
+
+/// The tree of the mount over `backend`.
+pub struct Tree<B> {
+    backend: B,
+    inodes: RwLock<Inodes>,
+}
+
+#[derive(Default)]
+struct Inodes {
+    /// Nodes by inode number - 1 (the root first).
+    nodes: Vec<Node>,
+    /// Children of each directory inode by name, in name order.
+    children: HashMap<u64, BTreeMap<String, u64>>,
+    /// The directory inode of each store met, by token.
+    stores: HashMap<String, u64>,
+    /// The stores whose keys are in the tree.
+    loaded: HashSet<String>,
+}
+
+impl<B: Backend> Tree<B> {
+    /// A tree over `backend`, with only the root known.
+    pub fn new(backend: B) -> Self {
+        let inodes = Inodes {
+            nodes: vec![Node::Root],
+            ..Inodes::default()
+        };
+        Tree {
+            backend,
+            inodes: RwLock::new(inodes),
+        }
+    }
+
+    /// The entry `name` of directory `parent`.
+    ///
+    /// # Errors
+    /// `ENOENT` when there is none, `ENOTDIR` when `parent` is a file.
+    pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr, i32> {
+        if parent == ROOT {
+            let token = name.strip_suffix(".zarr").ok_or(libc::ENOENT)?;
+            let ino = self.store(token)?;
+            return self.getattr(ino);
+        }
+        self.load(parent)?;
+        let inodes = self.read_inodes();
+        let ino = *inodes
+            .children
+            .get(&parent)
+            .and_then(|children| children.get(name))
+            .ok_or(libc::ENOENT)?;
+        inodes.attr(ino)
+    }
+
+    /// The attributes of inode `ino`.
+    ///
+    /// # Errors
+    /// `ENOENT` for an inode the tree never gave.
+    pub fn getattr(&self, ino: u64) -> Result<Attr, i32> {
+        self.read_inodes().attr(ino)
+    }
+
+    /// The entries of directory `ino` (without `.` and `..`), in name order.
+    ///
+    /// # Errors
+    /// `ENOENT` for an unknown inode, `ENOTDIR` for a file.
+    pub fn readdir(&self, ino: u64) -> Result<Vec<(String, Attr)>, i32> {
+        if ino == ROOT {
+            let mut stores = self.backend.stores();
+            stores.sort_by(|a, b| a.token.cmp(&b.token));
+            return stores
+                .iter()
+                .map(|entry| {
+                    let ino = self.store_dir(entry);
+                    Ok((format!("{}.zarr", entry.token), self.getattr(ino)?))
+                })
+                .collect();
+        }
+        self.load(ino)?;
+        let inodes = self.read_inodes();
+        inodes
+            .children
+            .get(&ino)
+            .into_iter()
+            .flatten()
+            .map(|(name, child)| Ok((name.clone(), inodes.attr(*child)?)))
+            .collect()
+    }
+
+    /// Up to `len` bytes of file `ino` from `offset`.
+    ///
+    /// # Errors
+    /// `ENOENT` for an unknown inode, `EISDIR` for a directory, the backend's errno.
+    pub fn read(&self, ino: u64, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
+        let (store, key, size) = match self.read_inodes().node(ino)? {
+            Node::File { store, key, size } => (store.token.clone(), key.clone(), *size),
+            _ => return Err(libc::EISDIR),
+        };
+        if offset >= size {
+            return Ok(Vec::new());
+        }
+        let len = u32::try_from((size - offset).min(u64::from(len))).unwrap_or(len);
+        self.backend.read(&store, &key, offset, len)
+    }
+
+    /// The inode of store `token` (its directory; its keys are loaded on first use).
+    fn store(&self, token: &str) -> Result<u64, i32> {
+        if let Some(ino) = self.read_inodes().stores.get(token) {
+            return Ok(*ino);
+        }
+        let entry = self
+            .backend
+            .stores()
+            .into_iter()
+            .find(|s| s.token == token)
+            .ok_or(libc::ENOENT)?;
+        Ok(self.store_dir(&entry))
+    }
+
+    /// The directory inode of the store `entry`, made the first time.
+    fn store_dir(&self, entry: &StoreEntry) -> u64 {
+        if let Some(ino) = self.read_inodes().stores.get(&entry.token) {
+            return *ino;
+        }
+        let mut inodes = self.write_inodes();
+        // Another call may have made it meanwhile.
+        if let Some(ino) = inodes.stores.get(&entry.token) {
+            return *ino;
+        }
+        let ino = inodes.add(
+            ROOT,
+            &format!("{}.zarr", entry.token),
+            Node::Directory {
+                store: entry.clone(),
+            },
+        );
+        inodes.stores.insert(entry.token.clone(), ino);
+        ino
+    }
+
+    /// Makes the subtree of the store that directory `ino` belongs to from its key listing,
+    /// the first time (a ready store is immutable).
+    fn load(&self, ino: u64) -> Result<(), i32> {
+        let store = match self.read_inodes().node(ino)? {
+            Node::Directory { store } => store.clone(),
+            Node::File { .. } => return Err(libc::ENOTDIR),
+            Node::Root => return Ok(()),
+        };
+        if self.read_inodes().loaded.contains(&store.token) {
+            return Ok(());
+        }
+        let keys = self.backend.keys(&store.token).ok_or(libc::ENOENT)?;
+        let mut inodes = self.write_inodes();
+        if !inodes.loaded.insert(store.token.clone()) {
+            return Ok(());
+        }
+        let root = inodes.stores[&store.token];
+        for (key, size) in keys {
+            let mut parent = root;
+            let parts: Vec<&str> = key.split('/').filter(|p| !p.is_empty()).collect();
+            // A listing's keys are the store's files; one that names `.` or `..` (or is a
+            // directory and a file at once) is not shown rather than shown somewhere else.
+            if parts.iter().any(|p| *p == "." || *p == "..") {
+                continue;
+            }
+            let Some((file, directories)) = parts.split_last() else {
+                continue;
+            };
+            let mut clash = false;
+            for directory in directories {
+                parent = match inodes.children.get(&parent).and_then(|c| c.get(*directory)) {
+                    Some(ino) if matches!(inodes.node(*ino), Ok(Node::Directory { .. })) => *ino,
+                    Some(_) => {
+                        clash = true;
+                        break;
+                    }
+                    None => inodes.add(
+                        parent,
+                        directory,
+                        Node::Directory {
+                            store: store.clone(),
+                        },
+                    ),
+                };
+            }
+            let taken = inodes
+                .children
+                .get(&parent)
+                .is_some_and(|c| c.contains_key(*file));
+            if clash || taken {
+                continue;
+            }
+            inodes.add(
+                parent,
+                file,
+                Node::File {
+                    store: store.clone(),
+                    key: key.clone(),
+                    size,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn write_inodes(&self) -> std::sync::RwLockWriteGuard<'_, Inodes> {
+        self.inodes
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn read_inodes(&self) -> std::sync::RwLockReadGuard<'_, Inodes> {
+        self.inodes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Inodes {
+    fn node(&self, ino: u64) -> Result<&Node, i32> {
+        usize::try_from(ino.wrapping_sub(1))
+            .ok()
+            .and_then(|at| self.nodes.get(at))
+            .ok_or(libc::ENOENT)
+    }
+
+    /// Adds `node` as `name` in directory `parent`; its inode.
+    fn add(&mut self, parent: u64, name: &str, node: Node) -> u64 {
+        self.nodes.push(node);
+        let ino = self.nodes.len() as u64;
+        self.children
+            .entry(parent)
+            .or_default()
+            .insert(name.to_string(), ino);
+        ino
+    }
+
+    fn attr(&self, ino: u64) -> Result<Attr, i32> {
+        let (kind, size, store) = match self.node(ino)? {
+            Node::Root => {
+                return Ok(Attr {
+                    ino,
+                    kind: Kind::Directory,
+                    size: 0,
+                    perm: 0o555,
+                    uid: 0,
+                    gid: 0,
+                });
+            }
+            Node::Directory { store, .. } => (Kind::Directory, 0, store),
+            Node::File { store, size, .. } => (Kind::File, *size, store),
+        };
+        let perm = match (kind, store.public) {
+            (Kind::Directory, true) => 0o555,
+            (Kind::Directory, false) => 0o500,
+            (Kind::File, true) => 0o444,
+            (Kind::File, false) => 0o400,
+        };
+        Ok(Attr {
+            ino,
+            kind,
+            size,
+            perm,
+            uid: store.uid,
+            gid: store.gid,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two stores held in memory: the tree's own unit tests need no daemon.
+    struct Two;
+
+    const KEYS: [(&str, &str); 6] = [
+        (".zgroup", "{\"zarr_format\": 2}"),
+        (".zmetadata", "{}"),
+        ("tas/.zarray", "{\"chunks\": [1]}"),
+        ("tas/0.0.0", "chunk bytes"),
+        ("group0/pr/0", "pr"),
+        ("group0/.zgroup", "{}"),
+    ];
+
+    impl Backend for Two {
+        fn stores(&self) -> Vec<StoreEntry> {
+            vec![
+                StoreEntry {
+                    token: "b2".into(),
+                    uid: 1001,
+                    gid: 100,
+                    public: true,
+                },
+                StoreEntry {
+                    token: "a1".into(),
+                    uid: 1000,
+                    gid: 100,
+                    public: false,
+                },
+            ]
+        }
+
+        fn keys(&self, token: &str) -> Option<Vec<(String, u64)>> {
+            (token == "a1" || token == "b2").then(|| {
+                KEYS.iter()
+                    .map(|(k, v)| ((*k).to_string(), v.len() as u64))
+                    .collect()
+            })
+        }
+
+        fn read(&self, _token: &str, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
+            let (_, value) = KEYS.iter().find(|(k, _)| *k == key).ok_or(libc::ENOENT)?;
+            let start = usize::try_from(offset).unwrap().min(value.len());
+            let end = (start + len as usize).min(value.len());
+            Ok(value.as_bytes()[start..end].to_vec())
+        }
+    }
+
+    #[test]
+    fn stores_are_directories_of_their_keys() {
+        let tree = Tree::new(Two);
+        let root = tree.readdir(ROOT).unwrap();
+        let names: Vec<&str> = root.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a1.zarr", "b2.zarr"]);
+        let store = tree.lookup(ROOT, "a1.zarr").unwrap();
+        assert_eq!(store.kind, Kind::Directory);
+        let entries: Vec<String> = tree
+            .readdir(store.ino)
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(entries, [".zgroup", ".zmetadata", "group0", "tas"]);
+        let group = tree.lookup(store.ino, "group0").unwrap();
+        let pr_dir = tree.lookup(group.ino, "pr").unwrap();
+        let chunk = tree.lookup(pr_dir.ino, "0").unwrap();
+        assert_eq!((chunk.kind, chunk.size), (Kind::File, 2));
+        assert_eq!(tree.read(chunk.ino, 0, 100).unwrap(), b"pr");
+        let tas = tree.lookup(store.ino, "tas").unwrap();
+        let data = tree.lookup(tas.ino, "0.0.0").unwrap();
+        assert_eq!(tree.read(data.ino, 6, 3).unwrap(), b"byt");
+        assert_eq!(tree.read(data.ino, 11, 10).unwrap(), b"");
+        // The same path is the same inode, also after a fresh lookup.
+        assert_eq!(tree.lookup(ROOT, "a1.zarr").unwrap().ino, store.ino);
+    }
+
+    /// [`Two`], counting the key listings asked for.
+    struct Counted(std::sync::atomic::AtomicUsize);
+
+    impl Backend for Counted {
+        fn stores(&self) -> Vec<StoreEntry> {
+            Two.stores()
+        }
+
+        fn keys(&self, token: &str) -> Option<Vec<(String, u64)>> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Two.keys(token)
+        }
+
+        fn read(&self, token: &str, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
+            Two.read(token, key, offset, len)
+        }
+    }
+
+    #[test]
+    fn a_store_keys_are_listed_once_and_only_when_it_is_entered() {
+        let tree = Tree::new(Counted(std::sync::atomic::AtomicUsize::new(0)));
+        let listed = || tree.backend.0.load(std::sync::atomic::Ordering::SeqCst);
+        let root = tree.readdir(ROOT).unwrap();
+        assert_eq!((root.len(), listed()), (2, 0));
+        let store = tree.lookup(ROOT, "a1.zarr").unwrap();
+        assert_eq!(store.ino, root[0].1.ino);
+        assert_eq!(listed(), 0);
+        tree.readdir(store.ino).unwrap();
+        tree.lookup(store.ino, "tas").unwrap();
+        assert_eq!(listed(), 1);
+    }
+
+    #[test]
+    fn owners_and_permissions_follow_the_store() {
+        let tree = Tree::new(Two);
+        let private = tree.lookup(ROOT, "a1.zarr").unwrap();
+        assert_eq!((private.uid, private.perm), (1000, 0o500));
+        let key = tree.lookup(private.ino, ".zgroup").unwrap();
+        assert_eq!((key.uid, key.gid, key.perm), (1000, 100, 0o400));
+        let public = tree.lookup(ROOT, "b2.zarr").unwrap();
+        assert_eq!((public.uid, public.perm), (1001, 0o555));
+        let key = tree.lookup(public.ino, ".zgroup").unwrap();
+        assert_eq!(key.perm, 0o444);
+    }
+
+    /// A listing with keys that must not be shown.
+    struct Odd;
+
+    impl Backend for Odd {
+        fn stores(&self) -> Vec<StoreEntry> {
+            vec![StoreEntry {
+                token: "o".into(),
+                uid: 0,
+                gid: 0,
+                public: true,
+            }]
+        }
+
+        fn keys(&self, _token: &str) -> Option<Vec<(String, u64)>> {
+            Some(
+                ["../escape", "a/./b", "x", "x/y", "d/e", "d", "//z//"]
+                    .iter()
+                    .map(|k| ((*k).to_string(), 1))
+                    .collect(),
+            )
+        }
+
+        fn read(&self, _: &str, _: &str, _: u64, _: u32) -> Result<Vec<u8>, i32> {
+            Ok(vec![0])
+        }
+    }
+
+    #[test]
+    fn keys_that_escape_or_clash_are_not_shown() {
+        let tree = Tree::new(Odd);
+        let store = tree.lookup(ROOT, "o.zarr").unwrap();
+        let names: Vec<(String, Kind)> = tree
+            .readdir(store.ino)
+            .unwrap()
+            .into_iter()
+            .map(|(n, a)| (n, a.kind))
+            .collect();
+        // `x` stays the file it was listed as first, `d` the directory, `//z//` is `z`.
+        assert_eq!(
+            names,
+            [
+                ("d".to_string(), Kind::Directory),
+                ("x".to_string(), Kind::File),
+                ("z".to_string(), Kind::File),
+            ]
+        );
+    }
+
+    #[test]
+    fn what_is_not_there_is_an_errno() {
+        let tree = Tree::new(Two);
+        assert_eq!(tree.lookup(ROOT, "c3.zarr"), Err(libc::ENOENT));
+        assert_eq!(tree.lookup(ROOT, "a1"), Err(libc::ENOENT));
+        let store = tree.lookup(ROOT, "a1.zarr").unwrap();
+        assert_eq!(tree.lookup(store.ino, "nope"), Err(libc::ENOENT));
+        let key = tree.lookup(store.ino, ".zgroup").unwrap();
+        assert_eq!(tree.lookup(key.ino, "x"), Err(libc::ENOTDIR));
+        assert_eq!(tree.readdir(key.ino), Err(libc::ENOTDIR));
+        assert_eq!(tree.read(store.ino, 0, 1), Err(libc::EISDIR));
+        assert_eq!(tree.getattr(9999), Err(libc::ENOENT));
+        assert_eq!(tree.getattr(0), Err(libc::ENOENT));
+    }
+}
