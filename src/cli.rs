@@ -26,6 +26,10 @@ pub(crate) enum Command {
         /// Address to listen on (port 0 picks a free port); overrides the configuration.
         #[arg(long, value_name = "ADDR")]
         listen: Option<SocketAddr>,
+        /// Also mount the ready stores read-only at this directory (FUSE):
+        /// `DIR/<token>.zarr/<key>`, as the HTTP layout names keys.
+        #[arg(long, value_name = "DIR")]
+        mount: Option<std::path::PathBuf>,
     },
     /// Manage the file catalogue.
     #[command(subcommand)]

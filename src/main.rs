@@ -25,7 +25,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let listen = match &cli.command {
-        Command::Serve { listen } => *listen,
+        Command::Serve { listen, .. } => *listen,
         _ => None,
     };
     let overrides = Overrides {
@@ -40,7 +40,7 @@ fn main() -> std::process::ExitCode {
             }
         })
         .and_then(|config| match cli.command {
-            Command::Serve { .. } => serve::run(config),
+            Command::Serve { mount, .. } => serve::run(config, mount.clone()),
             Command::Index(command) => index::run(&config, command),
             Command::Token(command) => token::run(&config, command),
             Command::Store(command) => store::run(&config, &command),

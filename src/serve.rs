@@ -1,5 +1,6 @@
 //! `svcd serve`: open the store, listen, notify systemd, and shut down in reverse order.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -9,15 +10,15 @@ use svc_daemon::{Config, Daemon};
 use crate::control;
 use tokio::net::TcpListener;
 
-pub(crate) fn run(config: Config) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Config, mount: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(serve(config))?;
+    runtime.block_on(serve(config, mount))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+async fn serve(config: Config, mount: Option<PathBuf>) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.http.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.http.listen))?;
@@ -30,6 +31,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     daemon.auth().start().await;
     let stats = daemon.run(|d| Ok(d.catalog().stats())).await?;
     daemon.start_jobs()?;
+    // The mount lives until the session is dropped below, which unmounts it.
+    let mounted = match &mount {
+        Some(dir) => Some(
+            svc_fs::mount(Arc::clone(&daemon), dir)
+                .with_context(|| format!("cannot mount the stores at {}", dir.display()))?,
+        ),
+        None => None,
+    };
+    if let Some(dir) = &mount {
+        tracing::info!(dir = %dir.display(), "stores mounted");
+    }
     let socket = config.control_socket();
     let control = tokio::spawn({
         let daemon = Arc::clone(&daemon);
@@ -45,6 +57,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     svc_http::serve(listener, app, shutdown_signal()).await?;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     control.abort();
+    if let Some(session) = mounted
+        && let Err(e) = session.umount_and_join()
+    {
+        tracing::warn!(error = %e, "the stores' mount did not unmount cleanly");
+    }
     daemon
         .run(|d| {
             d.stop_jobs();

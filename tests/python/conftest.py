@@ -27,10 +27,11 @@ class Svcd:
         return result.stdout.strip()
 
 
-def serve(binary, data, env=None):
-    """Start `svcd serve` on `data` on a free port; return the process and its host URL."""
+def serve(binary, data, env=None, args=()):
+    """Start `svcd serve` on `data` on a free port (with `args`, e.g. `--mount DIR`); return
+    the process and its host URL."""
     log = open(data / "svcd.log", "w")
-    proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0"], stderr=log, stdout=log, env=env)
+    proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0", *args], stderr=log, stdout=log, env=env)
     address = data / "svcd.addr"
     deadline = time.monotonic() + 60
     while not (address.exists() and address.read_text().endswith("\n")):
