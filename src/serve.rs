@@ -60,7 +60,13 @@ async fn serve(config: Config, mount: Option<PathBuf>) -> anyhow::Result<()> {
     if let Some(session) = mounted
         && let Err(e) = session.umount_and_join()
     {
-        tracing::warn!(error = %e, "the stores' mount did not unmount cleanly");
+        // Busy (a shell inside it): detached, so the next start mounts there again.
+        tracing::warn!(error = %e, "the stores' mount was busy; detaching it");
+        if let Some(dir) = &mount
+            && let Err(e) = svc_fs::detach(dir)
+        {
+            tracing::warn!(error = %e, "the stores' mount could not be detached");
+        }
     }
     daemon
         .run(|d| {

@@ -6,13 +6,21 @@
 //!
 //! Inodes: 1 is the root; a store's directory gets one when it is first listed or looked up,
 //! and everything below it the first time something inside it is, all at once from its key
-//! listing (a ready store is immutable). Listing the root reads no store's keys. An inode is
-//! never reused for another path while the tree lives, so the kernel's cached entries stay
-//! right.
+//! listing. Listing the root reads no store's keys. An inode is never reused for another
+//! path while the tree lives, so the kernel's cached entries stay right.
 //!
-//! Permissions are the kernel's to enforce (`default_permissions`): a store and its keys
-//! belong to the store owner's uid; a private store is `0500`/`0400`, a public one
-//! `0555`/`0444`. The tree is read-only.
+//! A store is looked up afresh by name each time (the kernel asks again once its entry's
+//! time is up): one that is gone or not ready is not there. A store converted again is a
+//! new generation: its name then leads to a new directory inode and new key inodes, and the
+//! old ones answer `ESTALE` (so no cache holds the old bytes under the new name).
+//!
+//! Permissions: a store and its keys belong to the store owner's uid; a private store is
+//! `0500`/`0400`, a public one `0555`/`0444`, from the store's current record, and the kernel
+//! enforces them (`default_permissions`). As the kernel may hold attributes for a few
+//! seconds, opening a key checks the caller against the current record too
+//! ([`Tree::may_read`]): a store no longer public is not read by others. The root is `0711`:
+//! a user reaches a store by its name, and does not list the others' stores. The tree is
+//! read-only.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::RwLock;
@@ -24,6 +32,9 @@ pub const ROOT: u64 = 1;
 pub trait Backend: Send + Sync {
     /// The stores the mount shows now (ready ones).
     fn stores(&self) -> Vec<StoreEntry>;
+
+    /// Store `token` now, if it is ready.
+    fn store(&self, token: &str) -> Option<StoreEntry>;
 
     /// Every key of store `token` with its size in bytes, or `None` when it no longer
     /// exists.
@@ -47,6 +58,8 @@ pub struct StoreEntry {
     pub gid: u32,
     /// Whether anyone may read it.
     pub public: bool,
+    /// Which conversion of it this is (a store converted again is another).
+    pub generation: i64,
 }
 
 /// What an inode is.
@@ -103,10 +116,12 @@ struct Inodes {
     nodes: Vec<Node>,
     /// Children of each directory inode by name, in name order.
     children: HashMap<u64, BTreeMap<String, u64>>,
-    /// The directory inode of each store met, by token.
+    /// The directory inode of the current generation of each store met, by token.
     stores: HashMap<String, u64>,
-    /// The stores whose keys are in the tree.
-    loaded: HashSet<String>,
+    /// The latest record of each store met, by token: its owner and permissions now.
+    current: HashMap<String, StoreEntry>,
+    /// The store directories whose keys are in the tree.
+    loaded: HashSet<u64>,
 }
 
 impl<B: Backend> Tree<B> {
@@ -125,7 +140,8 @@ impl<B: Backend> Tree<B> {
     /// The entry `name` of directory `parent`.
     ///
     /// # Errors
-    /// `ENOENT` when there is none, `ENOTDIR` when `parent` is a file.
+    /// `ENOENT` when there is none, `ENOTDIR` when `parent` is a file, `ESTALE` inside a
+    /// store converted again since.
     pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr, i32> {
         if parent == ROOT {
             let token = name.strip_suffix(".zarr").ok_or(libc::ENOENT)?;
@@ -142,11 +158,19 @@ impl<B: Backend> Tree<B> {
         inodes.attr(ino)
     }
 
-    /// The attributes of inode `ino`.
+    /// The attributes of inode `ino`, with its store's current owner and permissions.
     ///
     /// # Errors
-    /// `ENOENT` for an inode the tree never gave.
+    /// `ENOENT` for an inode the tree never gave or a store gone, `ESTALE` for an inode of
+    /// an earlier conversion.
     pub fn getattr(&self, ino: u64) -> Result<Attr, i32> {
+        let snapshot = match self.read_inodes().node(ino)? {
+            Node::Root => None,
+            Node::Directory { store } | Node::File { store, .. } => Some(store.clone()),
+        };
+        if let Some(store) = snapshot {
+            self.current(&store)?;
+        }
         self.read_inodes().attr(ino)
     }
 
@@ -180,42 +204,80 @@ impl<B: Backend> Tree<B> {
     /// Up to `len` bytes of file `ino` from `offset`.
     ///
     /// # Errors
-    /// `ENOENT` for an unknown inode, `EISDIR` for a directory, the backend's errno.
+    /// `ENOENT` for an unknown inode or a store gone, `ESTALE` for a key of an earlier
+    /// conversion, `EISDIR` for a directory, the backend's errno.
     pub fn read(&self, ino: u64, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
         let (store, key, size) = match self.read_inodes().node(ino)? {
-            Node::File { store, key, size } => (store.token.clone(), key.clone(), *size),
+            Node::File { store, key, size } => (store.clone(), key.clone(), *size),
             _ => return Err(libc::EISDIR),
         };
+        self.current(&store)?;
         if offset >= size {
             return Ok(Vec::new());
         }
         let len = u32::try_from((size - offset).min(u64::from(len))).unwrap_or(len);
-        self.backend.read(&store, &key, offset, len)
+        self.backend.read(&store.token, &key, offset, len)
     }
 
-    /// The inode of store `token` (its directory; its keys are loaded on first use).
+    /// Whether the local user `uid` may read inode `ino` now: root and the store's owner
+    /// always, anyone while it is public (from its current record, whatever the kernel
+    /// holds).
+    ///
+    /// # Errors
+    /// `EACCES` for another user of a private store, `ENOENT` for a store gone, `ESTALE` for
+    /// an inode of an earlier conversion.
+    pub fn may_read(&self, ino: u64, uid: u32) -> Result<(), i32> {
+        let store = match self.read_inodes().node(ino)? {
+            Node::Root => return Ok(()),
+            Node::Directory { store } | Node::File { store, .. } => store.clone(),
+        };
+        let now = self.current(&store)?;
+        if uid == 0 || uid == now.uid || now.public {
+            Ok(())
+        } else {
+            Err(libc::EACCES)
+        }
+    }
+
+    /// The current record of the store that `store` (a node's snapshot) belongs to, when it
+    /// is still that conversion.
+    fn current(&self, store: &StoreEntry) -> Result<StoreEntry, i32> {
+        let now = self.backend.store(&store.token).ok_or(libc::ENOENT)?;
+        if now.generation != store.generation {
+            return Err(libc::ESTALE);
+        }
+        self.write_inodes()
+            .current
+            .insert(now.token.clone(), now.clone());
+        Ok(now)
+    }
+
+    /// The inode of store `token` now (its directory; its keys are loaded on first use).
     fn store(&self, token: &str) -> Result<u64, i32> {
-        if let Some(ino) = self.read_inodes().stores.get(token) {
-            return Ok(*ino);
+        match self.backend.store(token) {
+            Some(entry) => Ok(self.store_dir(&entry)),
+            None => {
+                // Gone or not ready: its name leads nowhere.
+                let mut inodes = self.write_inodes();
+                if inodes.stores.remove(token).is_some()
+                    && let Some(children) = inodes.children.get_mut(&ROOT)
+                {
+                    children.remove(&format!("{token}.zarr"));
+                }
+                Err(libc::ENOENT)
+            }
         }
-        let entry = self
-            .backend
-            .stores()
-            .into_iter()
-            .find(|s| s.token == token)
-            .ok_or(libc::ENOENT)?;
-        Ok(self.store_dir(&entry))
     }
 
-    /// The directory inode of the store `entry`, made the first time.
+    /// The directory inode of the store `entry` (its current record), made for each new
+    /// generation.
     fn store_dir(&self, entry: &StoreEntry) -> u64 {
-        if let Some(ino) = self.read_inodes().stores.get(&entry.token) {
-            return *ino;
-        }
         let mut inodes = self.write_inodes();
-        // Another call may have made it meanwhile.
-        if let Some(ino) = inodes.stores.get(&entry.token) {
-            return *ino;
+        inodes.current.insert(entry.token.clone(), entry.clone());
+        if let Some(&ino) = inodes.stores.get(&entry.token)
+            && matches!(inodes.node(ino), Ok(Node::Directory { store }) if store.generation == entry.generation)
+        {
+            return ino;
         }
         let ino = inodes.add(
             ROOT,
@@ -236,15 +298,27 @@ impl<B: Backend> Tree<B> {
             Node::File { .. } => return Err(libc::ENOTDIR),
             Node::Root => return Ok(()),
         };
-        if self.read_inodes().loaded.contains(&store.token) {
-            return Ok(());
-        }
+        let root = {
+            let inodes = self.read_inodes();
+            let Some(&root) = inodes.stores.get(&store.token) else {
+                return Err(libc::ENOENT);
+            };
+            if inodes.loaded.contains(&root) {
+                return Ok(());
+            }
+            root
+        };
+        // Listed only while it is still this conversion, before and after the listing.
+        self.current(&store)?;
         let keys = self.backend.keys(&store.token).ok_or(libc::ENOENT)?;
+        self.current(&store)?;
         let mut inodes = self.write_inodes();
-        if !inodes.loaded.insert(store.token.clone()) {
+        if inodes.stores.get(&store.token) != Some(&root) {
+            return Err(libc::ESTALE);
+        }
+        if !inodes.loaded.insert(root) {
             return Ok(());
         }
-        let root = inodes.stores[&store.token];
         for (key, size) in keys {
             let mut parent = root;
             let parts: Vec<&str> = key.split('/').filter(|p| !p.is_empty()).collect();
@@ -326,13 +400,13 @@ impl Inodes {
     }
 
     fn attr(&self, ino: u64) -> Result<Attr, i32> {
-        let (kind, size, store) = match self.node(ino)? {
+        let (kind, size, snapshot) = match self.node(ino)? {
             Node::Root => {
                 return Ok(Attr {
                     ino,
                     kind: Kind::Directory,
                     size: 0,
-                    perm: 0o555,
+                    perm: 0o711,
                     uid: 0,
                     gid: 0,
                 });
@@ -340,6 +414,12 @@ impl Inodes {
             Node::Directory { store, .. } => (Kind::Directory, 0, store),
             Node::File { store, size, .. } => (Kind::File, *size, store),
         };
+        // The owner and permissions of the store's latest record, for its current generation.
+        let store = self
+            .current
+            .get(&snapshot.token)
+            .filter(|now| now.generation == snapshot.generation)
+            .unwrap_or(snapshot);
         let perm = match (kind, store.public) {
             (Kind::Directory, true) => 0o555,
             (Kind::Directory, false) => 0o500,
@@ -381,14 +461,20 @@ mod tests {
                     uid: 1001,
                     gid: 100,
                     public: true,
+                    generation: 1,
                 },
                 StoreEntry {
                     token: "a1".into(),
                     uid: 1000,
                     gid: 100,
                     public: false,
+                    generation: 1,
                 },
             ]
+        }
+
+        fn store(&self, token: &str) -> Option<StoreEntry> {
+            self.stores().into_iter().find(|s| s.token == token)
         }
 
         fn keys(&self, token: &str) -> Option<Vec<(String, u64)>> {
@@ -443,6 +529,10 @@ mod tests {
             Two.stores()
         }
 
+        fn store(&self, token: &str) -> Option<StoreEntry> {
+            Two.store(token)
+        }
+
         fn keys(&self, token: &str) -> Option<Vec<(String, u64)>> {
             self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Two.keys(token)
@@ -490,7 +580,12 @@ mod tests {
                 uid: 0,
                 gid: 0,
                 public: true,
+                generation: 1,
             }]
+        }
+
+        fn store(&self, _token: &str) -> Option<StoreEntry> {
+            self.stores().pop()
         }
 
         fn keys(&self, _token: &str) -> Option<Vec<(String, u64)>> {
@@ -526,6 +621,66 @@ mod tests {
                 ("z".to_string(), Kind::File),
             ]
         );
+    }
+
+    /// One store whose record changes: made public or private, converted again, removed.
+    struct Changing(std::sync::Mutex<Option<StoreEntry>>);
+
+    impl Backend for Changing {
+        fn stores(&self) -> Vec<StoreEntry> {
+            self.0.lock().unwrap().clone().into_iter().collect()
+        }
+
+        fn store(&self, _token: &str) -> Option<StoreEntry> {
+            self.0.lock().unwrap().clone()
+        }
+
+        fn keys(&self, _token: &str) -> Option<Vec<(String, u64)>> {
+            Some(vec![("tas/0".to_string(), 3)])
+        }
+
+        fn read(&self, _: &str, _: &str, _: u64, _: u32) -> Result<Vec<u8>, i32> {
+            Ok(b"abc".to_vec())
+        }
+    }
+
+    #[test]
+    fn the_current_record_decides_who_reads_and_which_conversion_is_shown() {
+        let tree = Tree::new(Changing(std::sync::Mutex::new(Some(StoreEntry {
+            token: "s".into(),
+            uid: 1000,
+            gid: 100,
+            public: true,
+            generation: 1,
+        }))));
+        let change =
+            |f: &dyn Fn(&mut StoreEntry)| f(tree.backend.0.lock().unwrap().as_mut().unwrap());
+        let store = tree.lookup(ROOT, "s.zarr").unwrap();
+        let dir = tree.lookup(store.ino, "tas").unwrap();
+        let key = tree.lookup(dir.ino, "0").unwrap();
+        assert_eq!(tree.may_read(key.ino, 1001), Ok(()));
+        // No longer public: another user is refused at open, whatever the kernel holds, and
+        // the attributes say so.
+        change(&|s| s.public = false);
+        assert_eq!(tree.may_read(key.ino, 1001), Err(libc::EACCES));
+        assert_eq!(tree.may_read(key.ino, 1000), Ok(()));
+        assert_eq!(tree.may_read(key.ino, 0), Ok(()));
+        assert_eq!(tree.getattr(key.ino).unwrap().perm, 0o400);
+        // Converted again: the old inodes are stale, the name leads to new ones.
+        change(&|s| s.generation = 2);
+        assert_eq!(tree.read(key.ino, 0, 3), Err(libc::ESTALE));
+        assert_eq!(tree.getattr(key.ino), Err(libc::ESTALE));
+        let again = tree.lookup(ROOT, "s.zarr").unwrap();
+        assert_ne!(again.ino, store.ino);
+        let dir = tree.lookup(again.ino, "tas").unwrap();
+        let fresh = tree.lookup(dir.ino, "0").unwrap();
+        assert_ne!(fresh.ino, key.ino);
+        assert_eq!(tree.read(fresh.ino, 0, 3).unwrap(), b"abc");
+        // Removed: its name and inodes lead nowhere.
+        *tree.backend.0.lock().unwrap() = None;
+        assert_eq!(tree.lookup(ROOT, "s.zarr"), Err(libc::ENOENT));
+        assert_eq!(tree.read(fresh.ino, 0, 3), Err(libc::ENOENT));
+        assert!(tree.readdir(ROOT).unwrap().is_empty());
     }
 
     #[test]

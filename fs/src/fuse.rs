@@ -11,8 +11,9 @@ use fuser::{
 
 use crate::filesystem::{Attr, Backend, Kind, ROOT, Tree};
 
-/// How long the kernel keeps an entry or attributes of a store: a ready store never changes.
-const STORE_TTL: Duration = Duration::from_secs(60);
+/// How long the kernel keeps an entry or attributes of a store: a store's keys never change
+/// within a conversion, but it may become public or private, or be converted again.
+const STORE_TTL: Duration = Duration::from_secs(5);
 
 /// How long it keeps the root's: stores appear and go.
 const ROOT_TTL: Duration = Duration::from_secs(1);
@@ -87,12 +88,13 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if flags.acc_mode() != OpenAccMode::O_RDONLY {
             reply.error(Errno::EROFS);
             return;
         }
-        match self.tree.getattr(ino.0) {
+        // The kernel checked the attributes it holds; the store's record may have changed.
+        match self.tree.may_read(ino.0, req.uid()) {
             // Stores are immutable: the kernel may keep what it read.
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(code) => reply.error(errno(code)),

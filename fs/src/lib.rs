@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 /// Mounts the stores of `daemon` read-only at `dir` until the returned session is dropped
 /// (which unmounts): files belong to the store owners' uids and the kernel checks
-/// permissions (`default_permissions`, `allow_other`).
+/// permissions (`default_permissions`, `allow_other`). A mount of an earlier daemon that
+/// died (its directory answers "not connected") is detached first.
 ///
 /// # Errors
 /// The mount failed (no `/dev/fuse`, `dir` not a directory, not permitted).
@@ -26,6 +27,12 @@ pub fn mount(
     daemon: Arc<svc_daemon::Daemon>,
     dir: &Path,
 ) -> std::io::Result<fuser::BackgroundSession> {
+    if let Err(e) = std::fs::metadata(dir)
+        && e.raw_os_error() == Some(libc::ENOTCONN)
+    {
+        tracing::warn!(dir = %dir.display(), "detaching a stale mount left by an earlier daemon");
+        detach(dir)?;
+    }
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("svcd".into()),
@@ -43,4 +50,13 @@ pub fn mount(
         dir,
         &config,
     )
+}
+
+/// Detaches the mount at `dir` lazily: it goes from the namespace now, and from the kernel
+/// when its last user lets go (a stale mount, or one still in use at shutdown).
+///
+/// # Errors
+/// As `umount2(2)`.
+pub fn detach(dir: &Path) -> std::io::Result<()> {
+    nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH).map_err(std::io::Error::from)
 }

@@ -12,8 +12,10 @@ use uuid::Uuid;
 
 use crate::filesystem::{Backend, StoreEntry};
 
-/// How long a read waits for a chunk the conversion has not written yet.
-const READ_WAIT: Duration = Duration::from_secs(30);
+/// How long a read waits for a chunk the conversion has not written yet: not at all. The
+/// mount shows ready stores only, so such a key belongs to a store being converted again; a
+/// FUSE thread waiting for it would hold up every other reader.
+const READ_WAIT: Duration = Duration::ZERO;
 
 /// The stores of a running daemon.
 pub struct DaemonStores {
@@ -42,6 +44,19 @@ fn local_ids(user: &str) -> (u32, u32) {
     }
 }
 
+/// A ready store's record as the mount shows it. Its generation is when its conversion
+/// finished: a store converted again has another.
+fn entry(record: &svc_daemon::StoreRecord, now: i64) -> StoreEntry {
+    let (uid, gid) = local_ids(&record.owner);
+    StoreEntry {
+        token: record.token.to_string(),
+        uid,
+        gid,
+        public: record.public_until.is_some_and(|until| now < until),
+        generation: record.updated,
+    }
+}
+
 impl Backend for DaemonStores {
     fn stores(&self) -> Vec<StoreEntry> {
         let now = now();
@@ -55,16 +70,14 @@ impl Backend for DaemonStores {
         records
             .into_iter()
             .filter(|record| record.status == Status::Ready)
-            .map(|record| {
-                let (uid, gid) = local_ids(&record.owner);
-                StoreEntry {
-                    token: record.token.to_string(),
-                    uid,
-                    gid,
-                    public: record.public_until.is_some_and(|until| now < until),
-                }
-            })
+            .map(|record| entry(&record, now))
             .collect()
+    }
+
+    fn store(&self, token: &str) -> Option<StoreEntry> {
+        let token = Uuid::parse_str(token).ok()?;
+        let record = self.daemon.stores().record(token).ok()??;
+        (record.status == Status::Ready).then(|| entry(&record, now()))
     }
 
     fn keys(&self, token: &str) -> Option<Vec<(String, u64)>> {

@@ -144,9 +144,59 @@ def test_unknown_names_are_not_there(mounted):
     assert not (directory / "tas" / "9.9").exists()
 
 
+def test_a_removed_store_leaves_the_mount(mounted):
+    directory, token = store_dir(mounted, "public")
+    # Opened before, and never read (xarray read the consolidated metadata only), so
+    # nothing of it is in the page cache.
+    held = open(directory / "tas" / ".zattrs", "rb")
+    binary = os.environ["SVCD_BIN"]
+    subprocess.run([binary, "--data-dir", str(mounted["data"]), "store", "rm", token], check=True, capture_output=True)
+    # An open file's reads fail at once; the name goes once the kernel's entry (a few
+    # seconds) is out.
+    with pytest.raises(OSError) as raised:
+        held.read()
+    assert raised.value.errno == errno.ENOENT
+    held.close()
+    deadline = time.monotonic() + 15
+    while directory.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not directory.exists()
+    assert directory.name not in os.listdir(mounted["mount"])
+
+
 def test_stopping_the_daemon_unmounts(mounted):
     proc = mounted["proc"]
     assert os.path.ismount(mounted["mount"])
     proc.terminate()
     proc.wait(timeout=60)
     assert not os.path.ismount(mounted["mount"])
+
+
+def test_a_mount_left_by_a_killed_daemon_is_recovered_at_the_next_start(tmp_path):
+    binary = os.environ["SVCD_BIN"]
+    data = tmp_path / "data"
+    data.mkdir()
+    mountpoint = Path(tempfile.mkdtemp(prefix="svcd-mount-stale-"))
+    proc, _ = serve(binary, data, args=("--mount", str(mountpoint)))
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.ismount(mountpoint) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait(timeout=30)
+        with pytest.raises(OSError) as raised:
+            os.listdir(mountpoint)
+        assert raised.value.errno == errno.ENOTCONN
+        (data / "svcd.addr").unlink(missing_ok=True)
+        proc, _ = serve(binary, data, args=("--mount", str(mountpoint)))
+        assert os.listdir(mountpoint) == []
+        proc.terminate()
+        proc.wait(timeout=60)
+        assert not os.path.ismount(mountpoint)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        if os.path.ismount(mountpoint):
+            subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+        os.rmdir(mountpoint)
