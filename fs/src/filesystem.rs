@@ -40,11 +40,13 @@ pub trait Backend: Send + Sync {
     /// exists.
     fn keys(&self, token: &str) -> Option<Vec<(String, u64)>>;
 
-    /// Up to `len` bytes of `key` of store `token` from `offset`.
+    /// Up to `len` bytes of `key` of `store` (the conversion of it that the tree shows)
+    /// from `offset`.
     ///
     /// # Errors
-    /// An errno: `ENOENT` for a key or store that is gone, `EIO` for a read that failed.
-    fn read(&self, token: &str, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32>;
+    /// An errno: `ENOENT` for a key or store that is gone or not ready, `ESTALE` when the
+    /// store is now another conversion than `store.generation`, `EIO` for a read that failed.
+    fn read(&self, store: &StoreEntry, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32>;
 }
 
 /// One store as the mount shows it.
@@ -211,12 +213,14 @@ impl<B: Backend> Tree<B> {
             Node::File { store, key, size } => (store.clone(), key.clone(), *size),
             _ => return Err(libc::EISDIR),
         };
-        self.current(&store)?;
         if offset >= size {
+            // Still only while it is this conversion.
+            self.current(&store)?;
             return Ok(Vec::new());
         }
         let len = u32::try_from((size - offset).min(u64::from(len))).unwrap_or(len);
-        self.backend.read(&store.token, &key, offset, len)
+        // The backend checks the store's record as it reads: one look per read.
+        self.backend.read(&store, &key, offset, len)
     }
 
     /// Whether the local user `uid` may read inode `ino` now: root and the store's owner
@@ -485,7 +489,7 @@ mod tests {
             })
         }
 
-        fn read(&self, _token: &str, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
+        fn read(&self, _: &StoreEntry, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
             let (_, value) = KEYS.iter().find(|(k, _)| *k == key).ok_or(libc::ENOENT)?;
             let start = usize::try_from(offset).unwrap().min(value.len());
             let end = (start + len as usize).min(value.len());
@@ -538,8 +542,14 @@ mod tests {
             Two.keys(token)
         }
 
-        fn read(&self, token: &str, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
-            Two.read(token, key, offset, len)
+        fn read(
+            &self,
+            store: &StoreEntry,
+            key: &str,
+            offset: u64,
+            len: u32,
+        ) -> Result<Vec<u8>, i32> {
+            Two.read(store, key, offset, len)
         }
     }
 
@@ -597,7 +607,7 @@ mod tests {
             )
         }
 
-        fn read(&self, _: &str, _: &str, _: u64, _: u32) -> Result<Vec<u8>, i32> {
+        fn read(&self, _: &StoreEntry, _: &str, _: u64, _: u32) -> Result<Vec<u8>, i32> {
             Ok(vec![0])
         }
     }
@@ -639,8 +649,12 @@ mod tests {
             Some(vec![("tas/0".to_string(), 3)])
         }
 
-        fn read(&self, _: &str, _: &str, _: u64, _: u32) -> Result<Vec<u8>, i32> {
-            Ok(b"abc".to_vec())
+        fn read(&self, store: &StoreEntry, _: &str, _: u64, _: u32) -> Result<Vec<u8>, i32> {
+            match self.store(&store.token) {
+                None => Err(libc::ENOENT),
+                Some(now) if now.generation != store.generation => Err(libc::ESTALE),
+                Some(_) => Ok(b"abc".to_vec()),
+            }
         }
     }
 

@@ -90,15 +90,15 @@ impl Backend for DaemonStores {
         for (key, size) in &mut keys {
             let name = key.rsplit('/').next().unwrap_or(key);
             if name.starts_with('.') {
-                *size = self.served(uuid, key).ok()?.len() as u64;
+                *size = self.served(uuid, key, None).ok()?.len() as u64;
             }
         }
         Some(keys)
     }
 
-    fn read(&self, token: &str, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
-        let token = Uuid::parse_str(token).map_err(|_| libc::ENOENT)?;
-        let bytes = self.served(token, key)?;
+    fn read(&self, store: &StoreEntry, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
+        let token = Uuid::parse_str(&store.token).map_err(|_| libc::ENOENT)?;
+        let bytes = self.served(token, key, Some(store.generation))?;
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
             .min(bytes.len());
@@ -108,16 +108,24 @@ impl Backend for DaemonStores {
 }
 
 impl DaemonStores {
-    /// The bytes of `key` of store `token` as the read path serves them, read as its owner.
-    fn served(&self, token: Uuid, key: &str) -> Result<bytes::Bytes, i32> {
+    /// The bytes of `key` of store `token` as the read path serves them, read as its owner;
+    /// with `generation`, only while the store is ready and that conversion of it.
+    fn served(&self, token: Uuid, key: &str, generation: Option<i64>) -> Result<bytes::Bytes, i32> {
         let stores = self.daemon.stores();
-        let owner = stores
+        let record = stores
             .record(token)
             .map_err(|_| libc::EIO)?
-            .ok_or(libc::ENOENT)?
-            .owner;
+            .ok_or(libc::ENOENT)?;
+        if let Some(generation) = generation {
+            if record.status != Status::Ready {
+                return Err(libc::ENOENT);
+            }
+            if record.updated != generation {
+                return Err(libc::ESTALE);
+            }
+        }
         let caller = Caller {
-            user: owner,
+            user: record.owner,
             admin: false,
         };
         stores

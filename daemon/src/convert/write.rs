@@ -150,12 +150,7 @@ pub(crate) fn write_chunks(
                         // The writer's error, which its join gives, ends the conversion.
                         return Ok(Written::Complete);
                     }
-                    let values = match read_chunk(n, &index) {
-                        Ok(values) => values,
-                        // A read that gave up because the conversion is stopping.
-                        Err(_) if stop.requested() => return Ok(Written::Interrupted),
-                        Err(e) => return Err(e),
-                    };
+                    let values = read_chunk(n, &index)?;
                     read.send((n, index, values))
                         .map_err(|_| "the chunk writers stopped".to_string())?;
                 }
