@@ -40,6 +40,9 @@ pub(crate) enum Command {
     /// Inspect and remove Zarr stores.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// The cold tier: archive blobs of stores, restore them, show their state.
+    #[command(subcommand)]
+    Tier(TierCommand),
     /// Blob manifests: partition Zarr stores into blobs, resolve keys, pin, report.
     Manifest(crate::manifest::ManifestArgs),
     /// Write a synthetic DRS tree of small CF-compliant NetCDF files.
@@ -68,6 +71,43 @@ pub(crate) enum StoreCommand {
         /// Absolute paths of NetCDF files.
         #[arg(required = true)]
         paths: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TierCommand {
+    /// Pack the cold blobs of ready stores into the cold tier (one uncompressed ZIP per blob
+    /// instance, verified before the hot copies are deleted). Hot, pinned and unmanaged
+    /// keys, metadata and coordinates are never archived.
+    Archive {
+        /// Only stores nobody has read or converted for this long, e.g. 30d, 12h.
+        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+        older_than: Option<std::time::Duration>,
+        /// Only this store (its token is its manifest's scope).
+        #[arg(long, value_name = "TOKEN")]
+        scope: Option<uuid::Uuid>,
+        /// Print what would be archived; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Restore archived blobs to the hot tier (a read restores a blob by itself; this
+    /// restores ahead of reads).
+    Restore {
+        /// Only this store.
+        #[arg(long, value_name = "TOKEN")]
+        scope: Option<uuid::Uuid>,
+        /// Print what would be restored; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// One line per blob instance: store, instance, state, keys, bytes, restores, last read.
+    Status {
+        /// Only this store.
+        #[arg(long, value_name = "TOKEN")]
+        scope: Option<uuid::Uuid>,
+        /// Print JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -38,6 +38,20 @@ pub(crate) enum Request {
         /// Its token.
         token: String,
     },
+    /// Archive blobs (`svcd tier archive`).
+    TierArchive(svc_daemon::ArchiveOptions),
+    /// Restore archived blobs (`svcd tier restore`).
+    TierRestore {
+        /// Only this store.
+        scope: Option<uuid::Uuid>,
+        /// Change nothing.
+        dry_run: bool,
+    },
+    /// The tier state (`svcd tier status`).
+    TierStatus {
+        /// Only this store.
+        scope: Option<uuid::Uuid>,
+    },
     /// Convert files into stores of `user`.
     StoreConvert {
         /// Absolute paths.
@@ -69,6 +83,23 @@ pub(crate) enum Reply {
     Stores {
         /// One object per store.
         stores: Vec<serde_json::Value>,
+    },
+    /// One blob instance archived or restored (during `TierArchive`, `TierRestore`).
+    TierProgress {
+        /// What became of it.
+        row: svc_daemon::ArchiveRow,
+        /// Instances in the run.
+        total: usize,
+    },
+    /// The result of `TierArchive` or `TierRestore`.
+    TierDone {
+        /// One row per instance.
+        rows: Vec<svc_daemon::ArchiveRow>,
+    },
+    /// The result of `TierStatus`.
+    TierStatus {
+        /// One row per instance.
+        rows: Vec<svc_daemon::InstanceRow>,
     },
     /// The request failed.
     Error {
@@ -167,6 +198,46 @@ async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<(
                 },
             }
         }
+        Ok(Request::TierStatus { scope }) => {
+            match daemon.run(move |d| d.stores().tier_status(scope)).await {
+                Ok(rows) => Reply::TierStatus { rows },
+                Err(e) => Reply::Error {
+                    detail: e.to_string(),
+                },
+            }
+        }
+        Ok(request @ (Request::TierArchive(_) | Request::TierRestore { .. })) => {
+            let (rows_tx, mut rows_rx) = tokio::sync::mpsc::unbounded_channel();
+            let run = daemon.run(move |d| {
+                let progress = move |row: &svc_daemon::ArchiveRow, total: usize| {
+                    let _ = rows_tx.send((row.clone(), total));
+                };
+                match request {
+                    Request::TierArchive(options) => d.stores().archive(&options, &progress),
+                    Request::TierRestore { scope, dry_run } => {
+                        d.stores().restore_archived(scope, dry_run, &progress)
+                    }
+                    _ => unreachable!("matched above"),
+                }
+            });
+            tokio::pin!(run);
+            let outcome = loop {
+                tokio::select! {
+                    outcome = &mut run => break outcome,
+                    Some((row, total)) = rows_rx.recv() => {
+                        let msg = serde_json::to_string(&Reply::TierProgress { row, total })
+                            .expect("replies serialise");
+                        write.write_all(format!("{msg}\n").as_bytes()).await.map_err(io)?;
+                    }
+                }
+            };
+            match outcome {
+                Ok(rows) => Reply::TierDone { rows },
+                Err(e) => Reply::Error {
+                    detail: e.to_string(),
+                },
+            }
+        }
         Ok(Request::Remove { filters }) => {
             match daemon.run(move |d| d.databrowser().remove(&filters)).await {
                 Ok(removed) => Reply::Removed { removed },
@@ -256,6 +327,35 @@ impl Client {
     /// # Errors
     /// An I/O error, or a reply that is not JSON.
     pub(crate) fn finish(self, mut on_progress: impl FnMut(u64)) -> Result<Reply> {
+        self.replies(|reply| match reply {
+            Reply::Progress { lines } => {
+                on_progress(lines);
+                None
+            }
+            reply => Some(reply),
+        })
+    }
+
+    /// Ends the request and reads the replies of an archive or restore; `on_row` sees each
+    /// instance as it is done.
+    ///
+    /// # Errors
+    /// As [`Client::finish`].
+    pub(crate) fn finish_rows(
+        self,
+        mut on_row: impl FnMut(&svc_daemon::ArchiveRow, usize),
+    ) -> Result<Reply> {
+        self.replies(|reply| match reply {
+            Reply::TierProgress { row, total } => {
+                on_row(&row, total);
+                None
+            }
+            reply => Some(reply),
+        })
+    }
+
+    /// Reads reply lines until `progress` gives one back as the answer.
+    fn replies(self, mut progress: impl FnMut(Reply) -> Option<Reply>) -> Result<Reply> {
         let io = |e| Error::io("control socket", e);
         let stream = self.writer.into_inner().map_err(|e| io(e.into_error()))?;
         stream.shutdown(std::net::Shutdown::Write).map_err(io)?;
@@ -263,8 +363,11 @@ impl Client {
         for line in reader.lines() {
             let line = line.map_err(io)?;
             match serde_json::from_str::<Reply>(&line) {
-                Ok(Reply::Progress { lines }) => on_progress(lines),
-                Ok(reply) => return Ok(reply),
+                Ok(reply) => {
+                    if let Some(answer) = progress(reply) {
+                        return Ok(answer);
+                    }
+                }
                 Err(e) => {
                     let reply = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
                     return Err(io(reply));

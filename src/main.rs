@@ -7,6 +7,7 @@ mod index;
 mod manifest;
 mod serve;
 mod store;
+mod tier;
 mod token;
 
 use clap::Parser;
@@ -44,6 +45,7 @@ fn main() -> std::process::ExitCode {
             Command::Index(command) => index::run(&config, command),
             Command::Token(command) => token::run(&config, command),
             Command::Store(command) => store::run(&config, &command),
+            Command::Tier(command) => tier::run(&config, &command),
             Command::DemoData { dir } => demo::run(&dir),
             Command::Manifest(args) => manifest::run(args),
         });

@@ -19,6 +19,9 @@ pub(crate) fn run(config: Config, mount: Option<PathBuf>) -> anyhow::Result<Exit
 }
 
 async fn serve(config: Config, mount: Option<PathBuf>) -> anyhow::Result<()> {
+    // `--mount` overrides the configuration's `mount.dir`.
+    let mount =
+        mount.or_else(|| (!config.mount.dir.is_empty()).then(|| config.mount.dir.clone().into()));
     let listener = TcpListener::bind(config.http.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.http.listen))?;

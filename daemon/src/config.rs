@@ -41,6 +41,10 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Zarr store settings.
     pub stores: StoresConfig,
+    /// The cold tier and blob manifests.
+    pub tier: TierConfig,
+    /// The FUSE mount.
+    pub mount: MountConfig,
     /// `SVCD_` environment variables that name no configuration key (ignored).
     #[serde(skip)]
     pub ignored_env: Vec<String>,
@@ -78,6 +82,34 @@ pub struct StoresConfig {
     pub unread_expiry_seconds: u64,
     /// The compressor of new stores' chunks (default `lz4`).
     pub compressor: crate::convert::Compressor,
+}
+
+/// The `[tier]` section: where archived blobs go and how stores are cut into blobs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierConfig {
+    /// The cold tier: a directory, file://, or s3://bucket[/prefix] (default empty:
+    /// `<data_dir>/cold`).
+    pub cold: String,
+    /// Where each store's manifest is also written as JSON, at `<token>/manifest.json`
+    /// (the reference tools' layout): a directory, file:// or s3:// URL (default empty: not).
+    pub manifests: String,
+    /// A store at or under this many bytes is one blob; larger arrays are bucketed
+    /// (default 100 GiB, the manifests' default).
+    pub t_max_bytes: u64,
+    /// Arrays under this many bytes stay hot (default 16 MiB, the manifests' default).
+    pub t_hot_bytes: u64,
+}
+
+/// The `[mount]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountConfig {
+    /// Mount the stores here when serving (default empty: not; `--mount` overrides).
+    pub dir: String,
+    /// A read through the mount that the daemon cannot answer within this many seconds
+    /// (a restore from the cold tier that takes longer) fails with EIO (default 120).
+    pub read_timeout_seconds: u64,
 }
 
 /// The `[http]` section.
@@ -230,6 +262,14 @@ impl Config {
                 crate::stores::request::MIN_TTL_SECONDS
             )));
         }
+        if self.tier.t_max_bytes == 0 {
+            return Err(Error::Config("tier.t_max_bytes must be at least 1".into()));
+        }
+        if self.mount.read_timeout_seconds == 0 {
+            return Err(Error::Config(
+                "mount.read_timeout_seconds must be at least 1".into(),
+            ));
+        }
         if let Some(root) = self.stores.allowed_roots.iter().find(|r| !r.is_absolute()) {
             return Err(Error::Config(format!(
                 "stores.allowed_roots: {} is not an absolute path",
@@ -253,6 +293,20 @@ impl Config {
     /// The hot tier of the Zarr stores: one directory per store.
     pub fn stores_dir(&self) -> PathBuf {
         self.data_dir.join("stores")
+    }
+
+    /// The cold tier's URL: `tier.cold`, else `<data_dir>/cold`.
+    pub fn cold_url(&self) -> String {
+        if self.tier.cold.is_empty() {
+            self.data_dir.join("cold").display().to_string()
+        } else {
+            self.tier.cold.clone()
+        }
+    }
+
+    /// Where the tier stages blobs it packs or restores (on the hot tier's file system).
+    pub fn staging_dir(&self) -> PathBuf {
+        self.data_dir.join("staging")
     }
 
     /// The key that signs share URLs.

@@ -242,6 +242,9 @@ pub enum Error {
         /// The panic or cancellation.
         reason: String,
     },
+    /// The cold tier failed: an archive, a restore, or the tier's own check at start.
+    #[error("{0}")]
+    Tier(String),
     /// The database on disk has a schema this build does not know.
     #[error("store at {path} has schema version {found}, this svcd knows version {expected}")]
     SchemaVersion {
@@ -339,6 +342,7 @@ impl Error {
             | Error::Config(_)
             | Error::Store(_)
             | Error::Io { .. }
+            | Error::Tier(_)
             | Error::WorkerFailed { .. } => ErrorKind::Internal,
         }
     }

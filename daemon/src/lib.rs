@@ -26,6 +26,7 @@ mod memory;
 mod secret;
 mod stac;
 mod stores;
+mod tier;
 mod userdata;
 mod work;
 
@@ -35,7 +36,9 @@ pub use auth::{Auth, Caller, SERVICE_RETRY};
 pub use catalog::{
     Catalog, LOAD_BATCH, LoadSummary, Loader, Record, Rejection, Stats, WriteCounts, write_to_store,
 };
-pub use config::{API_PREFIX, Config, Overrides, StoresConfig, home_dir, login_name};
+pub use config::{
+    API_PREFIX, Config, MountConfig, Overrides, StoresConfig, TierConfig, home_dir, login_name,
+};
 pub use convert::Compressor;
 pub use crawl::{Drs, find_netcdf_files, read_record};
 pub use databrowser::params::{flavour_delete_is_global, flavour_list_filter};
@@ -49,10 +52,12 @@ pub use jobs::{Handler, Job, Outcome, Queue, Stop};
 pub use stac::{
     GEO_JSON, Method, OPENAPI_JSON, SCHEMA_JSON, Scope, SearchRequest, StacApi, split_list,
 };
+pub use stores::cold::Progress as TierProgress;
 pub use stores::read::{KeyBytes, KeyKind};
 pub use stores::request::{AccessPattern, Chunking, ConvertRequest, ShareRequest};
 pub use stores::share::SHARE_METHOD;
 pub use stores::{CONVERT, Share, Status, StoreRecord, Stores};
+pub use tier::{ArchiveOptions, ArchiveRow, BlobState, InstanceRow, State as TierState};
 pub use work::{ExpensiveSlot, SLOT_WAIT};
 
 /// What `load/{flavour}` made of a search: [`Daemon::load`].
@@ -96,12 +101,14 @@ impl Daemon {
         let catalog = Arc::new(Catalog::open(Arc::clone(&db))?);
         let flavours = Arc::new(Flavours::open(Arc::clone(&db))?);
         let queue = Arc::new(Queue::open(Arc::clone(&db))?);
+        let tier = Arc::new(tier::Tier::open(&config, Arc::clone(&db))?);
         let stores = Arc::new(Stores::open(
             db,
             Arc::clone(&queue),
             config.stores.clone(),
             config.stores_dir(),
             &config.share_key_file(),
+            tier,
         )?);
         let databrowser = Databrowser::new(Arc::clone(&catalog), Arc::clone(&flavours));
         let stac = StacApi::new(Arc::clone(&catalog));

@@ -6,8 +6,7 @@
 //! - [`stores`]: the daemon as that backend;
 //! - [`fuse`]: the fuser adapter, and [`mount`] to mount it.
 //!
-//! Not built yet: passthrough of hot keys, the key listing from RocksDB (keys come from the
-//! hot tier's directory), stale-mount recovery, and the cold tier.
+//! Not built yet: passthrough of hot keys (every read goes through the daemon).
 
 pub mod filesystem;
 pub mod fuse;
@@ -44,7 +43,9 @@ pub fn mount(
         fuser::MountOption::DefaultPermissions,
     ];
     config.acl = fuser::SessionACL::All;
-    config.n_threads = Some(4);
+    // A read waiting for a restore holds its thread: enough threads that readers of hot
+    // keys go on meanwhile.
+    config.n_threads = Some(16);
     fuser::spawn_mount(
         fuse::Fuse::new(stores::DaemonStores::new(daemon)),
         dir,

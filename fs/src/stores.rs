@@ -1,31 +1,31 @@
-//! The daemon as the tree's [`Backend`]: ready stores from its records, their keys from the
-//! hot tier's directory, their bytes through [`svc_daemon::Stores::read`], the read path
-//! HTTP uses. The kernel has checked the caller's permissions by then (`default_permissions`
+//! The daemon as the tree's [`Backend`]: complete stores (ready or archived) from its
+//! records, their keys and sizes from the key listing in RocksDB (never from the cold tier),
+//! their bytes through [`svc_daemon::Stores::read`], the read path HTTP uses (which restores
+//! an archived blob when one of its keys is read). The kernel has checked the caller's permissions by then (`default_permissions`
 //! over the owners and modes the tree gives), so a read is made as the store's owner.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use svc_daemon::{Caller, Daemon, ErrorKind, Status};
+use svc_daemon::{Caller, Daemon, ErrorKind, StoreRecord};
 use uuid::Uuid;
 
 use crate::filesystem::{Backend, StoreEntry};
 
-/// How long a read waits for a chunk the conversion has not written yet: not at all. The
-/// mount shows ready stores only, so such a key belongs to a store being converted again; a
-/// FUSE thread waiting for it would hold up every other reader.
-const READ_WAIT: Duration = Duration::ZERO;
-
 /// The stores of a running daemon.
 pub struct DaemonStores {
     daemon: Arc<Daemon>,
+    /// How long a read waits for a restore from the cold tier before it fails with EIO
+    /// (`mount.read_timeout_seconds`). The mount shows complete stores only, so there is
+    /// never a chunk still being converted to wait for.
+    read_wait: Duration,
 }
 
 impl DaemonStores {
     /// The stores of `daemon`.
     pub fn new(daemon: Arc<Daemon>) -> Self {
-        DaemonStores { daemon }
+        let read_wait = Duration::from_secs(daemon.config().mount.read_timeout_seconds);
+        DaemonStores { daemon, read_wait }
     }
 }
 
@@ -69,7 +69,7 @@ impl Backend for DaemonStores {
         };
         records
             .into_iter()
-            .filter(|record| record.status == Status::Ready)
+            .filter(StoreRecord::is_complete)
             .map(|record| entry(&record, now))
             .collect()
     }
@@ -77,28 +77,23 @@ impl Backend for DaemonStores {
     fn store(&self, token: &str) -> Option<StoreEntry> {
         let token = Uuid::parse_str(token).ok()?;
         let record = self.daemon.stores().record(token).ok()??;
-        (record.status == Status::Ready).then(|| entry(&record, now()))
+        record.is_complete().then(|| entry(&record, now()))
     }
 
     fn keys(&self, token: &str) -> Option<Vec<(String, u64)>> {
         let uuid = Uuid::parse_str(token).ok()?;
-        let dir = self.daemon.stores().dir(uuid);
-        let mut keys = Vec::new();
-        list(&dir, "", &mut keys).ok()?;
-        // Metadata is served as the daemon holds it, not as the file on disk is written: its
-        // size is what a read gives. Chunks are served as their files are.
-        for (key, size) in &mut keys {
-            let name = key.rsplit('/').next().unwrap_or(key);
-            if name.starts_with('.') {
-                *size = self.served(uuid, key, None).ok()?.len() as u64;
+        match self.daemon.stores().keys(uuid) {
+            Ok(keys) => Some(keys),
+            Err(e) => {
+                tracing::warn!(%token, error = %e, "the mount cannot read a store's key listing");
+                None
             }
         }
-        Some(keys)
     }
 
     fn read(&self, store: &StoreEntry, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
         let token = Uuid::parse_str(&store.token).map_err(|_| libc::ENOENT)?;
-        let bytes = self.served(token, key, Some(store.generation))?;
+        let bytes = self.served(token, key, store.generation)?;
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
             .min(bytes.len());
@@ -108,55 +103,33 @@ impl Backend for DaemonStores {
 }
 
 impl DaemonStores {
-    /// The bytes of `key` of store `token` as the read path serves them, read as its owner;
-    /// with `generation`, only while the store is ready and that conversion of it.
-    fn served(&self, token: Uuid, key: &str, generation: Option<i64>) -> Result<bytes::Bytes, i32> {
+    /// The bytes of `key` of store `token` as the read path serves them, read as its owner,
+    /// while the store is complete and the conversion `generation` of it.
+    fn served(&self, token: Uuid, key: &str, generation: i64) -> Result<bytes::Bytes, i32> {
         let stores = self.daemon.stores();
         let record = stores
             .record(token)
             .map_err(|_| libc::EIO)?
             .ok_or(libc::ENOENT)?;
-        if let Some(generation) = generation {
-            if record.status != Status::Ready {
-                return Err(libc::ENOENT);
-            }
-            if record.updated != generation {
-                return Err(libc::ESTALE);
-            }
+        if !record.is_complete() {
+            return Err(libc::ENOENT);
+        }
+        if record.updated != generation {
+            return Err(libc::ESTALE);
         }
         let caller = Caller {
             user: record.owner,
             admin: false,
         };
         stores
-            .read(Some(&caller), token, key, now(), READ_WAIT)
+            .read(Some(&caller), token, key, now(), self.read_wait)
             .map(|read| read.bytes)
             .map_err(|e| match e.kind() {
                 ErrorKind::NotFound => libc::ENOENT,
-                _ => libc::EIO,
+                kind => {
+                    tracing::warn!(%token, %key, ?kind, error = %e, "a read through the mount failed");
+                    libc::EIO
+                }
             })
     }
-}
-
-/// The files below `dir` as keys (`prefix` + relative path) with their sizes; a conversion's
-/// temporary files (`.<name>.partial`) are not keys.
-fn list(dir: &Path, prefix: &str, keys: &mut Vec<(String, u64)>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let Ok(name) = entry.file_name().into_string() else {
-            continue;
-        };
-        let key = if prefix.is_empty() {
-            name.clone()
-        } else {
-            format!("{prefix}/{name}")
-        };
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            list(&entry.path(), &key, keys)?;
-        } else if kind.is_file() && !name.ends_with(".partial") {
-            keys.push((key, entry.metadata()?.len()));
-        }
-    }
-    Ok(())
 }

@@ -37,9 +37,18 @@ pub(crate) mod cf {
     pub(crate) const JOBS: &str = "jobs";
     /// Store token (16 bytes) -> format byte + store record JSON.
     pub(crate) const STORES: &str = "stores";
+    /// Store token (16 bytes) + key -> size (u64 BE): the key listing of every complete
+    /// store, which stat and readdir read (never the cold tier).
+    pub(crate) const KEYS: &str = "keys";
+    /// Store token (16 bytes) -> format byte + the store's blob manifest (schema v3 JSON).
+    pub(crate) const MANIFESTS: &str = "manifests";
+    /// Store token (16 bytes) + blob instance id -> format byte + tier state JSON: the
+    /// state is keyed by (scope, instance), and a store's token is its scope.
+    pub(crate) const TIERS: &str = "tiers";
     /// Every family the database has.
-    pub(crate) const ALL: [&str; 9] = [
-        RECORDS, FILES, POSTINGS, COLUMNS, DATASETS, FLAVOURS, META, JOBS, STORES,
+    pub(crate) const ALL: [&str; 12] = [
+        RECORDS, FILES, POSTINGS, COLUMNS, DATASETS, FLAVOURS, META, JOBS, STORES, KEYS, MANIFESTS,
+        TIERS,
     ];
 }
 
@@ -82,6 +91,7 @@ enum Op {
     Put(&'static str, Vec<u8>, Vec<u8>),
     Merge(&'static str, Vec<u8>, Vec<u8>),
     Delete(&'static str, Vec<u8>),
+    DeleteRange(&'static str, Vec<u8>, Vec<u8>),
 }
 
 impl Batch {
@@ -103,6 +113,12 @@ impl Batch {
     /// Deletes `key` from `family`.
     pub fn delete(&mut self, family: &'static str, key: impl Into<Vec<u8>>) {
         self.ops.push(Op::Delete(family, key.into()));
+    }
+
+    /// Deletes every key of `family` that starts with `prefix`.
+    pub fn delete_prefixed(&mut self, family: &'static str, prefix: &[u8]) {
+        let end = prefix_end(prefix);
+        self.ops.push(Op::DeleteRange(family, prefix.to_vec(), end));
     }
 
     /// Number of operations queued.
@@ -237,6 +253,7 @@ impl Db {
                 Op::Put(f, k, v) => wb.put_cf(self.family(f), k, v),
                 Op::Merge(f, k, v) => wb.merge_cf(self.family(f), k, v),
                 Op::Delete(f, k) => wb.delete_cf(self.family(f), k),
+                Op::DeleteRange(f, from, to) => wb.delete_range_cf(self.family(f), from, to),
             }
         }
         let mut options = WriteOptions::default();
@@ -286,6 +303,18 @@ impl Db {
         Ok(())
     }
 
+    /// Whether any key of `family` starts with `prefix`.
+    ///
+    /// # Errors
+    /// A RocksDB read error.
+    pub fn any_prefixed(&self, family: &str, prefix: &[u8]) -> Result<bool> {
+        let mode = IteratorMode::From(prefix, rocksdb::Direction::Forward);
+        match self.db.iterator_cf(self.family(family), mode).next() {
+            Some(item) => Ok(item?.0.starts_with(prefix)),
+            None => Ok(false),
+        }
+    }
+
     /// Bytes the database occupies on disk (SST and log files).
     pub fn size_on_disk(&self) -> u64 {
         dir_size(&self.path)
@@ -309,6 +338,22 @@ impl Db {
                 .compact_range_cf(self.family(name), None::<&[u8]>, None::<&[u8]>);
         }
     }
+}
+
+/// The first key after every key that starts with `prefix` (for a range delete). Prefixes
+/// here are store tokens and never all `0xff`; such a prefix gets a longer end key that still
+/// sorts after all its keys of realistic length.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    let mut end = prefix.to_vec();
+    end.extend_from_slice(&[0xff; 4096]);
+    end
 }
 
 fn dir_size(path: &Path) -> u64 {

@@ -44,7 +44,9 @@ impl Handler for ConvertJob {
             return Ok(Outcome::Done(Batch::default()));
         }
         let dir = self.stores.dir(token);
-        // What readers keep of the earlier conversion goes with its files.
+        // What readers keep of the earlier conversion goes with its files, and so do its
+        // listing, manifest and archived blobs.
+        self.stores.tier.forget_store(token)?;
         self.stores.cache.forget(token);
         remove_dir(&dir);
         tracing::info!(%token, sources = ?record.sources, "converting");
@@ -77,12 +79,15 @@ impl Handler for ConvertJob {
             }
         };
         tracing::info!(%token, status = u8::from(status), %reason, "conversion finished");
-        Ok(Outcome::Done(self.stores.outcome(
-            token,
-            status,
-            &reason,
-            now(),
-        )?))
+        let mut batch = self.stores.outcome(token, status, &reason, now())?;
+        if status == Status::Ready {
+            // The listing and the manifest are written with the record that says ready, so a
+            // ready store always has them.
+            let keys = self.stores.listing(&record)?;
+            crate::tier::Tier::put_listing(&mut batch, token, &keys);
+            self.stores.tier.put_manifest(&mut batch, token);
+        }
+        Ok(Outcome::Done(batch))
     }
 
     fn give_up(&self, job: &Job, reason: &str) -> Batch {

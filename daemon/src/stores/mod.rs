@@ -14,6 +14,7 @@
 //! [`crate::jobs`]), so a request is never recorded without its job nor the other way round.
 
 mod access;
+pub(crate) mod cold;
 mod html;
 pub(crate) mod job;
 pub(crate) mod read;
@@ -117,7 +118,16 @@ pub struct StoreRecord {
 }
 
 impl StoreRecord {
+    /// The stored form. Status 3 (archived) is never stored: it is derived from the tier
+    /// state when the record is read ([`Stores::record`]), so it is stored as ready.
     fn encode(&self) -> Vec<u8> {
+        if self.status == Status::Archived {
+            let stored = StoreRecord {
+                status: Status::Ready,
+                ..self.clone()
+            };
+            return db::encode_json(FORMAT, &stored);
+        }
         db::encode_json(FORMAT, self)
     }
 
@@ -133,6 +143,11 @@ impl StoreRecord {
         let mut value = serde_json::to_value(self).expect("a store record serialises");
         value["token"] = serde_json::Value::String(self.token.to_string());
         value
+    }
+
+    /// Whether its conversion finished and every key can be read (ready, or archived).
+    pub fn is_complete(&self) -> bool {
+        matches!(self.status, Status::Ready | Status::Archived)
     }
 
     /// Whether `caller` (none: an anonymous request) may read the store at `now`: its owner
@@ -178,6 +193,8 @@ pub struct Stores {
     reads: sweep::Reads,
     /// Chunks and metadata being computed on demand.
     on_demand: read::OnDemand,
+    /// Key listings, blob manifests and the cold tier.
+    pub(crate) tier: Arc<crate::tier::Tier>,
 }
 
 /// A pre-signed share of a store (spec 2, endpoint 5).
@@ -195,16 +212,20 @@ impl Stores {
     /// The stores recorded in `db`, converted through `queue` into directories below `root`,
     /// shared with the key in `share_key` (created on first use).
     ///
+    /// with `tier` for their listings and archived blobs. What a crash interrupted on the
+    /// cold tier is repaired first ([`crate::tier::Tier::repair`]).
+    ///
     /// # Errors
-    /// The share key cannot be read or created.
+    /// The share key cannot be read or created; the repair cannot read or write the store.
     pub fn open(
         db: Arc<Db>,
         queue: Arc<Queue>,
         config: StoresConfig,
         root: PathBuf,
         share_key: &std::path::Path,
+        tier: Arc<crate::tier::Tier>,
     ) -> Result<Self> {
-        Ok(Stores {
+        let stores = Stores {
             db,
             queue,
             config,
@@ -213,7 +234,21 @@ impl Stores {
             share_key: share::ShareKey::open(share_key)?,
             reads: sweep::Reads::default(),
             on_demand: read::OnDemand::default(),
-        })
+            tier,
+        };
+        let ready: Vec<Uuid> = stores
+            .list()?
+            .into_iter()
+            .filter(|record| matches!(record.status, Status::Ready | Status::Archived))
+            .map(|record| record.token)
+            .collect();
+        stores.tier.repair(&ready, |token| {
+            let record = stores
+                .record(token)?
+                .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?;
+            stores.listing(&record)
+        })?;
+        Ok(stores)
     }
 
     /// A share of the store `token` that `caller` may read, valid for `ttl_seconds` from
@@ -317,11 +352,19 @@ impl Stores {
     ///
     /// # Errors
     /// A read error or a corrupt record.
+    /// A ready store with an archived blob is status 3 (archived).
+    ///
+    /// # Errors
+    /// A read error or a corrupt record.
     pub fn record(&self, token: Uuid) -> Result<Option<StoreRecord>> {
-        self.db
-            .get(cf::STORES, token.as_bytes())?
-            .map(|value| StoreRecord::decode(token, &value))
-            .transpose()
+        let Some(value) = self.db.get(cf::STORES, token.as_bytes())? else {
+            return Ok(None);
+        };
+        let mut record = StoreRecord::decode(token, &value)?;
+        if record.status == Status::Ready && self.tier.is_archived(token) {
+            record.status = Status::Archived;
+        }
+        Ok(Some(record))
     }
 
     /// The record of a store that `caller` may read at `now`. A store the caller may not
@@ -427,7 +470,11 @@ impl Stores {
                 family: cf::STORES,
                 reason: format!("a store key of {} bytes: {e}", key.len()),
             })?;
-            records.push(StoreRecord::decode(token, value)?);
+            let mut record = StoreRecord::decode(token, value)?;
+            if record.status == Status::Ready && self.tier.is_archived(token) {
+                record.status = Status::Archived;
+            }
+            records.push(record);
             Ok(true)
         })?;
         Ok(records)
@@ -441,6 +488,7 @@ impl Stores {
     pub fn remove(&self, token: Uuid, reason: &str, now: i64) -> Result<StoreRecord> {
         let batch = self.outcome(token, Status::Gone, reason, now)?;
         self.db.write(batch)?;
+        self.tier.forget_store(token)?;
         self.cache.forget(token);
         let dir = self.dir(token);
         match std::fs::remove_dir_all(&dir) {

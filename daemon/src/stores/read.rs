@@ -272,7 +272,7 @@ impl Stores {
                 // Chunks of a ready store are immutable until a reload, which writes a new
                 // `.zmetadata`: its identity names the conversion.
                 let conversion = match (status, served.file) {
-                    (Status::Ready, Some(file)) => Some(file),
+                    (Status::Ready | Status::Archived, Some(file)) => Some(file),
                     _ => None,
                 };
                 let etag = conversion.map(|file| file.etag(token, key));
@@ -282,6 +282,7 @@ impl Stores {
                     return Ok(chunk(bytes, etag));
                 }
                 let mut computed = false;
+                let mut restored = false;
                 loop {
                     let keep = conversion.filter(|_| self.may_keep_mapped(token, &path));
                     match read_chunk_file(&path) {
@@ -295,7 +296,7 @@ impl Stores {
                                     .insert(id.clone(), (conversion, bytes.clone()));
                                 // A removal or reload that dropped the store's mappings in
                                 // between would leave this one holding removed files.
-                                if !matches!(self.record(token), Ok(Some(now)) if now.status == Status::Ready)
+                                if !matches!(self.record(token), Ok(Some(now)) if now.is_complete())
                                 {
                                     self.cache.chunks.remove(&id);
                                 }
@@ -306,8 +307,16 @@ impl Stores {
                         Err(e) => return Err(Error::io(format!("read {}", path.display()), e)),
                     }
                     let current = self.current(&record)?;
+                    if current.is_complete() && !restored {
+                        // Its blob may be on the cold tier: restored, it is read again.
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        restored = self.tier.restore_for_read(token, key, left)?;
+                        if restored {
+                            continue;
+                        }
+                    }
                     if current.status != Status::Preparing {
-                        // Every chunk of a finished store is written.
+                        // Every chunk of a finished store is written (or on the cold tier).
                         return Err(missing(key));
                     }
                     if !computed {
@@ -332,7 +341,7 @@ impl Stores {
     /// conversion's, which the reader would have read anyway).
     fn may_keep_mapped(&self, token: Uuid, path: &std::path::Path) -> bool {
         std::fs::metadata(path).is_ok_and(|meta| meta.len() >= MAP_FROM_BYTES)
-            && matches!(self.record(token), Ok(Some(record)) if record.status == Status::Ready)
+            && matches!(self.record(token), Ok(Some(record)) if record.is_complete())
     }
 
     /// Computes something of `record`'s store from its source, on a request: with one of the
@@ -401,6 +410,34 @@ impl Stores {
                 zarray,
             )
         })
+    }
+
+    /// The key listing of a complete store: its files with their sizes, and every metadata
+    /// key with the size of the document a read serves (which is not always the file's).
+    ///
+    /// # Errors
+    /// The store's directory or metadata cannot be read.
+    pub(crate) fn listing(&self, record: &StoreRecord) -> Result<Vec<(String, u64)>> {
+        let dir = self.dir(record.token);
+        let mut keys = crate::tier::list_files(&dir)
+            .map_err(|e| Error::io(format!("list {}", dir.display()), e))?;
+        let served = self.served(record)?.ok_or_else(|| missing(".zmetadata"))?;
+        let mut listed = std::collections::HashSet::new();
+        for (key, size) in &mut keys {
+            if key == ".zmetadata" {
+                *size = served.consolidated.len() as u64;
+            } else if let Some(document) = served.documents.get(key.as_str()) {
+                *size = document.to_string().len() as u64;
+            }
+            listed.insert(key.clone());
+        }
+        for (key, document) in &served.documents {
+            if !listed.contains(key) {
+                keys.push((key.clone(), document.to_string().len() as u64));
+            }
+        }
+        keys.sort();
+        Ok(keys)
     }
 
     /// The record as it is stored now.

@@ -25,8 +25,26 @@ fn open_with_roots(dir: &std::path::Path, allowed_roots: Vec<PathBuf>) -> (Arc<Q
         unread_expiry_seconds: 30 * 86_400,
         compressor: crate::convert::Compressor::Lz4,
     };
-    let root = dir.join("stores");
-    let stores = Stores::open(db, queue.clone(), config, root, &dir.join("share.key")).unwrap();
+    let daemon_config = crate::Config::from_sources(
+        None,
+        &[],
+        &crate::Overrides {
+            data_dir: Some(dir.to_path_buf()),
+            listen: None,
+        },
+    )
+    .unwrap();
+    let tier = Arc::new(crate::tier::Tier::open(&daemon_config, Arc::clone(&db)).unwrap());
+    let root = daemon_config.stores_dir();
+    let stores = Stores::open(
+        db,
+        queue.clone(),
+        config,
+        root,
+        &dir.join("share.key"),
+        tier,
+    )
+    .unwrap();
     (queue, stores)
 }
 

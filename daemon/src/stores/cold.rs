@@ -1,0 +1,141 @@
+//! The stores' side of the cold tier: which stores may be archived, and the operator's
+//! `svcd tier archive|restore|status` over them (the work itself is [`crate::tier`]'s).
+
+use uuid::Uuid;
+
+use super::Stores;
+use crate::error::Result;
+use crate::tier::{ArchiveOptions, ArchiveRow, Candidate, InstanceRow};
+
+/// What an archive or restore run reports as it goes: the instance done and how many there
+/// are.
+pub type Progress<'a> = &'a (dyn Fn(&ArchiveRow, usize) + Sync);
+
+impl Stores {
+    /// The ready stores (the only ones whose blobs may be archived), as candidates.
+    fn candidates(&self, scope: Option<Uuid>) -> Result<Vec<Candidate>> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .filter(|record| record.is_complete() && scope.is_none_or(|s| s == record.token))
+            .map(|record| Candidate {
+                token: record.token,
+                generation: record.updated,
+                last_used: record.last_read.max(record.updated),
+            })
+            .collect())
+    }
+
+    /// Archives the hot blob instances `options` selects (see [`crate::tier`]), one after
+    /// another, reporting each to `progress`. Blocking.
+    ///
+    /// # Errors
+    /// A read error listing the stores. An instance that fails is reported in its row and
+    /// the others go on.
+    pub fn archive(
+        &self,
+        options: &ArchiveOptions,
+        progress: Progress<'_>,
+    ) -> Result<Vec<ArchiveRow>> {
+        let candidates = self.candidates(options.scope)?;
+        let planned = self.tier.archivable(&candidates, options)?;
+        let total = planned.len();
+        let still_ready = |token: Uuid, generation: i64| {
+            matches!(self.record(token), Ok(Some(record))
+                if record.is_complete() && record.updated == generation)
+        };
+        let mut rows = Vec::with_capacity(total);
+        for (candidate, instance, keys) in planned {
+            let mut row = ArchiveRow {
+                scope: candidate.token.to_string(),
+                instance: instance.clone(),
+                objects: keys.len() as u64,
+                bytes: keys.iter().map(|(_, size)| size).sum(),
+                outcome: "would archive".into(),
+            };
+            if !options.dry_run {
+                row.outcome =
+                    match self
+                        .tier
+                        .archive_instance(candidate, &instance, &keys, &still_ready)
+                    {
+                        Ok(true) => "archived".into(),
+                        Ok(false) => "skipped: the store changed or the blob is not hot".into(),
+                        Err(e) => format!("failed: {e}"),
+                    };
+            }
+            progress(&row, total);
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+
+    /// Restores every archived blob instance (of the store `scope`, or of all), reporting
+    /// each to `progress`. Blocking.
+    ///
+    /// # Errors
+    /// A read error. An instance that fails is reported in its row and the others go on.
+    pub fn restore_archived(
+        &self,
+        scope: Option<Uuid>,
+        dry_run: bool,
+        progress: Progress<'_>,
+    ) -> Result<Vec<ArchiveRow>> {
+        let tokens: Vec<Uuid> = self
+            .candidates(scope)?
+            .iter()
+            .map(|candidate| candidate.token)
+            .collect();
+        let archived: Vec<InstanceRow> = self
+            .tier
+            .status(&tokens)?
+            .into_iter()
+            .filter(|row| row.state.state != crate::tier::State::Hot)
+            .collect();
+        let total = archived.len();
+        let mut rows = Vec::with_capacity(total);
+        for instance in archived {
+            let token = Uuid::parse_str(&instance.scope).expect("scopes are tokens");
+            let mut row = ArchiveRow {
+                scope: instance.scope.clone(),
+                instance: instance.instance.clone(),
+                objects: instance.state.objects,
+                bytes: instance.state.bytes,
+                outcome: "would restore".into(),
+            };
+            if !dry_run {
+                row.outcome = match self.tier.restore_instance(token, &instance.instance) {
+                    Ok(_) => "restored".into(),
+                    Err(e) => format!("failed: {e}"),
+                };
+            }
+            progress(&row, total);
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+
+    /// The blob instances of the complete stores (of `scope`, or all) with their tier state.
+    ///
+    /// # Errors
+    /// A read error or a corrupt record.
+    pub fn tier_status(&self, scope: Option<Uuid>) -> Result<Vec<InstanceRow>> {
+        let tokens: Vec<Uuid> = self
+            .candidates(scope)?
+            .iter()
+            .map(|candidate| candidate.token)
+            .collect();
+        self.tier.status(&tokens)
+    }
+
+    /// The key listing of a complete store (empty for any other): what the mount shows.
+    ///
+    /// # Errors
+    /// A read error.
+    pub fn keys(&self, token: Uuid) -> Result<Vec<(String, u64)>> {
+        match self.record(token)? {
+            Some(record) if record.is_complete() => self.tier.keys(token),
+            _ => Ok(Vec::new()),
+        }
+    }
+}

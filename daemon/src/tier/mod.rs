@@ -1,0 +1,771 @@
+//! The cold tier: each complete store's key listing and blob manifest, the state of its blob
+//! instances, archiving them to the cold tier and restoring them on read.
+//!
+//! # What is kept (RocksDB)
+//! - `keys`: the key listing of every complete store (written with its `Ready` record, in one
+//!   batch): stat and readdir of the mount read it, never the cold tier, so sizes are exact
+//!   for archived keys too.
+//! - `manifests`: the store's blob manifest (schema v3), cut by the manifests crate when the
+//!   store completes; its scope is the store's token (its directory on the hot tier). When
+//!   `tier.manifests` names a store, the manifest is also written there as JSON at
+//!   `<token>/manifest.json`, where the reference tools read manifests.
+//! - `tiers`: the state of each blob instance, keyed by (scope, instance id): hot, archiving,
+//!   archived or restoring, with its bytes, objects, the SHA-256 of its cold object, the cold
+//!   key, when a user last read it and how often it was restored. Every transition is one
+//!   write. No record: hot and never archived.
+//!
+//! # The rules
+//! - Only keys that resolve to a blob are archived: hot (metadata, coordinates, small
+//!   arrays), pinned and unmanaged keys never are, nor any key of a store that is not ready.
+//! - Archiving packs a blob instance into one uncompressed ZIP on the cold tier
+//!   (`<token>/<instance>.zip`, recoverable with `unzip`), reads the object back and checks
+//!   its SHA-256, records `archived`, and only then deletes the hot copies.
+//! - A read of a key whose hot copy is missing and whose instance is archived restores the
+//!   whole instance once (see [`restore`]); readers of any key of it wait for that restore.
+//!   Opening a store reads metadata and coordinates, which are hot, so it never restores.
+//! - A store with an archived instance reports status 3 (archived); that status is derived
+//!   from the tier state, never stored, so store records and tier state cannot disagree.
+//! - A store converted again or removed loses its listing, manifest, tier state and cold
+//!   objects ([`Tier::forget_store`]).
+//!
+//! # Crash safety
+//! A hot copy is deleted only after its cold copy was read back and verified and `archived`
+//! was recorded; a restored file appears only by a rename after it was written whole; cold
+//! objects are written by the object store's atomic put. [`Tier::repair`], run whenever the
+//! database is opened, finishes or rolls back what a crash interrupted: `archiving` goes back
+//! to hot (its cold object is deleted), `restoring` goes back to archived (its partial files
+//! are deleted), hot copies left beside a verified cold copy are deleted, and cold objects no
+//! record names are removed.
+
+mod archive;
+mod restore;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use svc_manifests::object_store::{ObjectStore, ObjectStoreExt, path::Path as ObjectPath};
+use svc_manifests::{Manifest, ManifestStore, Resolution, Trie};
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::db::{self, Batch, Db, cf};
+use crate::error::{Error, Result};
+
+pub(crate) use archive::Candidate;
+pub use archive::{ArchiveOptions, ArchiveRow};
+
+/// Format byte of a tier state record and of a stored manifest.
+const FORMAT: u8 = 1;
+
+/// Where a blob instance is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// On the hot tier only.
+    Hot,
+    /// Being packed into the cold tier; its hot copies are still there.
+    Archiving,
+    /// On the cold tier only (its cold copy verified).
+    Archived,
+    /// Being restored from the cold tier.
+    Restoring,
+}
+
+impl State {
+    /// The lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Hot => "hot",
+            State::Archiving => "archiving",
+            State::Archived => "archived",
+            State::Restoring => "restoring",
+        }
+    }
+}
+
+/// The recorded state of one blob instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobState {
+    /// Where it is.
+    pub state: State,
+    /// Bytes of its keys.
+    pub bytes: u64,
+    /// Its keys.
+    pub objects: u64,
+    /// SHA-256 (hex) of its cold object; empty while none is verified.
+    pub checksum: String,
+    /// Bytes of its cold object (the ZIP); 0 while it has none.
+    pub cold_bytes: u64,
+    /// The key of its cold object; empty while it has none.
+    pub cold_key: String,
+    /// When a user last read it, as far as the tier knows (Unix seconds): when it was
+    /// restored for a read; 0 before.
+    pub last_read: i64,
+    /// How often it was restored.
+    pub restores: u64,
+    /// When its state last changed (Unix seconds).
+    pub changed: i64,
+}
+
+impl BlobState {
+    /// Hot again: its cold copy is gone or not to be used.
+    fn forget_cold(&mut self) {
+        self.state = State::Hot;
+        self.checksum.clear();
+        self.cold_bytes = 0;
+        self.cold_key.clear();
+        self.changed = now();
+    }
+
+    fn hot(bytes: u64, objects: u64) -> Self {
+        BlobState {
+            state: State::Hot,
+            bytes,
+            objects,
+            checksum: String::new(),
+            cold_bytes: 0,
+            cold_key: String::new(),
+            last_read: 0,
+            restores: 0,
+            changed: 0,
+        }
+    }
+}
+
+/// A row of `svcd tier status`: one blob instance of one store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceRow {
+    /// The store's token (the manifest's scope).
+    pub scope: String,
+    /// The instance id, `<blob id>_<n>`.
+    pub instance: String,
+    /// Its state (recorded, or hot when never archived).
+    #[serde(flatten)]
+    pub state: BlobState,
+}
+
+/// Keys of a store with their sizes.
+pub(crate) type Keys = Vec<(String, u64)>;
+
+/// The key of a tier state record: the scope (token bytes) and the instance id.
+fn state_key(token: Uuid, instance: &str) -> Vec<u8> {
+    let mut key = token.as_bytes().to_vec();
+    key.extend_from_slice(instance.as_bytes());
+    key
+}
+
+/// The key of a listed store key.
+fn listing_key(token: Uuid, key: &str) -> Vec<u8> {
+    let mut bytes = token.as_bytes().to_vec();
+    bytes.extend_from_slice(key.as_bytes());
+    bytes
+}
+
+/// A store's manifest and the trie resolving its keys.
+pub(crate) struct Cut {
+    manifest: Manifest,
+    trie: Trie,
+}
+
+impl Cut {
+    /// What `key` of the store `token` resolves to.
+    fn resolve(&self, token: Uuid, key: &str) -> Resolution<'_> {
+        self.trie.lookup_in(&token.to_string(), key)
+    }
+}
+
+/// One restore under way, which every reader of its blob instance waits for.
+#[derive(Default)]
+struct Flight {
+    outcome: Mutex<Option<std::result::Result<(), String>>>,
+    done: parking_lot::Condvar,
+}
+
+/// Locks serialising the tier's changes to one store (archive, restore, forgetting it):
+/// striped by token, so there are few and they are never freed.
+const STORE_LOCKS: usize = 64;
+
+/// The cold tier and the tier state of the daemon's stores.
+pub struct Tier {
+    db: Arc<Db>,
+    /// The hot tier: one directory per store.
+    hot: PathBuf,
+    /// Where blobs are staged while packed or restored (on the hot tier's file system).
+    staging: PathBuf,
+    /// The cold tier.
+    cold: Arc<dyn ObjectStore>,
+    /// The cold tier's directory when it is local (its interrupted writes are cleaned there).
+    cold_dir: Option<PathBuf>,
+    /// Where manifests are mirrored as JSON, if anywhere.
+    mirror: Option<ManifestStore>,
+    /// How complete stores are cut into blobs.
+    policy: svc_manifests::Policy,
+    /// Drives the object store's futures from the blocking threads the tier runs on.
+    runtime: Option<tokio::runtime::Runtime>,
+    /// Manifests and tries of stores, loaded once per conversion.
+    cuts: Mutex<HashMap<Uuid, Arc<Cut>>>,
+    /// Archived (or restoring) instances per store: a store with any is status 3.
+    archived: Mutex<HashMap<Uuid, usize>>,
+    /// Restores under way by (store, instance).
+    flights: Mutex<HashMap<(Uuid, String), Arc<Flight>>>,
+    locks: Vec<Mutex<()>>,
+}
+
+impl Drop for Tier {
+    fn drop(&mut self) {
+        // A runtime may not block in drop when the daemon is dropped on an async thread.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+fn tier_error(what: impl std::fmt::Display) -> Error {
+    Error::Tier(what.to_string())
+}
+
+/// The current time in Unix seconds.
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+impl Tier {
+    /// The tier of the stores below `config`'s hot tier, with the configured cold tier (a
+    /// local directory is created).
+    ///
+    /// # Errors
+    /// [`Error::Tier`] for a cold tier or manifest mirror URL that cannot be opened.
+    pub(crate) fn open(config: &Config, db: Arc<Db>) -> Result<Self> {
+        let cold_url = config.cold_url();
+        let s3 = svc_manifests::S3Options::default();
+        let open = |url: &str| {
+            svc_manifests::open_store(url, &s3, svc_manifests::Missing::Create)
+                .map_err(|e| tier_error(format!("tier: {e}")))
+        };
+        let cold = open(&cold_url)?;
+        let cold_dir = (!cold_url.contains("://") || cold_url.starts_with("file://"))
+            .then(|| PathBuf::from(cold_url.trim_start_matches("file://")));
+        let mirror = if config.tier.manifests.is_empty() {
+            None
+        } else {
+            Some(ManifestStore::new(open(&config.tier.manifests)?, ""))
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("tier-io")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("start the tier's I/O thread", e))?;
+        let policy = svc_manifests::Policy {
+            t_max_bytes: config.tier.t_max_bytes,
+            t_hot_bytes: config.tier.t_hot_bytes,
+            ..svc_manifests::Policy::default()
+        };
+        Ok(Tier {
+            db,
+            hot: config.stores_dir(),
+            staging: config.staging_dir(),
+            cold,
+            cold_dir,
+            mirror,
+            policy,
+            runtime: Some(runtime),
+            cuts: Mutex::default(),
+            archived: Mutex::default(),
+            flights: Mutex::default(),
+            locks: (0..STORE_LOCKS).map(|_| Mutex::new(())).collect(),
+        })
+    }
+
+    /// Runs an object store future to completion on this thread, within the tier's runtime
+    /// (whose worker drives network I/O and whose pool runs local file I/O). Not the
+    /// runtime's own `block_on`, which refuses to run on a thread of another runtime (the
+    /// daemon is opened from one in tests).
+    fn block_on<T>(&self, future: impl std::future::Future<Output = T>) -> T {
+        let _context = self
+            .runtime
+            .as_ref()
+            .expect("the runtime lives as long as the tier")
+            .enter();
+        futures::executor::block_on(future)
+    }
+
+    /// The lock of the store `token`'s tier changes.
+    fn lock(&self, token: Uuid) -> parking_lot::MutexGuard<'_, ()> {
+        let stripe = usize::from(token.as_bytes()[15]) % STORE_LOCKS;
+        self.locks[stripe].lock()
+    }
+
+    /// The directory of a store on the hot tier.
+    fn store_dir(&self, token: Uuid) -> PathBuf {
+        self.hot.join(token.to_string())
+    }
+
+    /// Whether the store `token` has an archived (or restoring) instance: status 3.
+    pub(crate) fn is_archived(&self, token: Uuid) -> bool {
+        self.archived.lock().get(&token).is_some_and(|n| *n > 0)
+    }
+
+    fn count_archived(&self, token: Uuid, delta: isize) {
+        let mut archived = self.archived.lock();
+        let n = archived.entry(token).or_default();
+        *n = n.saturating_add_signed(delta);
+        if *n == 0 {
+            archived.remove(&token);
+        }
+    }
+
+    // ---- the key listing ----------------------------------------------------------------
+
+    /// Adds the key listing of a complete store to `batch`: every key with the size a read
+    /// gives. `keys` comes from [`list_files`] with metadata sizes as served.
+    pub(crate) fn put_listing(batch: &mut Batch, token: Uuid, keys: &[(String, u64)]) {
+        for (key, size) in keys {
+            batch.put(
+                cf::KEYS,
+                listing_key(token, key),
+                size.to_be_bytes().to_vec(),
+            );
+        }
+    }
+
+    /// The key listing of the store `token` (empty while it has none), in key order.
+    ///
+    /// # Errors
+    /// A read error or a corrupt entry.
+    pub fn keys(&self, token: Uuid) -> Result<Vec<(String, u64)>> {
+        self.keys_under(token, "")
+    }
+
+    /// The listed keys of `token` that start with `prefix`, in key order.
+    fn keys_under(&self, token: Uuid, prefix: &str) -> Result<Vec<(String, u64)>> {
+        let mut keys = Vec::new();
+        let start = listing_key(token, prefix);
+        self.db.for_each_prefixed(cf::KEYS, &start, |k, v| {
+            let corrupt = |reason: &str| Error::Corrupt {
+                family: cf::KEYS,
+                reason: format!("a listed key of store {token}: {reason}"),
+            };
+            let key = std::str::from_utf8(&k[16..]).map_err(|_| corrupt("not UTF-8"))?;
+            let size: [u8; 8] = v.try_into().map_err(|_| corrupt("size is not 8 bytes"))?;
+            keys.push((key.to_string(), u64::from_be_bytes(size)));
+            Ok(())
+        })?;
+        Ok(keys)
+    }
+
+    /// Whether the store `token` has a key listing.
+    fn has_listing(&self, token: Uuid) -> Result<bool> {
+        self.db.any_prefixed(cf::KEYS, token.as_bytes())
+    }
+
+    // ---- manifests ----------------------------------------------------------------------
+
+    /// Cuts the complete store `token` into blobs with the configured policy and adds its
+    /// manifest to `batch`; mirrors it as JSON when configured. A store the manifests crate
+    /// cannot read gets no manifest: its keys are unmanaged and stay hot (logged).
+    pub(crate) fn put_manifest(&self, batch: &mut Batch, token: Uuid) {
+        let scope = token.to_string();
+        let local =
+            match svc_manifests::object_store::local::LocalFileSystem::new_with_prefix(&self.hot) {
+                Ok(local) => local,
+                Err(e) => {
+                    tracing::warn!(%token, error = %e, "cannot read the hot tier to cut blobs");
+                    return;
+                }
+            };
+        let cut = self.block_on(async {
+            let arrays = svc_manifests::read_arrays(&local, &scope, &[], None).await?;
+            svc_manifests::partition(
+                &scope,
+                &arrays,
+                Some(self.policy),
+                None,
+                svc_manifests::Mode::Additive,
+            )
+        });
+        let manifest = match cut {
+            Ok(manifest) => manifest,
+            Err(e) => {
+                tracing::warn!(%token, error = %e, "cannot cut the store into blobs; it stays hot");
+                return;
+            }
+        };
+        if let Some(mirror) = &self.mirror {
+            let written = self.block_on(async {
+                let etag = mirror.read(&scope).await?.and_then(|stored| stored.etag);
+                mirror
+                    .write(&manifest, svc_manifests::WriteMode::IfMatch(etag))
+                    .await
+            });
+            if let Err(e) = written {
+                tracing::warn!(%token, error = %e, "cannot mirror the store's manifest");
+            }
+        }
+        let mut value = vec![FORMAT];
+        value.extend_from_slice(manifest.to_json().as_bytes());
+        batch.put(cf::MANIFESTS, token.as_bytes().to_vec(), value);
+    }
+
+    /// The manifest of the store `token`, as JSON (`svcd tier status --manifest`).
+    ///
+    /// # Errors
+    /// A read error or a corrupt manifest.
+    pub fn manifest(&self, token: Uuid) -> Result<Option<Manifest>> {
+        Ok(self.cut(token)?.map(|cut| cut.manifest.clone()))
+    }
+
+    /// The store's manifest and trie, loaded once.
+    fn cut(&self, token: Uuid) -> Result<Option<Arc<Cut>>> {
+        if let Some(cut) = self.cuts.lock().get(&token) {
+            return Ok(Some(Arc::clone(cut)));
+        }
+        let Some(value) = self.db.get(cf::MANIFESTS, token.as_bytes())? else {
+            return Ok(None);
+        };
+        let corrupt = |reason: String| Error::Corrupt {
+            family: cf::MANIFESTS,
+            reason: format!("the manifest of store {token}: {reason}"),
+        };
+        let Some((&FORMAT, json)) = value.split_first() else {
+            return Err(corrupt("unknown format".into()));
+        };
+        let manifest = svc_manifests::parse(json).map_err(|e| corrupt(e.to_string()))?;
+        let trie = Trie::from_manifests([&manifest]);
+        let cut = Arc::new(Cut { manifest, trie });
+        self.cuts.lock().insert(token, Arc::clone(&cut));
+        Ok(Some(cut))
+    }
+
+    // ---- tier state ---------------------------------------------------------------------
+
+    /// The recorded state of an instance.
+    fn state(&self, token: Uuid, instance: &str) -> Result<Option<BlobState>> {
+        self.db
+            .get(cf::TIERS, &state_key(token, instance))?
+            .map(|value| {
+                db::decode_json(
+                    cf::TIERS,
+                    FORMAT,
+                    &format!("blob {instance} of store {token}"),
+                    &value,
+                )
+            })
+            .transpose()
+    }
+
+    /// Every recorded instance state of every store, in key order.
+    fn states(&self) -> Result<Vec<(Uuid, String, BlobState)>> {
+        let mut states = Vec::new();
+        self.db.for_each(cf::TIERS, |key, value| {
+            let corrupt = |reason: &str| Error::Corrupt {
+                family: cf::TIERS,
+                reason: reason.to_string(),
+            };
+            if key.len() < 16 {
+                return Err(corrupt("a key shorter than a token"));
+            }
+            let token = Uuid::from_slice(&key[..16]).map_err(|_| corrupt("a bad token"))?;
+            let instance = std::str::from_utf8(&key[16..])
+                .map_err(|_| corrupt("an instance id that is not UTF-8"))?
+                .to_string();
+            let state = db::decode_json(cf::TIERS, FORMAT, &instance, value)?;
+            states.push((token, instance, state));
+            Ok(true)
+        })?;
+        Ok(states)
+    }
+
+    /// Records `state` for an instance.
+    fn put_state(&self, token: Uuid, instance: &str, state: &BlobState) -> Result<()> {
+        let mut batch = Batch::default();
+        batch.put(
+            cf::TIERS,
+            state_key(token, instance),
+            db::encode_json(FORMAT, state),
+        );
+        self.db.write(batch)
+    }
+
+    /// The listed keys of `instance` of the store `token` (resolved with its manifest).
+    fn instance_keys(&self, token: Uuid, cut: &Cut, instance: &str) -> Result<Vec<(String, u64)>> {
+        let Some((id, _)) = instance.rsplit_once('_') else {
+            return Ok(Vec::new());
+        };
+        let Some(blob) = cut.manifest.blob(id) else {
+            return Ok(Vec::new());
+        };
+        let mut keys = Vec::new();
+        for prefix in &blob.prefixes {
+            for (key, size) in self.keys_under(token, prefix)? {
+                if cut.resolve(token, &key).blob_id().as_deref() == Some(instance) {
+                    keys.push((key, size));
+                }
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    /// Every blob instance of the store `token` with its listed keys, in id order.
+    fn instances(&self, token: Uuid, cut: &Cut) -> Result<Vec<(String, Keys)>> {
+        let mut by_instance: std::collections::BTreeMap<String, Vec<(String, u64)>> =
+            std::collections::BTreeMap::new();
+        for (key, size) in self.keys(token)? {
+            if let Some(instance) = cut.resolve(token, &key).blob_id() {
+                by_instance.entry(instance).or_default().push((key, size));
+            }
+        }
+        Ok(by_instance.into_iter().collect())
+    }
+
+    /// The instances of the stores `tokens` with their states (hot when never archived).
+    ///
+    /// # Errors
+    /// A read error or a corrupt record.
+    pub(crate) fn status(&self, tokens: &[Uuid]) -> Result<Vec<InstanceRow>> {
+        let mut rows = Vec::new();
+        for &token in tokens {
+            let Some(cut) = self.cut(token)? else {
+                continue;
+            };
+            for (instance, keys) in self.instances(token, &cut)? {
+                let bytes = keys.iter().map(|(_, size)| size).sum();
+                let state = self
+                    .state(token, &instance)?
+                    .unwrap_or_else(|| BlobState::hot(bytes, keys.len() as u64));
+                rows.push(InstanceRow {
+                    scope: token.to_string(),
+                    instance,
+                    state,
+                });
+            }
+        }
+        Ok(rows)
+    }
+
+    // ---- a store converted again or removed ---------------------------------------------
+
+    /// Forgets the store `token`'s listing, manifest and tier state and deletes its cold
+    /// objects: it is being converted again or removed. Blocking.
+    ///
+    /// # Errors
+    /// A write error (then nothing was forgotten). A cold object that cannot be deleted is
+    /// logged and removed by the next [`Tier::repair`].
+    pub(crate) fn forget_store(&self, token: Uuid) -> Result<()> {
+        let _lock = self.lock(token);
+        let mut batch = Batch::default();
+        batch.delete_prefixed(cf::KEYS, token.as_bytes());
+        batch.delete(cf::MANIFESTS, token.as_bytes().to_vec());
+        batch.delete_prefixed(cf::TIERS, token.as_bytes());
+        self.db.write(batch)?;
+        self.cuts.lock().remove(&token);
+        self.archived.lock().remove(&token);
+        let prefix = ObjectPath::from(token.to_string());
+        let deleted = self.block_on(async {
+            use futures::TryStreamExt;
+            let objects: Vec<_> = self.cold.list(Some(&prefix)).try_collect().await?;
+            for object in objects {
+                self.cold.delete(&object.location).await?;
+            }
+            Ok::<_, svc_manifests::object_store::Error>(())
+        });
+        if let Err(e) = deleted {
+            tracing::warn!(%token, error = %e, "cannot delete the store's cold objects");
+        }
+        Ok(())
+    }
+
+    // ---- repair at start ----------------------------------------------------------------
+
+    /// Finishes or rolls back what a crash interrupted, and cleans what no record names (see
+    /// the module docs). `ready` says which stores are ready (their tier state counts; any
+    /// other's is stale) and `complete` gives a ready store without a listing its listing
+    /// (stores completed before listings were kept). Run when the database is opened,
+    /// before any read. Blocking.
+    ///
+    /// # Errors
+    /// A read or write error of the database. Problems with single blobs are logged.
+    pub(crate) fn repair(
+        &self,
+        ready: &[Uuid],
+        complete: impl Fn(Uuid) -> Result<Vec<(String, u64)>>,
+    ) -> Result<()> {
+        match std::fs::remove_dir_all(&self.staging) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("clean {}", self.staging.display()), e)),
+        }
+        for &token in ready {
+            if !self.has_listing(token)? {
+                let keys = complete(token)?;
+                let mut batch = Batch::default();
+                Self::put_listing(&mut batch, token, &keys);
+                self.put_manifest(&mut batch, token);
+                self.db.write(batch)?;
+                tracing::info!(%token, keys = keys.len(), "listed a store completed earlier");
+            }
+        }
+        let ready: std::collections::HashSet<Uuid> = ready.iter().copied().collect();
+        let mut kept = std::collections::HashSet::new();
+        for (token, instance, mut state) in self.states()? {
+            if !ready.contains(&token) {
+                let mut batch = Batch::default();
+                batch.delete(cf::TIERS, state_key(token, &instance));
+                self.db.write(batch)?;
+                continue;
+            }
+            match state.state {
+                State::Hot => continue,
+                State::Archiving => {
+                    // Its hot copies were never deleted; its cold object is removed below.
+                    tracing::warn!(%token, %instance, "an archive was interrupted; the blob stays hot");
+                    state.forget_cold();
+                    self.put_state(token, &instance, &state)?;
+                    continue;
+                }
+                State::Restoring | State::Archived => {}
+            }
+            let keys = match self.cut(token)? {
+                Some(cut) => self.instance_keys(token, &cut, &instance)?,
+                None => Vec::new(),
+            };
+            let dir = self.store_dir(token);
+            if state.state == State::Restoring {
+                tracing::warn!(%token, %instance, "a restore was interrupted; the blob stays archived");
+                for (key, _) in &keys {
+                    remove_file(&partial_path(&dir, key));
+                }
+                state.state = State::Archived;
+                state.changed = now();
+                self.put_state(token, &instance, &state)?;
+            }
+            let location = ObjectPath::from(state.cold_key.as_str());
+            let cold = self.block_on(self.cold.head(&location));
+            let hot_whole = keys.iter().all(|(key, size)| {
+                std::fs::metadata(dir.join(key)).is_ok_and(|meta| meta.len() == *size)
+            });
+            match cold {
+                Ok(meta) if meta.size == state.cold_bytes => {
+                    // Verified before it was recorded: hot copies beside it are extra.
+                    for (key, _) in &keys {
+                        remove_file(&dir.join(key));
+                    }
+                    kept.insert(state.cold_key.clone());
+                    self.count_archived(token, 1);
+                }
+                _ if hot_whole && !keys.is_empty() => {
+                    tracing::error!(%token, %instance, cold_key = %state.cold_key,
+                        "the cold copy of an archived blob is missing or damaged; its hot copies are whole, so it is hot again");
+                    state.forget_cold();
+                    self.put_state(token, &instance, &state)?;
+                }
+                _ => {
+                    tracing::error!(%token, %instance, cold_key = %state.cold_key,
+                        "the cold copy of an archived blob is missing or damaged and its hot copies are not whole: its keys cannot be read");
+                    kept.insert(state.cold_key.clone());
+                    self.count_archived(token, 1);
+                }
+            }
+        }
+        self.remove_orphans(&kept);
+        Ok(())
+    }
+
+    /// Deletes cold objects that no archived instance names, and (for a local cold tier)
+    /// the object store's own leftovers of interrupted writes.
+    fn remove_orphans(&self, kept: &std::collections::HashSet<String>) {
+        let removed = self.block_on(async {
+            use futures::TryStreamExt;
+            let objects: Vec<_> = self.cold.list(None).try_collect().await?;
+            let mut removed = 0usize;
+            for object in objects {
+                if !kept.contains(object.location.as_ref()) {
+                    self.cold.delete(&object.location).await?;
+                    removed += 1;
+                }
+            }
+            Ok::<_, svc_manifests::object_store::Error>(removed)
+        });
+        match removed {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(objects = n, "removed cold objects no blob names"),
+            Err(e) => tracing::warn!(error = %e, "cannot clean the cold tier"),
+        }
+        if let Some(dir) = &self.cold_dir {
+            remove_partial_uploads(dir);
+        }
+    }
+}
+
+/// Where a key's file is written before it is renamed into place: `.<name>.partial` beside
+/// it, the name conversions use, which is never a key.
+fn partial_path(dir: &Path, key: &str) -> PathBuf {
+    let path = dir.join(key);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.partial"))
+}
+
+/// Removes a file that may not exist.
+fn remove_file(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove a file"),
+    }
+}
+
+/// Removes what interrupted writes of the local object store left below `dir`: files named
+/// `<object>#<n>`, which it never lists.
+fn remove_partial_uploads(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => remove_partial_uploads(&path),
+            Ok(_) if entry.file_name().to_string_lossy().contains('#') => remove_file(&path),
+            _ => {}
+        }
+    }
+}
+
+/// The files of a store's directory as keys (relative paths) with their sizes, in key order;
+/// a conversion's or restore's temporary files (`.<name>.partial`) are not keys.
+///
+/// # Errors
+/// The directory cannot be read.
+pub(crate) fn list_files(dir: &Path) -> std::io::Result<Vec<(String, u64)>> {
+    fn walk(dir: &Path, prefix: &str, keys: &mut Vec<(String, u64)>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let key = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                walk(&entry.path(), &key, keys)?;
+            } else if kind.is_file() && !name.ends_with(".partial") {
+                keys.push((key, entry.metadata()?.len()));
+            }
+        }
+        Ok(())
+    }
+    let mut keys = Vec::new();
+    walk(dir, "", &mut keys)?;
+    keys.sort();
+    Ok(keys)
+}
