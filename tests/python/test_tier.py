@@ -1,0 +1,360 @@
+"""The cold tier: `svcd tier archive|restore|status` on a running daemon, stores read through
+HTTP and through the FUSE mount before archiving, while archived (opening a store restores
+nothing; stat and readdir come from the key listing) and after the restore the first chunk
+read triggers; one restore for many concurrent readers of a blob; the ZIPs recoverable with
+`unzip`; and `kill -9` of the daemon during archive and restore, after which every key reads
+back with its bytes and nothing is left over on either tier.
+
+Blobs are made small with the manifest policy (`SVCD_TIER_T_HOT_BYTES`,
+`SVCD_TIER_T_MAX_BYTES`) so that a store of a few MiB has several. Needs root and
+/dev/fuse for the mount (as CI runs)."""
+
+import concurrent.futures
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import xarray as xr
+
+from conftest import serve
+from test_mount import OTHER, OWNER, as_user, local_user
+from test_portal import wait_ready
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="mounting needs root and /dev/fuse")
+
+BINARY = os.environ.get("SVCD_BIN", "svcd")
+
+
+def tas(steps, lat, lon, seed):
+    values = np.random.default_rng(seed).random((steps, lat, lon), dtype="f4")
+    return xr.Dataset({"tas": (("time", "lat", "lon"), values, {"units": "K"})},
+                      coords={"time": ("time", np.arange(float(steps)), {"units": "days since 2000-01-01"}),
+                              "lat": ("lat", np.linspace(-89.0, 89.0, lat)), "lon": ("lon", np.linspace(0.0, 358.0, lon))})
+
+
+def svcd(data, *args, check=True):
+    return subprocess.run([BINARY, "--data-dir", str(data), *args], capture_output=True, text=True, check=check, timeout=600)
+
+
+def tier_rows(data, token=None):
+    scope = ["--scope", token] if token else []
+    return [json.loads(line) for line in svcd(data, "tier", "status", "--json", *scope).stdout.splitlines()]
+
+
+def start(data, sources, mountpoint=None, max_bytes=1_000_000):
+    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(sources), SVCD_TIER_T_HOT_BYTES="1024",
+               SVCD_TIER_T_MAX_BYTES=str(max_bytes), SVCD_TIER_MANIFESTS=str(data / "manifests"))
+    (data / "svcd.addr").unlink(missing_ok=True)
+    args = ("--mount", str(mountpoint)) if mountpoint else ()
+    proc, host = serve(BINARY, data, env=env, args=args)
+    if mountpoint:
+        deadline = time.monotonic() + 30
+        while not os.path.ismount(mountpoint) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return proc, host
+
+
+def convert(base, headers, path, public=False):
+    answer = requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(path)], "public": public}, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    [url] = answer.json()["urls"]
+    assert wait_ready(base, headers, url, timeout=300)["status"] == 0
+    return url, url.rstrip("/").rsplit("/", 1)[1].removesuffix(".zarr")
+
+
+def status(base, headers, url):
+    return requests.get(f"{base}/data-portal/zarr-utils/status", params={"url": url}, headers=headers, timeout=10).json()["status"]
+
+
+def chunk_files(data, token):
+    root = data / "stores" / token
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+@pytest.fixture(scope="module")
+def tiered(tmp_path_factory):
+    data = tmp_path_factory.mktemp("tier-svcd")
+    mountpoint = Path(tempfile.mkdtemp(prefix="svcd-tier-mount-"))
+    os.chmod(mountpoint, 0o755)
+    sources = Path(tempfile.mkdtemp(prefix="svcd-tier-sources-"))
+    os.chmod(sources, 0o755)
+    owner, other = local_user(OWNER), local_user(OTHER)
+    tas(64, 90, 180, seed=1).to_netcdf(sources / "private.nc")
+    tas(32, 45, 90, seed=2).to_netcdf(sources / "public.nc")
+    for name in ("private.nc", "public.nc"):
+        os.chmod(sources / name, 0o644)
+    proc, host = start(data, sources, mountpoint)
+    try:
+        token = svcd(data, "token", "issue", f"--user={OWNER}").stdout.strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        base = f"{host}/api/svc-nextgen"
+        stores = {}
+        for name, public in (("private", False), ("public", True)):
+            url, store = convert(base, headers, sources / f"{name}.nc", public=public)
+            directory = mountpoint / f"{store}.zarr"
+            keys = sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+            served = {}
+            for key in keys:
+                answer = requests.get(f"{url}/{key}", headers=headers, timeout=10)
+                assert answer.status_code == 200, (key, answer.text)
+                served[key] = answer.content
+            stores[name] = {"url": url, "token": store, "dir": directory, "served": served, "source": sources / f"{name}.nc"}
+        yield {"data": data, "base": base, "headers": headers, "stores": stores, "mount": mountpoint, "owner": owner, "other": other}
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+        shutil.rmtree(sources, ignore_errors=True)
+        if not os.path.ismount(mountpoint):
+            os.rmdir(mountpoint)
+
+
+def test_a_complete_store_is_cut_into_blobs_and_its_manifest_mirrored(tiered):
+    store = tiered["stores"]["private"]
+    rows = tier_rows(tiered["data"], store["token"])
+    assert [r["instance"] for r in rows] == ["b_tas_0", "b_tas_1", "b_tas_2", "b_tas_3"]
+    assert all(r["state"] == "hot" for r in rows)
+    # Every chunk of tas is in a blob; metadata and coordinates are in none.
+    chunks = [k for k in store["served"] if k.startswith("tas/") and not k.split("/")[-1].startswith(".")]
+    assert sum(r["objects"] for r in rows) == len(chunks) == 64
+    assert sum(r["bytes"] for r in rows) == sum(len(store["served"][k]) for k in chunks)
+    mirrored = json.loads((tiered["data"] / "manifests" / store["token"] / "manifest.json").read_text())
+    assert mirrored["scope"] == store["token"] and {b["id"] for b in mirrored["blobs"]} == {"b_tas"}
+    # The reference tools' resolver, over the mirrored manifest, agrees with the tier.
+    resolved = svcd(tiered["data"], "manifest", "resolve", "--data", str(tiered["data"] / "stores"),
+                    "--manifests", str(tiered["data"] / "manifests"), f"{store['token']}/tas/17.0.0",
+                    f"{store['token']}/lat/0", f"{store['token']}/.zmetadata").stdout
+    assert [line.split("  ->  ")[1] for line in resolved.splitlines()] == ["b_tas_1", "hot", "hot"], resolved
+
+
+def test_archive_moves_blobs_to_zips_and_every_key_still_reads_the_same(tiered):
+    data, headers = tiered["data"], tiered["headers"]
+    store = tiered["stores"]["private"]
+    dry = svcd(data, "tier", "archive", "--scope", store["token"], "--dry-run").stdout
+    assert dry.count("would archive") == 4 and len(chunk_files(data, store["token"])) == 64 + 3
+    archived = svcd(data, "tier", "archive", "--scope", store["token"])
+    assert archived.stdout.count(" archived") == 4, archived.stdout
+    assert "4 blobs" in archived.stdout and "0 failed" in archived.stdout
+    # Only the coordinates' chunks are left hot; status 3 while archived.
+    assert chunk_files(data, store["token"]) == ["lat/0", "lon/0", "time/0"]
+    assert status(tiered["base"], headers, store["url"]) == 3
+    rows = tier_rows(data, store["token"])
+    assert {r["state"] for r in rows} == {"archived"} and {r["restores"] for r in rows} == {0}
+    cold = sorted(p.name for p in (data / "cold" / store["token"]).iterdir())
+    assert cold == ["b_tas_0.zip", "b_tas_1.zip", "b_tas_2.zip", "b_tas_3.zip"]
+    # Recoverable without the daemon: a plain ZIP whose members are the keys' bytes.
+    zip_path = data / "cold" / store["token"] / "b_tas_1.zip"
+    assert subprocess.run(["unzip", "-tq", str(zip_path)], capture_output=True, check=False).returncode == 0
+    with zipfile.ZipFile(zip_path) as archive:
+        assert all(info.compress_type == zipfile.ZIP_STORED for info in archive.infolist())
+        for name in archive.namelist():
+            assert archive.read(name) == store["served"][name], name
+    # Listing and stat through the mount come from the key listing: exact, no restore.
+    directory = store["dir"]
+    listed = sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+    assert listed == sorted(store["served"])
+    for key, content in store["served"].items():
+        assert (directory / key).stat().st_size == len(content), key
+    assert subprocess.run(["ls", "-lR", str(directory)], capture_output=True, check=True).stdout
+    assert {r["restores"] for r in tier_rows(data, store["token"])} == {0}
+
+
+def test_opening_an_archived_store_restores_nothing_and_reading_restores_its_blobs(tiered):
+    data, store = tiered["data"], tiered["stores"]["private"]
+    assert {r["state"] for r in tier_rows(data, store["token"])} == {"archived"}
+    opened = xr.open_zarr(store["dir"], consolidated=True, zarr_format=2)
+    assert opened["tas"].shape == (64, 90, 180)
+    np.testing.assert_array_equal(opened["lat"].values, np.linspace(-89.0, 89.0, 90))
+    rows = tier_rows(data, store["token"])
+    assert {r["state"] for r in rows} == {"archived"} and {r["restores"] for r in rows} == {0}
+    # The first chunk read restores its blob alone.
+    first = opened["tas"][0].values
+    rows = {r["instance"]: r for r in tier_rows(data, store["token"])}
+    assert rows["b_tas_0"]["state"] == "hot" and rows["b_tas_0"]["restores"] == 1
+    assert all(rows[f"b_tas_{n}"]["state"] == "archived" for n in (1, 2, 3))
+    expected = xr.open_dataset(store["source"])
+    np.testing.assert_array_equal(first, expected["tas"][0].values)
+    # Every value as the source has it; every blob restored once.
+    xr.testing.assert_equal(opened.load()[["tas"]], expected[["tas"]])
+    rows = tier_rows(data, store["token"])
+    assert {r["state"] for r in rows} == {"hot"} and {r["restores"] for r in rows} == {1}
+    assert status(tiered["base"], tiered["headers"], store["url"]) == 0
+    assert not any((data / "cold" / store["token"]).iterdir())
+    assert len(chunk_files(data, store["token"])) == 64 + 3
+
+
+def test_cat_through_the_mount_gives_the_bytes_http_gave_and_restores(tiered):
+    data, store = tiered["data"], tiered["stores"]["public"]
+    svcd(data, "tier", "archive", "--scope", store["token"])
+    assert {r["state"] for r in tier_rows(data, store["token"])} == {"archived"}
+    for key, content in store["served"].items():
+        read = subprocess.run(["cat", str(store["dir"] / key)], capture_output=True, check=True).stdout
+        assert read == content, key
+    assert {r["state"] for r in tier_rows(data, store["token"])} == {"hot"}
+
+
+def test_many_concurrent_readers_of_an_archived_blob_cause_one_restore(tiered):
+    data, headers = tiered["data"], tiered["headers"]
+    store = tiered["stores"]["private"]
+    svcd(data, "tier", "archive", "--scope", store["token"])
+    before = {r["instance"]: r["restores"] for r in tier_rows(data, store["token"])}
+    # b_tas_2 holds time steps 32..47: half the readers through HTTP, half through the mount.
+    keys = [f"tas/{step}.0.0" for step in range(32, 48)]
+
+    def read(index):
+        key = keys[index % len(keys)]
+        if index % 2:
+            return key, requests.get(f"{store['url']}/{key}", headers=headers, timeout=60).content
+        return key, (store["dir"] / key).read_bytes()
+
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(read, range(32)))
+    for key, content in results:
+        assert content == store["served"][key], key
+    after = {r["instance"]: r for r in tier_rows(data, store["token"])}
+    assert after["b_tas_2"]["restores"] == before["b_tas_2"] + 1
+    assert after["b_tas_2"]["state"] == "hot"
+    assert {after[i]["state"] for i in ("b_tas_0", "b_tas_1", "b_tas_3")} == {"archived"}
+    # `svcd tier restore` brings back the rest ahead of reads.
+    restored = svcd(data, "tier", "restore", "--scope", store["token"]).stdout
+    assert restored.count(" restored") == 3, restored
+    assert {r["state"] for r in tier_rows(data, store["token"])} == {"hot"}
+
+
+def test_another_user_cannot_read_an_archived_private_store_nor_restore_it(tiered):
+    data, store = tiered["data"], tiered["stores"]["private"]
+    svcd(data, "tier", "archive", "--scope", store["token"])
+    before = tier_rows(data, store["token"])
+    assert {r["state"] for r in before} == {"archived"}
+    denied = as_user(tiered["other"], "cat", str(store["dir"] / "tas" / "0.0.0"))
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr
+    stranger = svcd(data, "token", "issue", "--user=stranger").stdout.strip()
+    answer = requests.get(f"{store['url']}/tas/0.0.0", headers={"Authorization": f"Bearer {stranger}"}, timeout=10)
+    assert answer.status_code == 404
+    assert requests.get(f"{store['url']}/tas/0.0.0", timeout=10).status_code == 401
+    # Refused before the read path: nothing was restored.
+    assert tier_rows(data, store["token"]) == before
+    owner = subprocess.run(["setpriv", f"--reuid={tiered['owner'].pw_uid}", f"--regid={tiered['owner'].pw_gid}", "--clear-groups",
+                            "cat", str(store["dir"] / "tas" / "0.0.0")], capture_output=True, check=False)
+    assert owner.returncode == 0 and owner.stdout == store["served"]["tas/0.0.0"]
+
+
+def test_a_store_converted_again_drops_its_archived_blobs(tiered):
+    data, headers, base = tiered["data"], tiered["headers"], tiered["base"]
+    store = tiered["stores"]["public"]
+    svcd(data, "tier", "archive", "--scope", store["token"])
+    assert any((data / "cold" / store["token"]).iterdir())
+    answer = requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(store["source"])], "public": True, "reload": True}, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert wait_ready(base, headers, store["url"], timeout=120)["status"] == 0
+    assert not (data / "cold" / store["token"]).exists() or not any((data / "cold" / store["token"]).iterdir())
+    assert {r["state"] for r in tier_rows(data, store["token"])} == {"hot"}
+    for key, content in store["served"].items():
+        if not key.startswith("."):
+            assert requests.get(f"{store['url']}/{key}", headers=headers, timeout=10).content == content, key
+
+
+# ---- crash safety ------------------------------------------------------------------------
+
+
+def leftovers(data):
+    """Files no record names: staging, partial restores, interrupted cold writes."""
+    found = [str(p) for p in (data / "stores").rglob("*.partial")]
+    found += [str(p) for p in (data / "cold").rglob("*") if "#" in p.name]
+    staging = data / "staging"
+    if staging.exists():
+        found += [str(p) for p in staging.rglob("*") if p.is_file()]
+    return found
+
+
+def check_after_crash(data, base, headers, url, token, served):
+    """After a restart: nothing left over, every cold object named by an archived blob, no
+    hot copy missing unless its blob is archived, and every key reads back its bytes."""
+    assert leftovers(data) == []
+    rows = tier_rows(data, token)
+    assert {r["state"] for r in rows} <= {"hot", "archived"}, rows
+    archived = {r["cold_key"] for r in rows if r["state"] == "archived"}
+    cold = {str(p.relative_to(data / "cold")) for p in (data / "cold").rglob("*") if p.is_file()}
+    assert cold == archived, (cold, archived)
+    hot_blobs = {r["instance"] for r in rows if r["state"] == "hot"}
+    if hot_blobs == {r["instance"] for r in rows}:
+        assert len(chunk_files(data, token)) == len([k for k in served if not k.split("/")[-1].startswith(".")])
+    for key, content in served.items():
+        answer = requests.get(f"{url}/{key}", headers=headers, timeout=120)
+        assert answer.status_code == 200 and answer.content == content, key
+
+
+def kill_when(proc, ready, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"the moment to kill ({what}) never came"
+        time.sleep(0.001)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    sources = Path(tempfile.mkdtemp(prefix="svcd-tier-crash-"))
+    os.chmod(sources, 0o755)
+    try:
+        # 96 MiB of noise in blobs of about 16 MiB: each archive and restore takes a while.
+        tas(96, 512, 512, seed=3).to_netcdf(sources / "big.nc")
+        os.chmod(sources / "big.nc", 0o644)
+        proc, host = start(data, sources, max_bytes=16 << 20)
+        token = svcd(data, "token", "issue", "--user=crash").stdout.strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        base = f"{host}/api/svc-nextgen"
+        url, store = convert(base, headers, sources / "big.nc")
+        served = {}
+        meta = requests.get(f"{url}/.zmetadata", headers=headers, timeout=10).json()["metadata"]
+        keys = [k for k in meta] + [".zmetadata"] + chunk_files(data, store)
+        for key in keys:
+            served[key] = requests.get(f"{url}/{key}", headers=headers, timeout=30).content
+        assert len(tier_rows(data, store)) >= 4
+        staging = data / "staging" / store
+        moments = [
+            ("while packing", lambda: staging.exists() and any(staging.glob("*.zip"))),
+            ("while writing the cold object", lambda: any("#" in p.name for p in (data / "cold").rglob("*"))),
+            ("after the first blob is archived", lambda: any(p.suffix == ".zip" for p in (data / "cold").rglob("*"))),
+        ]
+        for what, moment in moments:
+            archive = subprocess.Popen([BINARY, "--data-dir", str(data), "tier", "archive", "--scope", store], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            kill_when(proc, moment, what)
+            archive.wait(timeout=60)
+            proc, host = start(data, sources, max_bytes=16 << 20)
+            url = url.replace(url.split("/api/")[0], host)
+            base = f"{host}/api/svc-nextgen"
+            check_after_crash(data, base, headers, url, store, served)
+        # Restores: archive everything, then kill while `svcd tier restore` (in the daemon)
+        # fetches a blob, and while it unpacks one (some of a blob's files are there).
+        width = next(r["objects"] for r in tier_rows(data, store) if r["instance"] == "b_tas_0")
+        tas_dir = data / "stores" / store / "tas"
+        moments = [
+            ("while fetching", lambda: staging.exists() and any(staging.glob("*.restore.zip"))),
+            ("while unpacking", lambda: len([p for p in tas_dir.iterdir() if not p.name.startswith(".")]) % width != 0),
+        ]
+        for what, moment in moments:
+            svcd(data, "tier", "archive", "--scope", store)
+            assert {r["state"] for r in tier_rows(data, store)} == {"archived"}
+            restore = subprocess.Popen([BINARY, "--data-dir", str(data), "tier", "restore", "--scope", store], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            kill_when(proc, moment, what)
+            restore.wait(timeout=60)
+            proc, host = start(data, sources, max_bytes=16 << 20)
+            url = url.replace(url.split("/api/")[0], host)
+            base = f"{host}/api/svc-nextgen"
+            check_after_crash(data, base, headers, url, store, served)
+        proc.terminate()
+        proc.wait(timeout=60)
+    finally:
+        shutil.rmtree(sources, ignore_errors=True)
