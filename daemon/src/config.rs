@@ -110,6 +110,10 @@ pub struct MountConfig {
     /// A read through the mount that the daemon cannot answer within this many seconds
     /// (a restore from the cold tier that takes longer) fails with EIO (default 120).
     pub read_timeout_seconds: u64,
+    /// Let the kernel read hot chunks directly from the hot tier (FUSE passthrough, Linux
+    /// 6.9+, needs CAP_SYS_ADMIN); reads fall back to the daemon where it cannot (default
+    /// true).
+    pub passthrough: bool,
 }
 
 /// The `[http]` section.

@@ -47,6 +47,13 @@ pub trait Backend: Send + Sync {
     /// An errno: `ENOENT` for a key or store that is gone or not ready, `ESTALE` when the
     /// store is now another conversion than `store.generation`, `EIO` for a read that failed.
     fn read(&self, store: &StoreEntry, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32>;
+
+    /// The hot copy of `key` of `store` (that conversion of it), opened, when its bytes are
+    /// exactly what [`Backend::read`] gives: the kernel may then read it directly. `None`
+    /// when there is none (the key is read through [`Backend::read`]), the default.
+    fn hot_file(&self, _store: &StoreEntry, _key: &str) -> Option<std::fs::File> {
+        None
+    }
 }
 
 /// One store as the mount shows it.
@@ -241,6 +248,16 @@ impl<B: Backend> Tree<B> {
         } else {
             Err(libc::EACCES)
         }
+    }
+
+    /// The hot copy of file `ino`, opened, for the kernel to read directly; `None` when it
+    /// has none or `ino` is not a file.
+    pub fn hot_file(&self, ino: u64) -> Option<std::fs::File> {
+        let (store, key) = match self.read_inodes().node(ino).ok()? {
+            Node::File { store, key, .. } => (store.clone(), key.clone()),
+            _ => return None,
+        };
+        self.backend.hot_file(&store, &key)
     }
 
     /// The current record of the store that `store` (a node's snapshot) belongs to, when it

@@ -1,12 +1,23 @@
 //! The fuser adapter: each FUSE callback is one call into the [`Tree`], and an errno out.
 //! Read-only: opening for writing is `EROFS`.
+//!
+//! Passthrough: when the kernel offers it (Linux 6.9+) and the daemon may use it (it needs
+//! CAP_SYS_ADMIN to register a backing file), opening a chunk whose hot copy exists hands
+//! that file to the kernel, which then reads it as it reads a local file, without a round
+//! trip through the daemon. Everything else (metadata documents, archived chunks, a kernel
+//! or daemon without passthrough) is read through the daemon. An open file keeps the bytes
+//! it was opened with: archiving unlinks the hot copy, which the open file still reads.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
-    OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry, ReplyOpen, Request,
+    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, Request,
 };
 
 use crate::filesystem::{Attr, Backend, Kind, ROOT, Tree};
@@ -21,14 +32,65 @@ const ROOT_TTL: Duration = Duration::from_secs(1);
 /// The mount's filesystem over the tree of `B`.
 pub struct Fuse<B> {
     tree: Tree<B>,
+    /// Whether opens may hand hot files to the kernel: asked for, offered by the kernel at
+    /// init, and not refused since.
+    passthrough: AtomicBool,
+    /// The backing files registered with the kernel.
+    backing: Mutex<Backing>,
+    /// The next file handle of a passthrough open (0 is every other open's).
+    next_handle: AtomicU64,
+}
+
+/// Backing files by open file handle, and by inode: the kernel wants one backing file per
+/// inode while any handle of it is open, so a second open reuses the first's.
+#[derive(Default)]
+struct Backing {
+    by_handle: HashMap<u64, Arc<BackingId>>,
+    by_inode: HashMap<u64, Weak<BackingId>>,
 }
 
 impl<B: Backend> Fuse<B> {
-    /// The filesystem of the stores `backend` gives.
-    pub fn new(backend: B) -> Self {
+    /// The filesystem of the stores `backend` gives; `passthrough` asks for passthrough of
+    /// hot chunks where the kernel and the daemon's privileges allow it.
+    pub fn new(backend: B, passthrough: bool) -> Self {
         Fuse {
             tree: Tree::new(backend),
+            passthrough: AtomicBool::new(passthrough),
+            backing: Mutex::default(),
+            next_handle: AtomicU64::new(1),
         }
+    }
+
+    /// Opens `ino` with its hot copy as the kernel's backing file, if it has one and
+    /// passthrough works; gives `reply` back otherwise.
+    fn open_passthrough(&self, ino: u64, reply: ReplyOpen) -> Option<ReplyOpen> {
+        if !self.passthrough.load(Ordering::Relaxed) {
+            return Some(reply);
+        }
+        let Some(file) = self.tree.hot_file(ino) else {
+            return Some(reply);
+        };
+        let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        let id = match backing.by_inode.get(&ino).and_then(Weak::upgrade) {
+            Some(id) => id,
+            None => match reply.open_backing(&file) {
+                Ok(id) => {
+                    let id = Arc::new(id);
+                    backing.by_inode.insert(ino, Arc::downgrade(&id));
+                    id
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the kernel refuses passthrough; the mount reads through the daemon");
+                    self.passthrough.store(false, Ordering::Relaxed);
+                    return Some(reply);
+                }
+            },
+        };
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        backing.by_handle.insert(handle, Arc::clone(&id));
+        backing.by_inode.retain(|_, id| id.strong_count() > 0);
+        reply.opened_passthrough(FileHandle(handle), FopenFlags::empty(), &id);
+        None
     }
 }
 
@@ -70,6 +132,20 @@ fn errno(code: i32) -> Errno {
 }
 
 impl<B: Backend + 'static> Filesystem for Fuse<B> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if *self.passthrough.get_mut() {
+            let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                && config.set_max_stack_depth(1).is_ok();
+            if !offered {
+                tracing::info!(
+                    "the kernel offers no FUSE passthrough; the mount reads through the daemon"
+                );
+            }
+            *self.passthrough.get_mut() = offered;
+        }
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Some(name) = name.to_str() else {
             reply.error(Errno::ENOENT);
@@ -94,11 +170,31 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
             return;
         }
         // The kernel checked the attributes it holds; the store's record may have changed.
-        match self.tree.may_read(ino.0, req.uid()) {
-            // Stores are immutable: the kernel may keep what it read.
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
-            Err(code) => reply.error(errno(code)),
+        if let Err(code) = self.tree.may_read(ino.0, req.uid()) {
+            reply.error(errno(code));
+            return;
         }
+        if let Some(reply) = self.open_passthrough(ino.0, reply) {
+            // Stores are immutable: the kernel may keep what it read.
+            reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if fh.0 != 0 {
+            let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+            backing.by_handle.remove(&fh.0);
+        }
+        reply.ok();
     }
 
     fn read(

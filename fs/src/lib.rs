@@ -4,9 +4,7 @@
 //! - [`filesystem`]: the tree the mount shows (inodes, lookup, readdir, read) over a
 //!   [`filesystem::Backend`], testable without a mount;
 //! - [`stores`]: the daemon as that backend;
-//! - [`fuse`]: the fuser adapter, and [`mount`] to mount it.
-//!
-//! Not built yet: passthrough of hot keys (every read goes through the daemon).
+//! - [`fuse`]: the fuser adapter (with passthrough of hot chunks), and [`mount`] to mount it.
 
 pub mod filesystem;
 pub mod fuse;
@@ -46,8 +44,9 @@ pub fn mount(
     // A read waiting for a restore holds its thread: enough threads that readers of hot
     // keys go on meanwhile.
     config.n_threads = Some(16);
+    let passthrough = daemon.config().mount.passthrough;
     fuser::spawn_mount(
-        fuse::Fuse::new(stores::DaemonStores::new(daemon)),
+        fuse::Fuse::new(stores::DaemonStores::new(daemon), passthrough),
         dir,
         &config,
     )

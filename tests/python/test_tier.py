@@ -202,6 +202,22 @@ def test_cat_through_the_mount_gives_the_bytes_http_gave_and_restores(tiered):
     assert {r["state"] for r in tier_rows(data, store["token"])} == {"hot"}
 
 
+def test_an_open_hot_chunk_is_read_by_the_kernel_from_the_hot_tier(tiered):
+    """Passthrough: a chunk opened while hot is read from its hot copy by the kernel, not
+    through the daemon. Archiving unlinks the hot copy; the open file still reads its bytes,
+    and no restore happens (a read through the daemon would restore the blob)."""
+    data, store = tiered["data"], tiered["stores"]["private"]
+    assert {r["state"] for r in tier_rows(data, store["token"])} == {"hot"}
+    key = "tas/63.0.0"
+    with open(store["dir"] / key, "rb", buffering=0) as held:
+        svcd(data, "tier", "archive", "--scope", store["token"])
+        assert not (data / "stores" / store["token"] / key).exists()
+        assert held.read() == store["served"][key]
+    rows = {r["instance"]: r for r in tier_rows(data, store["token"])}
+    assert rows["b_tas_3"]["state"] == "archived", rows
+    svcd(data, "tier", "restore", "--scope", store["token"])
+
+
 def test_many_concurrent_readers_of_an_archived_blob_cause_one_restore(tiered):
     data, headers = tiered["data"], tiered["headers"]
     store = tiered["stores"]["private"]

@@ -332,6 +332,35 @@ impl Stores {
         }
     }
 
+    /// The hot copy of chunk `key` of the complete store `token`, opened, for `caller` at
+    /// `now`: what the mount hands to the kernel to read directly (FUSE passthrough), whose
+    /// bytes are exactly what [`Stores::read`] serves. `None` for a key that is not a chunk
+    /// (documents are served as the daemon holds them, not as their files are written), a
+    /// store not complete, or a chunk not on the hot tier (archived: a read restores it).
+    /// The read counts as a user's read. Blocking.
+    ///
+    /// # Errors
+    /// As [`Stores::read`] for access and malformed keys; an I/O error opening the file.
+    pub fn hot_file(
+        &self,
+        caller: Option<&Caller>,
+        token: Uuid,
+        key: &str,
+        now: i64,
+    ) -> Result<Option<std::fs::File>> {
+        let record = self.readable(caller, token, now)?;
+        if !record.is_complete() || !matches!(parse_key(key)?, Key::Chunk { .. }) {
+            return Ok(None);
+        }
+        self.reads.note(token, now);
+        let path = self.dir(token).join(key);
+        match std::fs::File::open(&path) {
+            Ok(file) => Ok(Some(file)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(format!("open {}", path.display()), e)),
+        }
+    }
+
     /// Whether the chunk file at `path` of the ready store `token`, once mapped, may be kept
     /// as the chunk of the conversion whose `.zmetadata` the reader saw: when it is large
     /// enough to be mapped and the store is ready now. This is asked after that metadata was
