@@ -83,6 +83,14 @@ bench-stac: deps
 # The data-portal benchmark: conversion against xarray, first chunk after load, chunk
 # throughput against nginx, side by side in one run (generated files are kept in
 # /var/tmp/portal-bench; BENCH_ARGS="--size-mib 64 --samples 10 --duration 3" for a quick run).
+# The mount and the cold tier: sequential and parallel reads through the mount against direct
+# reads and HTTP, restore against cp, open_zarr of an archived store (root: it mounts and drops
+# caches; BENCH_ARGS="--size-mib 256" for a quick run).
+.PHONY: bench-tier
+bench-tier: deps $(VENV)/.installed
+	cargo build --release --workspace
+	$(VENV)/bin/python bench/tier.py --svcd $(RELEASE_SVCD) $(BENCH_ARGS)
+
 .PHONY: bench-portal
 bench-portal: deps $(VENV)/.installed
 	cargo build --workspace --release

@@ -266,6 +266,15 @@ impl Config {
                 crate::stores::request::MIN_TTL_SECONDS
             )));
         }
+        if !self.tier.manifests.is_empty()
+            && self.tier.manifests.trim_end_matches('/') == self.cold_url().trim_end_matches('/')
+        {
+            return Err(Error::Config(
+                "tier.manifests must not be the cold tier (tier.cold): the cold tier holds \
+                 blobs only"
+                    .into(),
+            ));
+        }
         if self.tier.t_max_bytes == 0 {
             return Err(Error::Config("tier.t_max_bytes must be at least 1".into()));
         }

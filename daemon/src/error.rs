@@ -242,6 +242,15 @@ pub enum Error {
         /// The panic or cancellation.
         reason: String,
     },
+    /// A key's blob is being restored from the cold tier, or its restore failed (the next
+    /// read tries again): either way, worth asking again.
+    #[error("{detail}")]
+    Restoring {
+        /// What is happening, or what failed.
+        detail: String,
+        /// How long a client should wait before retrying.
+        retry: std::time::Duration,
+    },
     /// The cold tier failed: an archive, a restore, or the tier's own check at start.
     #[error("{0}")]
     Tier(String),
@@ -335,6 +344,7 @@ impl Error {
             Error::Unavailable { .. }
             | Error::Busy { .. }
             | Error::NotReady { .. }
+            | Error::Restoring { .. }
             | Error::CatalogueFull { .. } => ErrorKind::Unavailable,
             Error::StoreFailed { .. } => ErrorKind::Failed,
             Error::SchemaVersion { .. }

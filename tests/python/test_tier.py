@@ -136,9 +136,20 @@ def test_a_complete_store_is_cut_into_blobs_and_its_manifest_mirrored(tiered):
     assert [line.split("  ->  ")[1] for line in resolved.splitlines()] == ["b_tas_1", "hot", "hot"], resolved
 
 
+def all_hot(data, token):
+    svcd(data, "tier", "restore", "--scope", token)
+    assert {r["state"] for r in tier_rows(data, token)} == {"hot"}
+
+
+def all_archived(data, token):
+    svcd(data, "tier", "archive", "--scope", token)
+    assert {r["state"] for r in tier_rows(data, token)} == {"archived"}
+
+
 def test_archive_moves_blobs_to_zips_and_every_key_still_reads_the_same(tiered):
     data, headers = tiered["data"], tiered["headers"]
     store = tiered["stores"]["private"]
+    all_hot(data, store["token"])
     dry = svcd(data, "tier", "archive", "--scope", store["token"], "--dry-run").stdout
     assert dry.count("would archive") == 4 and len(chunk_files(data, store["token"])) == 64 + 3
     archived = svcd(data, "tier", "archive", "--scope", store["token"])
@@ -148,7 +159,7 @@ def test_archive_moves_blobs_to_zips_and_every_key_still_reads_the_same(tiered):
     assert chunk_files(data, store["token"]) == ["lat/0", "lon/0", "time/0"]
     assert status(tiered["base"], headers, store["url"]) == 3
     rows = tier_rows(data, store["token"])
-    assert {r["state"] for r in rows} == {"archived"} and {r["restores"] for r in rows} == {0}
+    assert {r["state"] for r in rows} == {"archived"}
     cold = sorted(p.name for p in (data / "cold" / store["token"]).iterdir())
     assert cold == ["b_tas_0.zip", "b_tas_1.zip", "b_tas_2.zip", "b_tas_3.zip"]
     # Recoverable without the daemon: a plain ZIP whose members are the keys' bytes.
@@ -165,28 +176,32 @@ def test_archive_moves_blobs_to_zips_and_every_key_still_reads_the_same(tiered):
     for key, content in store["served"].items():
         assert (directory / key).stat().st_size == len(content), key
     assert subprocess.run(["ls", "-lR", str(directory)], capture_output=True, check=True).stdout
-    assert {r["restores"] for r in tier_rows(data, store["token"])} == {0}
+    assert tier_rows(data, store["token"]) == rows
 
 
 def test_opening_an_archived_store_restores_nothing_and_reading_restores_its_blobs(tiered):
     data, store = tiered["data"], tiered["stores"]["private"]
-    assert {r["state"] for r in tier_rows(data, store["token"])} == {"archived"}
+    all_hot(data, store["token"])
+    all_archived(data, store["token"])
+    before = {r["instance"]: r["restores"] for r in tier_rows(data, store["token"])}
     opened = xr.open_zarr(store["dir"], consolidated=True, zarr_format=2)
     assert opened["tas"].shape == (64, 90, 180)
     np.testing.assert_array_equal(opened["lat"].values, np.linspace(-89.0, 89.0, 90))
     rows = tier_rows(data, store["token"])
-    assert {r["state"] for r in rows} == {"archived"} and {r["restores"] for r in rows} == {0}
+    assert {r["state"] for r in rows} == {"archived"}
+    assert {r["instance"]: r["restores"] for r in rows} == before
     # The first chunk read restores its blob alone.
     first = opened["tas"][0].values
     rows = {r["instance"]: r for r in tier_rows(data, store["token"])}
-    assert rows["b_tas_0"]["state"] == "hot" and rows["b_tas_0"]["restores"] == 1
+    assert rows["b_tas_0"]["state"] == "hot" and rows["b_tas_0"]["restores"] == before["b_tas_0"] + 1
     assert all(rows[f"b_tas_{n}"]["state"] == "archived" for n in (1, 2, 3))
     expected = xr.open_dataset(store["source"])
     np.testing.assert_array_equal(first, expected["tas"][0].values)
     # Every value as the source has it; every blob restored once.
     xr.testing.assert_equal(opened.load()[["tas"]], expected[["tas"]])
     rows = tier_rows(data, store["token"])
-    assert {r["state"] for r in rows} == {"hot"} and {r["restores"] for r in rows} == {1}
+    assert {r["state"] for r in rows} == {"hot"}
+    assert {r["instance"]: r["restores"] for r in rows} == {i: n + 1 for i, n in before.items()}
     assert status(tiered["base"], tiered["headers"], store["url"]) == 0
     assert not any((data / "cold" / store["token"]).iterdir())
     assert len(chunk_files(data, store["token"])) == 64 + 3
@@ -194,8 +209,8 @@ def test_opening_an_archived_store_restores_nothing_and_reading_restores_its_blo
 
 def test_cat_through_the_mount_gives_the_bytes_http_gave_and_restores(tiered):
     data, store = tiered["data"], tiered["stores"]["public"]
-    svcd(data, "tier", "archive", "--scope", store["token"])
-    assert {r["state"] for r in tier_rows(data, store["token"])} == {"archived"}
+    all_hot(data, store["token"])
+    all_archived(data, store["token"])
     for key, content in store["served"].items():
         read = subprocess.run(["cat", str(store["dir"] / key)], capture_output=True, check=True).stdout
         assert read == content, key
@@ -207,7 +222,7 @@ def test_an_open_hot_chunk_is_read_by_the_kernel_from_the_hot_tier(tiered):
     through the daemon. Archiving unlinks the hot copy; the open file still reads its bytes,
     and no restore happens (a read through the daemon would restore the blob)."""
     data, store = tiered["data"], tiered["stores"]["private"]
-    assert {r["state"] for r in tier_rows(data, store["token"])} == {"hot"}
+    all_hot(data, store["token"])
     key = "tas/63.0.0"
     with open(store["dir"] / key, "rb", buffering=0) as held:
         svcd(data, "tier", "archive", "--scope", store["token"])
@@ -221,7 +236,8 @@ def test_an_open_hot_chunk_is_read_by_the_kernel_from_the_hot_tier(tiered):
 def test_many_concurrent_readers_of_an_archived_blob_cause_one_restore(tiered):
     data, headers = tiered["data"], tiered["headers"]
     store = tiered["stores"]["private"]
-    svcd(data, "tier", "archive", "--scope", store["token"])
+    all_hot(data, store["token"])
+    all_archived(data, store["token"])
     before = {r["instance"]: r["restores"] for r in tier_rows(data, store["token"])}
     # b_tas_2 holds time steps 32..47: half the readers through HTTP, half through the mount.
     keys = [f"tas/{step}.0.0" for step in range(32, 48)]
@@ -248,9 +264,9 @@ def test_many_concurrent_readers_of_an_archived_blob_cause_one_restore(tiered):
 
 def test_another_user_cannot_read_an_archived_private_store_nor_restore_it(tiered):
     data, store = tiered["data"], tiered["stores"]["private"]
-    svcd(data, "tier", "archive", "--scope", store["token"])
+    all_hot(data, store["token"])
+    all_archived(data, store["token"])
     before = tier_rows(data, store["token"])
-    assert {r["state"] for r in before} == {"archived"}
     denied = as_user(tiered["other"], "cat", str(store["dir"] / "tas" / "0.0.0"))
     assert denied.returncode != 0 and "Permission denied" in denied.stderr
     stranger = svcd(data, "token", "issue", "--user=stranger").stdout.strip()
@@ -267,7 +283,8 @@ def test_another_user_cannot_read_an_archived_private_store_nor_restore_it(tiere
 def test_a_store_converted_again_drops_its_archived_blobs(tiered):
     data, headers, base = tiered["data"], tiered["headers"], tiered["base"]
     store = tiered["stores"]["public"]
-    svcd(data, "tier", "archive", "--scope", store["token"])
+    all_hot(data, store["token"])
+    all_archived(data, store["token"])
     assert any((data / "cold" / store["token"]).iterdir())
     answer = requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(store["source"])], "public": True, "reload": True}, headers=headers, timeout=30)
     assert answer.status_code == 200, answer.text
@@ -277,6 +294,40 @@ def test_a_store_converted_again_drops_its_archived_blobs(tiered):
     for key, content in store["served"].items():
         if not key.startswith("."):
             assert requests.get(f"{store['url']}/{key}", headers=headers, timeout=10).content == content, key
+
+
+def test_a_pin_in_the_mirrored_manifest_keeps_its_keys_hot(tiered):
+    data, store = tiered["data"], tiered["stores"]["private"]
+    all_hot(data, store["token"])
+    manifests = ["--data", str(data / "stores"), "--manifests", str(data / "manifests")]
+    svcd(data, "manifest", *manifests, "pin", "add", "--reason", "paper revision", store["token"], "tas")
+    try:
+        archived = svcd(data, "tier", "archive", "--scope", store["token"]).stdout
+        assert "0 blobs" in archived, archived
+        assert len(chunk_files(data, store["token"])) == 64 + 3
+        assert {r["state"] for r in tier_rows(data, store["token"])} <= {"hot"}
+    finally:
+        svcd(data, "manifest", *manifests, "pin", "remove", store["token"], "tas")
+    archived = svcd(data, "tier", "archive", "--scope", store["token"]).stdout
+    assert archived.count(" archived") == 4, archived
+    all_hot(data, store["token"])
+
+
+def test_another_database_on_the_same_cold_tier_leaves_its_objects_alone(tiered, tmp_path):
+    data, store = tiered["data"], tiered["stores"]["public"]
+    all_hot(data, store["token"])
+    all_archived(data, store["token"])
+    cold = sorted(p.name for p in (data / "cold" / store["token"]).iterdir())
+    assert cold
+    env = dict(os.environ, SVCD_TIER_COLD=str(data / "cold"))
+    other = subprocess.run([BINARY, "--data-dir", str(tmp_path / "other"), "tier", "status"], capture_output=True, text=True, env=env, check=False)
+    assert other.returncode == 0, other.stderr
+    assert sorted(p.name for p in (data / "cold" / store["token"]).iterdir()) == cold
+    # The mirror of manifests may not be the cold tier.
+    env = dict(os.environ, SVCD_TIER_MANIFESTS=str(data / "cold"))
+    refused = subprocess.run([BINARY, "--data-dir", str(data), "tier", "status"], capture_output=True, text=True, env=env, check=False)
+    assert refused.returncode != 0 and "tier.manifests must not be the cold tier" in refused.stderr
+    all_hot(data, store["token"])
 
 
 # ---- crash safety ------------------------------------------------------------------------
@@ -356,9 +407,18 @@ def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_
         # fetches a blob, and while it unpacks one (some of a blob's files are there).
         width = next(r["objects"] for r in tier_rows(data, store) if r["instance"] == "b_tas_0")
         tas_dir = data / "stores" / store / "tas"
+        cold_dir = data / "cold" / store
+
+        def hot_chunks():
+            return len([p for p in tas_dir.iterdir() if not p.name.startswith(".")])
+
+        def between_unpacked_and_deleted():
+            n = hot_chunks()
+            return n > 0 and n % width == 0 and (cold_dir / f"b_tas_{n // width - 1}.zip").exists()
+
         moments = [
-            ("while fetching", lambda: staging.exists() and any(staging.glob("*.restore.zip"))),
-            ("while unpacking", lambda: len([p for p in tas_dir.iterdir() if not p.name.startswith(".")]) % width != 0),
+            ("while unpacking", lambda: hot_chunks() % width != 0),
+            ("before the cold object is deleted", between_unpacked_and_deleted),
         ]
         for what, moment in moments:
             svcd(data, "tier", "archive", "--scope", store)

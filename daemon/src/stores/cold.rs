@@ -21,7 +21,11 @@ impl Stores {
             .map(|record| Candidate {
                 token: record.token,
                 generation: record.updated,
-                last_used: record.last_read.max(record.updated),
+                // Reads since the last sweep count too.
+                last_used: record
+                    .last_read
+                    .max(record.updated)
+                    .max(self.reads.latest(record.token).unwrap_or(0)),
             })
             .collect())
     }
@@ -104,7 +108,7 @@ impl Stores {
                 outcome: "would restore".into(),
             };
             if !dry_run {
-                row.outcome = match self.tier.restore_instance(token, &instance.instance) {
+                row.outcome = match self.tier.restore_instance(token, &instance.instance, false) {
                     Ok(_) => "restored".into(),
                     Err(e) => format!("failed: {e}"),
                 };

@@ -236,13 +236,14 @@ impl Stores {
             on_demand: read::OnDemand::default(),
             tier,
         };
-        let ready: Vec<Uuid> = stores
-            .list()?
-            .into_iter()
-            .filter(|record| matches!(record.status, Status::Ready | Status::Archived))
+        let records = stores.list()?;
+        let known = records.iter().map(|record| record.token).collect();
+        let ready: Vec<Uuid> = records
+            .iter()
+            .filter(|record| record.is_complete())
             .map(|record| record.token)
             .collect();
-        stores.tier.repair(&ready, |token| {
+        stores.tier.repair(&known, &ready, |token| {
             let record = stores
                 .record(token)?
                 .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?;

@@ -282,7 +282,6 @@ impl Stores {
                     return Ok(chunk(bytes, etag));
                 }
                 let mut computed = false;
-                let mut restored = false;
                 loop {
                     let keep = conversion.filter(|_| self.may_keep_mapped(token, &path));
                     match read_chunk_file(&path) {
@@ -307,16 +306,18 @@ impl Stores {
                         Err(e) => return Err(Error::io(format!("read {}", path.display()), e)),
                     }
                     let current = self.current(&record)?;
-                    if current.is_complete() && !restored {
-                        // Its blob may be on the cold tier: restored, it is read again.
+                    if current.is_complete() {
+                        // Its blob may be on the cold tier: restored, it is read again (an
+                        // archive may take it again in between: then it is restored again,
+                        // within the caller's bound). A chunk of a complete store that is in
+                        // no blob and not on the hot tier was never written: it is missing.
                         let left = deadline.saturating_duration_since(Instant::now());
-                        restored = self.tier.restore_for_read(token, key, left)?;
-                        if restored {
+                        if self.tier.restore_for_read(token, key, left)? {
                             continue;
                         }
+                        return Err(missing(key));
                     }
                     if current.status != Status::Preparing {
-                        // Every chunk of a finished store is written (or on the cold tier).
                         return Err(missing(key));
                     }
                     if !computed {

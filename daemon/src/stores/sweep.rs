@@ -38,6 +38,11 @@ pub(crate) fn sweep_until(stores: &Stores, stop: &crate::jobs::Stop) {
 pub(super) struct Reads(Mutex<HashMap<Uuid, i64>>);
 
 impl Reads {
+    /// The latest read of `token` since the last sweep.
+    pub(super) fn latest(&self, token: Uuid) -> Option<i64> {
+        self.0.lock().get(&token).copied()
+    }
+
     /// Notes a user's read of a store at `now`.
     pub(super) fn note(&self, token: Uuid, now: i64) {
         let mut reads = self.0.lock();
@@ -71,7 +76,8 @@ impl Stores {
                 self.db.write(batch)?;
             }
             let last = record.last_read.max(record.updated);
-            let idle = matches!(record.status, Status::Ready | Status::Failed);
+            // An archived store expires as a ready one does: its cold objects go with it.
+            let idle = record.is_complete() || record.status == Status::Failed;
             if expiry > 0 && idle && now.saturating_sub(last) > expiry {
                 let days = expiry / 86_400;
                 self.remove(

@@ -74,6 +74,7 @@ impl Tier {
             {
                 continue;
             }
+            self.reload_manifest(candidate.token)?;
             let Some(cut) = self.cut(candidate.token)? else {
                 continue;
             };
@@ -105,11 +106,22 @@ impl Tier {
         still_ready: &dyn Fn(Uuid, i64) -> bool,
     ) -> Result<bool> {
         let token = candidate.token;
-        let _lock = self.lock(token);
+        let store_lock = self.store_lock(token);
+        let _shared = store_lock.read();
+        let instance_lock = self.instance_lock(token, instance);
+        let _one = instance_lock.lock();
         let previous = self.state(token, instance)?;
         if previous.as_ref().is_some_and(|s| s.state != State::Hot)
             || !still_ready(token, candidate.generation)
         {
+            return Ok(false);
+        }
+        // The keys as the store's listing and manifest say now (a pin set since the plan
+        // takes keys out; a conversion since gives another listing).
+        let Some(cut) = self.cut(token)? else {
+            return Ok(false);
+        };
+        if self.instance_keys(token, &cut, instance)? != keys {
             return Ok(false);
         }
         let bytes: u64 = keys.iter().map(|(_, size)| size).sum();
@@ -225,6 +237,12 @@ impl Tier {
                 .map_err(|e| cold_failed("write", &e))?;
             Ok::<_, Error>((hex(&hasher.finalize()), total))
         })?;
+        if let Some(dir) = &self.cold_dir {
+            // On disk before the hot copies may go, and read back from the disk, not from
+            // the pages just written.
+            super::sync_filesystem(dir)?;
+            super::drop_cached_pages(&dir.join(location.as_ref()));
+        }
         let (read, read_bytes) = self.read_back(location)?;
         if read != sent || read_bytes != sent_bytes {
             return Err(tier_error(format!(

@@ -147,6 +147,9 @@ pub struct InstanceRow {
     pub state: BlobState,
 }
 
+/// A blob instance of a store: (scope, instance id).
+type InstanceId = (Uuid, String);
+
 /// Keys of a store with their sizes.
 pub(crate) type Keys = Vec<(String, u64)>;
 
@@ -184,10 +187,6 @@ struct Flight {
     done: parking_lot::Condvar,
 }
 
-/// Locks serialising the tier's changes to one store (archive, restore, forgetting it):
-/// striped by token, so there are few and they are never freed.
-const STORE_LOCKS: usize = 64;
-
 /// The cold tier and the tier state of the daemon's stores.
 pub struct Tier {
     db: Arc<Db>,
@@ -210,8 +209,12 @@ pub struct Tier {
     /// Archived (or restoring) instances per store: a store with any is status 3.
     archived: Mutex<HashMap<Uuid, usize>>,
     /// Restores under way by (store, instance).
-    flights: Mutex<HashMap<(Uuid, String), Arc<Flight>>>,
-    locks: Vec<Mutex<()>>,
+    flights: Mutex<HashMap<InstanceId, Arc<Flight>>>,
+    /// Per store: archives and restores of its instances hold it shared, forgetting the
+    /// store (a conversion or removal) exclusively.
+    store_locks: Mutex<HashMap<Uuid, Arc<parking_lot::RwLock<()>>>>,
+    /// Per instance: one archive or restore of it at a time.
+    instance_locks: Mutex<HashMap<InstanceId, Arc<Mutex<()>>>>,
 }
 
 impl Drop for Tier {
@@ -276,7 +279,8 @@ impl Tier {
             cuts: Mutex::default(),
             archived: Mutex::default(),
             flights: Mutex::default(),
-            locks: (0..STORE_LOCKS).map(|_| Mutex::new(())).collect(),
+            store_locks: Mutex::default(),
+            instance_locks: Mutex::default(),
         })
     }
 
@@ -293,10 +297,15 @@ impl Tier {
         futures::executor::block_on(future)
     }
 
-    /// The lock of the store `token`'s tier changes.
-    fn lock(&self, token: Uuid) -> parking_lot::MutexGuard<'_, ()> {
-        let stripe = usize::from(token.as_bytes()[15]) % STORE_LOCKS;
-        self.locks[stripe].lock()
+    /// The lock of the store `token` (see [`Tier::store_locks`]).
+    fn store_lock(&self, token: Uuid) -> Arc<parking_lot::RwLock<()>> {
+        Arc::clone(self.store_locks.lock().entry(token).or_default())
+    }
+
+    /// The lock of one instance of a store.
+    fn instance_lock(&self, token: Uuid, instance: &str) -> Arc<Mutex<()>> {
+        let mut locks = self.instance_locks.lock();
+        Arc::clone(locks.entry((token, instance.to_string())).or_default())
     }
 
     /// The directory of a store on the hot tier.
@@ -357,6 +366,18 @@ impl Tier {
         Ok(keys)
     }
 
+    /// The listed size of `key` of the store `token`, if it is a listed key.
+    fn listed_size(&self, token: Uuid, key: &str) -> Result<Option<u64>> {
+        let Some(value) = self.db.get(cf::KEYS, &listing_key(token, key))? else {
+            return Ok(None);
+        };
+        let size: [u8; 8] = value.as_slice().try_into().map_err(|_| Error::Corrupt {
+            family: cf::KEYS,
+            reason: format!("the size of {key} of store {token} is not 8 bytes"),
+        })?;
+        Ok(Some(u64::from_be_bytes(size)))
+    }
+
     /// Whether the store `token` has a key listing.
     fn has_listing(&self, token: Uuid) -> Result<bool> {
         self.db.any_prefixed(cf::KEYS, token.as_bytes())
@@ -365,8 +386,11 @@ impl Tier {
     // ---- manifests ----------------------------------------------------------------------
 
     /// Cuts the complete store `token` into blobs with the configured policy and adds its
-    /// manifest to `batch`; mirrors it as JSON when configured. A store the manifests crate
-    /// cannot read gets no manifest: its keys are unmanaged and stay hot (logged).
+    /// manifest to `batch`; mirrors it as JSON when configured. A manifest already in the
+    /// mirror is the previous one: its blobs and pins are kept (an additive cut), so an
+    /// operator's pins (`svcd manifest pin` on the mirror) survive a conversion. A store the
+    /// manifests crate cannot read gets no manifest: its keys are unmanaged and stay hot
+    /// (logged).
     pub(crate) fn put_manifest(&self, batch: &mut Batch, token: Uuid) {
         let scope = token.to_string();
         let local =
@@ -378,14 +402,34 @@ impl Tier {
                 }
             };
         let cut = self.block_on(async {
+            let previous = match &self.mirror {
+                Some(mirror) => mirror.read(&scope).await?,
+                None => None,
+            };
             let arrays = svc_manifests::read_arrays(&local, &scope, &[], None).await?;
-            svc_manifests::partition(
+            let manifest = svc_manifests::partition(
                 &scope,
                 &arrays,
                 Some(self.policy),
-                None,
+                previous.as_ref().map(|stored| &stored.manifest),
                 svc_manifests::Mode::Additive,
-            )
+            )?;
+            if let Some(mirror) = &self.mirror {
+                let changed = previous.as_ref().is_none_or(|p| p.manifest != manifest);
+                if changed {
+                    let etag = previous.and_then(|stored| stored.etag);
+                    let next = if etag.is_some() {
+                        manifest.bumped()
+                    } else {
+                        manifest
+                    };
+                    mirror
+                        .write(&next, svc_manifests::WriteMode::IfMatch(etag))
+                        .await?;
+                    return Ok(next);
+                }
+            }
+            Ok::<_, svc_manifests::Error>(manifest)
         });
         let manifest = match cut {
             Ok(manifest) => manifest,
@@ -394,20 +438,49 @@ impl Tier {
                 return;
             }
         };
-        if let Some(mirror) = &self.mirror {
-            let written = self.block_on(async {
-                let etag = mirror.read(&scope).await?.and_then(|stored| stored.etag);
-                mirror
-                    .write(&manifest, svc_manifests::WriteMode::IfMatch(etag))
-                    .await
-            });
-            if let Err(e) = written {
-                tracing::warn!(%token, error = %e, "cannot mirror the store's manifest");
-            }
-        }
         let mut value = vec![FORMAT];
         value.extend_from_slice(manifest.to_json().as_bytes());
         batch.put(cf::MANIFESTS, token.as_bytes().to_vec(), value);
+    }
+
+    /// Takes the store's manifest from the mirror when it changed there (an operator pinned
+    /// or unpinned a prefix with `svcd manifest pin`): the reload before an archive. A
+    /// manifest that is not the store's scope is ignored (logged).
+    ///
+    /// # Errors
+    /// A read or write error of the database. The mirror failing is logged.
+    pub(crate) fn reload_manifest(&self, token: Uuid) -> Result<()> {
+        let Some(mirror) = &self.mirror else {
+            return Ok(());
+        };
+        let scope = token.to_string();
+        let stored = match self.block_on(mirror.read(&scope)) {
+            Ok(Some(stored)) => stored.manifest,
+            Ok(None) => {
+                tracing::debug!(%token, "no mirrored manifest");
+                return Ok(());
+            }
+            Err(e) => {
+                tracing::warn!(%token, error = %e, "cannot read the store's mirrored manifest");
+                return Ok(());
+            }
+        };
+        if stored.scope.trim_matches('/') != scope {
+            tracing::warn!(%token, scope = %stored.scope, "the mirrored manifest names another scope; ignored");
+            return Ok(());
+        }
+        if self.cut(token)?.is_some_and(|cut| cut.manifest == stored) {
+            tracing::debug!(%token, "the mirrored manifest is the one in use");
+            return Ok(());
+        }
+        let mut value = vec![FORMAT];
+        value.extend_from_slice(stored.to_json().as_bytes());
+        let mut batch = Batch::default();
+        batch.put(cf::MANIFESTS, token.as_bytes().to_vec(), value);
+        self.db.write(batch)?;
+        self.cuts.lock().remove(&token);
+        tracing::info!(%token, epoch = stored.epoch, "reloaded the store's manifest from the mirror");
+        Ok(())
     }
 
     /// The manifest of the store `token`, as JSON (`svcd tier status --manifest`).
@@ -557,7 +630,9 @@ impl Tier {
     /// A write error (then nothing was forgotten). A cold object that cannot be deleted is
     /// logged and removed by the next [`Tier::repair`].
     pub(crate) fn forget_store(&self, token: Uuid) -> Result<()> {
-        let _lock = self.lock(token);
+        let store_lock = self.store_lock(token);
+        let _exclusive = store_lock.write();
+        let had_tier_state = self.db.any_prefixed(cf::TIERS, token.as_bytes())?;
         let mut batch = Batch::default();
         batch.delete_prefixed(cf::KEYS, token.as_bytes());
         batch.delete(cf::MANIFESTS, token.as_bytes().to_vec());
@@ -565,6 +640,12 @@ impl Tier {
         self.db.write(batch)?;
         self.cuts.lock().remove(&token);
         self.archived.lock().remove(&token);
+        self.instance_locks
+            .lock()
+            .retain(|(store, _), _| *store != token);
+        if !had_tier_state {
+            return Ok(());
+        }
         let prefix = ObjectPath::from(token.to_string());
         let deleted = self.block_on(async {
             use futures::TryStreamExt;
@@ -583,7 +664,8 @@ impl Tier {
     // ---- repair at start ----------------------------------------------------------------
 
     /// Finishes or rolls back what a crash interrupted, and cleans what no record names (see
-    /// the module docs). `ready` says which stores are ready (their tier state counts; any
+    /// the module docs and [`Tier::clean_cold`]). `known` are the stores the database
+    /// records, `ready` those that are ready (their tier state counts; any
     /// other's is stale) and `complete` gives a ready store without a listing its listing
     /// (stores completed before listings were kept). Run when the database is opened,
     /// before any read. Blocking.
@@ -592,6 +674,7 @@ impl Tier {
     /// A read or write error of the database. Problems with single blobs are logged.
     pub(crate) fn repair(
         &self,
+        known: &std::collections::HashSet<Uuid>,
         ready: &[Uuid],
         complete: impl Fn(Uuid) -> Result<Vec<(String, u64)>>,
     ) -> Result<()> {
@@ -672,34 +755,124 @@ impl Tier {
                 }
             }
         }
-        self.remove_orphans(&kept);
+        self.clean_cold(&kept, &ready, known)
+    }
+
+    /// Cleans the cold objects no archived instance names, of the stores this database
+    /// records (`known`); objects of stores it does not know, and anything not named like a
+    /// blob's object (`<token>/<instance>.zip`), are never touched, so a database that is new
+    /// or restored from a backup cannot empty a shared cold tier. Such an object of a ready
+    /// store whose instance is not whole on the hot tier is the only copy of its keys (the
+    /// database lost the record, say it was restored from a backup): it is verified and
+    /// recorded as archived. Any other is a leftover (of a restore or a store converted
+    /// again or removed) and is deleted, with the local object store's interrupted writes.
+    fn clean_cold(
+        &self,
+        kept: &std::collections::HashSet<String>,
+        ready: &std::collections::HashSet<Uuid>,
+        known: &std::collections::HashSet<Uuid>,
+    ) -> Result<()> {
+        let listed = self.block_on(async {
+            use futures::TryStreamExt;
+            self.cold.list(None).try_collect::<Vec<_>>().await
+        });
+        let objects = match listed {
+            Ok(objects) => objects,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the cold tier to clean it");
+                return Ok(());
+            }
+        };
+        let mut removed = 0usize;
+        let mut foreign = 0usize;
+        for object in objects {
+            let name = object.location.as_ref();
+            if kept.contains(name) {
+                continue;
+            }
+            let Some((token, instance)) = blob_object(name) else {
+                foreign += 1;
+                continue;
+            };
+            if !known.contains(&token) {
+                foreign += 1;
+                continue;
+            }
+            if ready.contains(&token)
+                && let Some(cut) = self.cut(token)?
+            {
+                let keys = self.instance_keys(token, &cut, &instance)?;
+                let dir = self.store_dir(token);
+                let whole = keys.iter().all(|(key, size)| {
+                    std::fs::metadata(dir.join(key)).is_ok_and(|meta| meta.len() == *size)
+                });
+                if !keys.is_empty() && !whole {
+                    self.adopt(token, &instance, &keys, &object.location)?;
+                    continue;
+                }
+            }
+            match self.block_on(self.cold.delete(&object.location)) {
+                Ok(()) => removed += 1,
+                Err(e) => tracing::warn!(object = %name, error = %e, "cannot delete a cold object"),
+            }
+        }
+        if removed > 0 {
+            tracing::warn!(objects = removed, "removed cold objects no blob names");
+        }
+        if foreign > 0 {
+            tracing::info!(
+                objects = foreign,
+                "left alone cold objects of stores this database does not record"
+            );
+        }
+        if let Some(dir) = &self.cold_dir {
+            for token in known {
+                remove_partial_uploads(&dir.join(token.to_string()));
+            }
+        }
         Ok(())
     }
 
-    /// Deletes cold objects that no archived instance names, and (for a local cold tier)
-    /// the object store's own leftovers of interrupted writes.
-    fn remove_orphans(&self, kept: &std::collections::HashSet<String>) {
-        let removed = self.block_on(async {
-            use futures::TryStreamExt;
-            let objects: Vec<_> = self.cold.list(None).try_collect().await?;
-            let mut removed = 0usize;
-            for object in objects {
-                if !kept.contains(object.location.as_ref()) {
-                    self.cold.delete(&object.location).await?;
-                    removed += 1;
-                }
+    /// Records the cold object at `location` as the archived copy of `instance` after
+    /// reading it back whole (its checksum is taken then).
+    fn adopt(
+        &self,
+        token: Uuid,
+        instance: &str,
+        keys: &[(String, u64)],
+        location: &ObjectPath,
+    ) -> Result<()> {
+        let (checksum, cold_bytes) = match self.read_back(location) {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::error!(%token, %instance, error = %e, "an unrecorded cold object holds the only copy of a blob and cannot be read");
+                return Ok(());
             }
-            Ok::<_, svc_manifests::object_store::Error>(removed)
-        });
-        match removed {
-            Ok(0) => {}
-            Ok(n) => tracing::warn!(objects = n, "removed cold objects no blob names"),
-            Err(e) => tracing::warn!(error = %e, "cannot clean the cold tier"),
-        }
-        if let Some(dir) = &self.cold_dir {
-            remove_partial_uploads(dir);
-        }
+        };
+        let mut state = BlobState::hot(keys.iter().map(|(_, size)| size).sum(), keys.len() as u64);
+        state.state = State::Archived;
+        state.checksum = checksum;
+        state.cold_bytes = cold_bytes;
+        state.cold_key = location.to_string();
+        state.changed = now();
+        self.put_state(token, instance, &state)?;
+        self.count_archived(token, 1);
+        tracing::warn!(%token, %instance, "recorded an unrecorded cold object as the archived copy of its blob");
+        Ok(())
     }
+}
+
+/// The store and instance a cold object is the blob of, when it is named like one:
+/// `<token>/<instance>.zip`.
+fn blob_object(name: &str) -> Option<(Uuid, String)> {
+    let (token, file) = name.split_once('/')?;
+    let instance = file.strip_suffix(".zip")?;
+    let valid = !instance.is_empty()
+        && instance
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    valid.then_some(())?;
+    Some((Uuid::parse_str(token).ok()?, instance.to_string()))
 }
 
 /// Where a key's file is written before it is renamed into place: `.<name>.partial` beside
@@ -711,6 +884,38 @@ fn partial_path(dir: &Path, key: &str) -> PathBuf {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     path.with_file_name(format!(".{name}.partial"))
+}
+
+/// Flushes the file system holding `path` to its disks (`syncfs(2)`): what was written
+/// there survives a power loss before the other copy of it is deleted. One call for all the
+/// files of a blob, where a sync per file would cost a disk flush each.
+///
+/// # Errors
+/// `path` cannot be opened or the flush failed.
+fn sync_filesystem(path: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let failed = |e| Error::io(format!("sync the file system of {}", path.display()), e);
+    let dir = std::fs::File::open(path).map_err(failed)?;
+    #[allow(unsafe_code)]
+    // SAFETY: `syncfs` only reads the descriptor, which `dir` keeps open for the call.
+    let synced = unsafe { libc::syncfs(dir.as_raw_fd()) };
+    if synced != 0 {
+        return Err(failed(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Asks the kernel to drop the cached pages of the (synced) file at `path`, so that the
+/// next read of it reads the disk. Advice only: nothing fails when it is not taken.
+fn drop_cached_pages(path: &Path) {
+    use std::os::fd::AsRawFd;
+    if let Ok(file) = std::fs::File::open(path) {
+        #[allow(unsafe_code)]
+        // SAFETY: `posix_fadvise` only reads the descriptor, which `file` keeps open.
+        unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+    }
 }
 
 /// Removes a file that may not exist.

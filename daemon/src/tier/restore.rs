@@ -30,8 +30,8 @@ impl Tier {
     /// simply not there). Blocking.
     ///
     /// # Errors
-    /// [`Error::NotReady`] when the restore takes longer than `wait` (it goes on);
-    /// [`Error::Tier`] when it failed (the next read tries again).
+    /// [`Error::Restoring`] when the restore takes longer than `wait` (it goes on), or when
+    /// it failed (the next read tries again; the reason is logged and given).
     pub(crate) fn restore_for_read(
         self: &Arc<Self>,
         token: Uuid,
@@ -76,7 +76,7 @@ impl Tier {
                         .name("tier-restore".into())
                         .spawn(move || {
                             let outcome = tier
-                                .restore_instance(id.0, &id.1)
+                                .restore_instance(id.0, &id.1, true)
                                 .map(|_| ())
                                 .map_err(|e| e.to_string());
                             // Gone from the map first: a reader after a failure starts anew.
@@ -85,7 +85,7 @@ impl Tier {
                             leading.done.notify_all();
                         });
                     if let Err(e) = started {
-                        self.flights.lock().remove(&(token, instance.to_string()));
+                        flights.remove(&(token, instance.to_string()));
                         return Err(Error::io("start a restore", e));
                     }
                     flight
@@ -96,36 +96,54 @@ impl Tier {
         let mut outcome = flight.outcome.lock();
         while outcome.is_none() {
             if flight.done.wait_until(&mut outcome, deadline).timed_out() && outcome.is_none() {
-                return Err(Error::NotReady { retry: RETRY });
+                return Err(Error::Restoring {
+                    detail: format!(
+                        "The data is being restored from the cold tier (blob {instance}); \
+                         try again in a moment."
+                    ),
+                    retry: RETRY,
+                });
             }
         }
         match outcome.as_ref().expect("set before notified") {
             Ok(()) => Ok(()),
-            Err(reason) => Err(tier_error(reason)),
+            Err(reason) => Err(Error::Restoring {
+                detail: format!(
+                    "The data could not be restored from the cold tier (blob {instance}): \
+                     {reason}. The next read tries again."
+                ),
+                retry: RETRY,
+            }),
         }
     }
 
-    /// Restores one archived instance: fetches its cold object, checks its SHA-256, writes
-    /// every key (each to a temporary name, renamed into place once whole), records it hot
-    /// and deletes the cold object. Nothing when it is not archived (restored meanwhile).
-    /// Blocking.
+    /// Restores one archived instance: checks its cold object's size and SHA-256, writes
+    /// every key it holds (each to a temporary name, renamed into place once whole; a name
+    /// that is not a listed key of the store, or a size other than the listed one, fails the
+    /// restore), flushes them to disk, records the instance hot and deletes the cold object.
+    /// A local cold object is read in place; any other is fetched to the staging directory
+    /// first. Nothing when the instance is not archived (restored meanwhile). `for_read`: a
+    /// user's read asked for it, which counts as the instance's last read (an operator's
+    /// restore does not). Blocking.
     ///
     /// # Errors
     /// [`Error::Tier`] naming what failed; the instance is archived then, as before.
-    pub(crate) fn restore_instance(&self, token: Uuid, instance: &str) -> Result<bool> {
-        let _lock = self.lock(token);
+    pub(crate) fn restore_instance(
+        &self,
+        token: Uuid,
+        instance: &str,
+        for_read: bool,
+    ) -> Result<bool> {
+        let store_lock = self.store_lock(token);
+        let _shared = store_lock.read();
+        let instance_lock = self.instance_lock(token, instance);
+        let _one = instance_lock.lock();
         let Some(mut state) = self.state(token, instance)? else {
             return Ok(false);
         };
         if !matches!(state.state, State::Archived | State::Restoring) {
             return Ok(false);
         }
-        let Some(cut) = self.cut(token)? else {
-            return Err(tier_error(format!(
-                "store {token} has no manifest to restore blob {instance} by"
-            )));
-        };
-        let keys = self.instance_keys(token, &cut, instance)?;
         state.state = State::Restoring;
         state.changed = now();
         self.put_state(token, instance, &state)?;
@@ -134,12 +152,24 @@ impl Tier {
             .staging_of(token)
             .join(format!("{instance}.restore.zip"));
         let dir = self.store_dir(token);
-        let restored = self
-            .fetch(&location, &staged, &state.checksum, state.cold_bytes)
-            .and_then(|()| unpack(&staged, &dir, &keys));
+        let mut written = Vec::new();
+        let restored = match &self.cold_dir {
+            Some(cold) => self
+                .check_in_place(&location, &state.checksum, state.cold_bytes)
+                .map(|()| cold.join(location.as_ref())),
+            None => self
+                .fetch(&location, &staged, &state.checksum, state.cold_bytes)
+                .map(|()| staged.clone()),
+        }
+        .and_then(|zip| {
+            let listed = |key: &str| self.listed_size(token, key);
+            unpack(&zip, &dir, state.objects, &listed, &mut written)
+        })
+        // On disk before the cold copy may go.
+        .and_then(|()| super::sync_filesystem(&dir));
         remove_file(&staged);
         if let Err(e) = restored {
-            for (key, _) in &keys {
+            for key in &written {
                 remove_file(&partial_path(&dir, key));
             }
             state.state = State::Archived;
@@ -149,7 +179,9 @@ impl Tier {
             return Err(e);
         }
         state.forget_cold();
-        state.last_read = now();
+        if for_read {
+            state.last_read = now();
+        }
         state.restores += 1;
         self.put_state(token, instance, &state)?;
         self.count_archived(token, -1);
@@ -157,8 +189,20 @@ impl Tier {
             // Named by no record now: the next start removes it.
             tracing::warn!(%token, %instance, error = %e, "cannot delete a restored cold object");
         }
-        tracing::info!(%token, %instance, objects = keys.len(), "restored");
+        tracing::info!(%token, %instance, objects = written.len(), "restored");
         Ok(true)
+    }
+
+    /// Checks the size and SHA-256 of the cold object at `location` by reading it whole.
+    fn check_in_place(&self, location: &ObjectPath, checksum: &str, size: u64) -> Result<()> {
+        let (got, got_bytes) = self.read_back(location)?;
+        if got != checksum || got_bytes != size {
+            return Err(tier_error(format!(
+                "cold object {location} has {got_bytes} bytes with SHA-256 {got}; \
+                 {size} bytes with SHA-256 {checksum} were archived"
+            )));
+        }
+        Ok(())
     }
 
     /// Copies the cold object at `location` to `staged`, checking its size and SHA-256.
@@ -207,33 +251,41 @@ impl Tier {
     }
 }
 
-/// Writes the keys of the ZIP at `staged` into the store directory `dir`: exactly the keys
-/// of `keys`, with their listed sizes (an entry the listing does not name, a missing entry
-/// or a wrong size fails the restore). Each file is written to its temporary name and renamed
-/// into place once whole; the ZIP's CRC of each entry is checked as it is read.
-fn unpack(staged: &std::path::Path, dir: &std::path::Path, keys: &[(String, u64)]) -> Result<()> {
-    let failed =
-        |e: &dyn std::fmt::Display| tier_error(format!("unpack {}: {e}", staged.display()));
-    let file = std::fs::File::open(staged)
-        .map_err(|e| Error::io(format!("read {}", staged.display()), e))?;
-    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| failed(&e))?;
-    let sizes: std::collections::HashMap<&str, u64> = keys
-        .iter()
-        .map(|(key, size)| (key.as_str(), *size))
-        .collect();
-    let mut written = HashSet::new();
+/// Writes the keys of the ZIP at `zip` into the store directory `dir`: each entry must be a
+/// key of the store with its listed size (`listed`), once; there must be `objects` of them.
+/// Each file is written to its temporary name and renamed into place once whole; the ZIP's
+/// CRC of each entry is checked as it is read. `written` collects the keys begun (to clean
+/// their temporary files after a failure).
+fn unpack(
+    zip: &std::path::Path,
+    dir: &std::path::Path,
+    objects: u64,
+    listed: &dyn Fn(&str) -> Result<Option<u64>>,
+    written: &mut Vec<String>,
+) -> Result<()> {
+    let failed = |e: &dyn std::fmt::Display| tier_error(format!("unpack {}: {e}", zip.display()));
+    let file =
+        std::fs::File::open(zip).map_err(|e| Error::io(format!("read {}", zip.display()), e))?;
+    let mut archive =
+        zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| failed(&e))?;
+    if archive.len() as u64 != objects {
+        return Err(failed(&format!(
+            "it holds {} entries, the blob had {objects} keys",
+            archive.len()
+        )));
+    }
+    let mut seen = HashSet::new();
     let mut buffer = vec![0u8; 1 << 20];
-    for index in 0..zip.len() {
-        let mut entry = zip.by_index(index).map_err(|e| failed(&e))?;
+    for index in 0..archive.len() {
+        let mut entry = archive.by_index(index).map_err(|e| failed(&e))?;
         let name = entry.name().map_err(|e| failed(&e))?.to_string();
-        let Some(&size) = sizes.get(name.as_str()) else {
-            return Err(failed(&format!("{name:?} is not a key of this blob")));
-        };
-        if entry.size() != size || !written.insert(name.clone()) {
+        let size = listed(&name)?;
+        if size != Some(entry.size()) || !seen.insert(name.clone()) {
             return Err(failed(&format!(
-                "{name:?} has the wrong size or appears twice"
+                "{name:?} is not a key of the store with that size, or appears twice"
             )));
         }
+        written.push(name.clone());
         let target = dir.join(&name);
         let partial = partial_path(dir, &name);
         if let Some(parent) = target.parent() {
@@ -253,13 +305,6 @@ fn unpack(staged: &std::path::Path, dir: &std::path::Path, keys: &[(String, u64)
         drop(out);
         std::fs::rename(&partial, &target)
             .map_err(|e| Error::io(format!("rename {}", partial.display()), e))?;
-    }
-    if written.len() != keys.len() {
-        return Err(failed(&format!(
-            "{} of the blob's {} keys are in it",
-            written.len(),
-            keys.len()
-        )));
     }
     Ok(())
 }

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""The mount and the cold tier, side by side in one run.
+
+svcd serves a fresh data directory with the stores mounted (`--mount`), its manifest policy
+set so that a store is cut into blobs of about `--blob-mib` MiB (`SVCD_TIER_T_MAX_BYTES`) and
+only coordinates stay hot (`SVCD_TIER_T_HOT_BYTES=1024`). Two stores are converted from
+generated NetCDF files of float32 noise (so chunks do not compress, and bytes read are bytes
+stored): a large one (`--size-mib`, 1 GiB by default, one 1-MiB-ish chunk per time step) and
+one of small chunks (`--small-chunks`, 8192 by default, 32 KiB each).
+
+1. Sequential read of the large store: every chunk file in key order, read whole with 1 MiB
+   reads by one reader, through the mount (`<mount>/<token>.zarr/<key>`) against directly
+   from the hot tier (`<data>/stores/<token>/<key>`), each with a cold page cache (after
+   `sync` and `echo 3 > /proc/sys/vm/drop_caches`) and warm (read once before). MiB/s and
+   the ratio mount/direct (target >= 0.8 with passthrough), for passthrough (the default)
+   and for the fallback (svcd restarted with `SVCD_MOUNT_PASSTHROUGH=false`: every read goes
+   through the daemon).
+2. 16 parallel readers (`--readers`) of the small chunks, each reading every chunk (open,
+   read whole, close) in its own shuffled order, warm page cache: through the mount, through
+   HTTP (one keep-alive `requests` session per reader, the same Python client loop), and
+   directly from the hot tier. Chunks/s and the ratios to direct.
+3. Restore of a blob against a plain copy of its archived object: every blob of the large
+   store archived (`svcd tier archive`), then for each blob in turn, the time from a read
+   of one of its chunks through HTTP (which restores the whole blob, then answers) against
+   `cp` of the same ZIP (the cold object) to a file on the hot tier's file system, each
+   after `sync` and dropping the page cache. MiB/s of blob and the ratio restore/cp (target
+   >= 0.8), medians over the blobs.
+4. `xarray.open_zarr` of the large store through the mount while every blob is archived:
+   the time, and the restores it caused (0), from `svcd tier status`.
+
+Needs root (the mount, dropping caches) and /dev/fuse, and the Python of .venv-test.
+
+Run: make bench-tier [BENCH_ARGS="--size-mib 256"], or
+.venv-test/bin/python bench/tier.py --svcd $CARGO_TARGET_DIR/release/svcd [--size-mib 1024]
+[--blob-mib 128] [--small-chunks 8192] [--readers 16] [--rounds 3] [--data DIR] [--json FILE].
+Sources are kept in `--data` (default /var/tmp/tier-bench/sources) and reused; svcd's data
+directory and the mount live in a run directory removed at the end.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import requests
+
+API = "/api/svc-nextgen"
+MIB = 1 << 20
+
+
+def generate(path, steps, lat, lon, seed):
+    """A NetCDF-3 file of float32 noise `tas(time, lat, lon)`, written once and reused."""
+    if path.exists():
+        return path
+    import netCDF4
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    rng = np.random.default_rng(seed)
+    with netCDF4.Dataset(partial, "w", format="NETCDF3_64BIT_OFFSET") as nc:
+        nc.createDimension("time", steps)
+        nc.createDimension("lat", lat)
+        nc.createDimension("lon", lon)
+        time_var = nc.createVariable("time", "f8", ("time",))
+        time_var.units = "days since 2000-01-01"
+        time_var[:] = np.arange(steps)
+        nc.createVariable("lat", "f8", ("lat",))[:] = np.linspace(-89.0, 89.0, lat)
+        nc.createVariable("lon", "f8", ("lon",))[:] = np.linspace(0.0, 359.0, lon)
+        tas = nc.createVariable("tas", "f4", ("time", "lat", "lon"))
+        tas.units = "K"
+        for start in range(0, steps, 64):
+            stop = min(steps, start + 64)
+            tas[start:stop] = rng.random((stop - start, lat, lon), dtype="f4")
+    partial.rename(path)
+    return path
+
+
+def drop_caches():
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def read_files(paths):
+    """Reads every file whole with 1 MiB reads; the bytes read."""
+    buffer = bytearray(MIB)
+    total = 0
+    for path in paths:
+        with open(path, "rb", buffering=0) as handle:
+            while n := handle.readinto(buffer):
+                total += n
+    return total
+
+
+class Svcd:
+    """svcd serving `data` with the stores mounted at `mount`."""
+
+    def __init__(self, binary, data, mount, sources, blob_mib, passthrough=True):
+        self.binary, self.data, self.mount = binary, data, mount
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SVCD_")}
+        self.env.update(SVCD_STORES_ALLOWED_ROOTS=str(sources), SVCD_TIER_T_HOT_BYTES="1024",
+                        SVCD_TIER_T_MAX_BYTES=str(blob_mib * MIB), SVCD_MOUNT_PASSTHROUGH=str(passthrough).lower(),
+                        SVCD_TIER_MANIFESTS=str(data / "manifests"))
+        (data / "svcd.addr").unlink(missing_ok=True)
+        self.log = open(data / "svcd.log", "a")
+        self.proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0", "--mount", str(mount)],
+                                     stdout=self.log, stderr=self.log, env=self.env)
+        deadline = time.monotonic() + 60
+        address = data / "svcd.addr"
+        while not (address.exists() and address.read_text().endswith("\n") and os.path.ismount(mount)):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"svcd did not start: {(data / 'svcd.log').read_text()[-2000:]}")
+            time.sleep(0.05)
+        self.base = f"http://{address.read_text().strip()}{API}"
+        token = self.cli("token", "issue", "--user", "bench", "--ttl", "1d").strip()
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def cli(self, *args):
+        result = subprocess.run([self.binary, "--data-dir", str(self.data), *args], capture_output=True, text=True, env=self.env, timeout=3600)
+        if result.returncode != 0:
+            raise RuntimeError(f"svcd {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
+
+    def convert(self, path):
+        answer = requests.post(f"{self.base}/data-portal/zarr/convert", json={"path": [str(path)]}, headers=self.headers, timeout=60)
+        assert answer.status_code == 200, answer.text
+        [url] = answer.json()["urls"]
+        while True:
+            status = requests.get(f"{self.base}/data-portal/zarr-utils/status", params={"url": url}, headers=self.headers, timeout=30).json()
+            if status["status"] != 2:
+                assert status["status"] == 0, status
+                return url, url.rstrip("/").rsplit("/", 1)[1].removesuffix(".zarr")
+            time.sleep(0.2)
+
+    def store_url(self, token):
+        return f"{self.base}/data-portal/zarr/{token}.zarr"
+
+    def tier(self, token):
+        return [json.loads(line) for line in self.cli("tier", "status", "--json", "--scope", token).splitlines()]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=120)
+        self.log.close()
+
+
+def chunk_keys(store_dir):
+    keys = [str(p.relative_to(store_dir)) for p in store_dir.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    return sorted(k for k in keys if k.startswith("tas/"))
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def sequential(svcd, token, keys, rounds):
+    hot = svcd.data / "stores" / token
+    mounted = svcd.mount / f"{token}.zarr"
+    sides = {"mount": [mounted / k for k in keys], "direct": [hot / k for k in keys]}
+    results = {}
+    for cache in ("cold", "warm"):
+        for _ in range(rounds):
+            for side, paths in sides.items():
+                if cache == "cold":
+                    drop_caches()
+                else:
+                    read_files(paths)
+                started = time.perf_counter()
+                total = read_files(paths)
+                seconds = time.perf_counter() - started
+                results.setdefault((cache, side), []).append(total / MIB / seconds)
+    return {f"{cache} {side}": statistics.median(v) for (cache, side), v in results.items()}
+
+
+def parallel(svcd, token, keys, readers, rounds):
+    url = svcd.store_url(token)
+    hot = svcd.data / "stores" / token
+    mounted = svcd.mount / f"{token}.zarr"
+
+    def files(root):
+        def reader(seed):
+            order = keys[:]
+            random.Random(seed).shuffle(order)
+            buffer = bytearray(1 << 16)
+            for key in order:
+                with open(root / key, "rb", buffering=0) as handle:
+                    while handle.readinto(buffer):
+                        pass
+        return reader
+
+    def http(seed):
+        order = keys[:]
+        random.Random(seed).shuffle(order)
+        with requests.Session() as session:
+            session.headers.update(svcd.headers)
+            for key in order:
+                answer = session.get(f"{url}/{key}", timeout=60)
+                assert answer.status_code == 200, answer.text
+
+    sides = {"mount": files(mounted), "http": http, "direct": files(hot)}
+    read_files([hot / k for k in keys])
+    read_files([mounted / k for k in keys])
+    results = {}
+    for _ in range(rounds):
+        for side, reader in sides.items():
+            started = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(readers) as pool:
+                list(pool.map(reader, range(readers)))
+            results.setdefault(side, []).append(readers * len(keys) / (time.perf_counter() - started))
+    return {side: statistics.median(v) for side, v in results.items()}
+
+
+def restore_against_copy(svcd, token, keys):
+    url = svcd.store_url(token)
+    by_blob = chunk_keys_by_blob(svcd, token, keys)
+    svcd.cli("tier", "archive", "--scope", token)
+    rows = svcd.tier(token)
+    assert rows and all(r["state"] == "archived" for r in rows), rows
+    scratch = svcd.data / "copy-scratch"
+    scratch.mkdir(exist_ok=True)
+    restore_rates, copy_rates = [], []
+    for row in rows:
+        key = by_blob[row["instance"]]
+        cold = svcd.data / "cold" / row["cold_key"]
+        size = cold.stat().st_size
+        drop_caches()
+        started = time.perf_counter()
+        subprocess.run(["cp", str(cold), str(scratch / "blob.zip")], check=True)
+        subprocess.run(["sync", "-f", str(scratch)], check=True)
+        copy_rates.append(size / MIB / (time.perf_counter() - started))
+        (scratch / "blob.zip").unlink()
+        drop_caches()
+        started = time.perf_counter()
+        answer = requests.get(f"{url}/{key}", headers=svcd.headers, timeout=600)
+        subprocess.run(["sync", "-f", str(svcd.data / "stores")], check=True)
+        restore_rates.append(size / MIB / (time.perf_counter() - started))
+        assert answer.status_code == 200, answer.text
+    after = svcd.tier(token)
+    assert all(r["state"] == "hot" for r in after), after
+    shutil.rmtree(scratch)
+    return {"restore": statistics.median(restore_rates), "cp": statistics.median(copy_rates), "blobs": len(rows)}
+
+
+def chunk_keys_by_blob(svcd, token, keys):
+    """One chunk key (of `keys`) of each blob instance, from the resolver over the mirrored
+    manifest."""
+    stores = svcd.data / "stores"
+    resolved = subprocess.run([svcd.binary, "manifest", "resolve", "--data", str(stores), "--manifests", str(svcd.data / "manifests"), "-"],
+                              input="\n".join(f"{token}/{k}" for k in keys), capture_output=True, text=True, check=True).stdout
+    first = {}
+    for line in resolved.splitlines():
+        key, instance = line.split("  ->  ")
+        first.setdefault(instance, key.split("/", 1)[1])
+    return first
+
+
+def open_archived(svcd, token):
+    restores_before = sum(r["restores"] for r in svcd.tier(token))
+    svcd.cli("tier", "archive", "--scope", token)
+    import xarray as xr
+
+    drop_caches()
+    started = time.perf_counter()
+    dataset = xr.open_zarr(svcd.mount / f"{token}.zarr", consolidated=True, zarr_format=2)
+    seconds = time.perf_counter() - started
+    assert "tas" in dataset
+    rows = svcd.tier(token)
+    return {"seconds": seconds, "restores": sum(r["restores"] for r in rows) - restores_before, "archived": sum(r["state"] == "archived" for r in rows), "blobs": len(rows)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--svcd", default=os.environ.get("SVCD_BIN", "svcd"))
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--blob-mib", type=int, default=128)
+    parser.add_argument("--small-chunks", type=int, default=8192)
+    parser.add_argument("--readers", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--data", type=Path, default=Path("/var/tmp/tier-bench"))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("needs root: it mounts and drops the page cache")
+    lat, lon = 512, 512  # 1 MiB per time step
+    sources = args.data / "sources"
+    large = generate(sources / f"large-{args.size_mib}MiB.nc", args.size_mib, lat, lon, seed=1)
+    small = generate(sources / f"small-{args.small_chunks}.nc", args.small_chunks, 64, 128, seed=2)
+    os.chmod(args.data, 0o755)
+    run = Path(tempfile.mkdtemp(prefix="run-", dir=args.data))
+    data, mount = run / "svcd", run / "mount"
+    data.mkdir()
+    mount.mkdir()
+    figures = {}
+    svcd = None
+    try:
+        svcd = Svcd(args.svcd, data, mount, sources, args.blob_mib)
+        _, large_token = svcd.convert(large)
+        _, small_token = svcd.convert(small)
+        large_keys = chunk_keys(data / "stores" / large_token)
+        small_keys = chunk_keys(data / "stores" / small_token)
+        print(f"large store: {len(large_keys)} chunks; small store: {len(small_keys)} chunks", file=sys.stderr)
+        figures["sequential, passthrough"] = sequential(svcd, large_token, large_keys, args.rounds)
+        figures["parallel"] = parallel(svcd, small_token, small_keys, args.readers, args.rounds)
+        svcd.stop()
+        svcd = Svcd(args.svcd, data, mount, sources, args.blob_mib, passthrough=False)
+        figures["sequential, fallback"] = sequential(svcd, large_token, large_keys, args.rounds)
+        figures["parallel, fallback"] = parallel(svcd, small_token, small_keys, args.readers, 1)
+        figures["restore"] = restore_against_copy(svcd, large_token, large_keys)
+        figures["open_zarr archived"] = open_archived(svcd, large_token)
+    except BaseException:
+        log = data / "svcd.log"
+        if log.exists():
+            print(log.read_text(errors="replace")[-4000:], file=sys.stderr)
+        raise
+    finally:
+        if svcd:
+            svcd.stop()
+        shutil.rmtree(run, ignore_errors=True)
+    print(f"{'measurement':<44} {'figure':>12}  ratio")
+    for mode in ("passthrough", "fallback"):
+        seq = figures[f"sequential, {mode}"]
+        for cache in ("cold", "warm"):
+            mount_rate, direct = seq[f"{cache} mount"], seq[f"{cache} direct"]
+            print(f"{'sequential ' + cache + ', mount (' + mode + ')':<44} {mount_rate:>8.0f} MiB/s  {mount_rate / direct:.2f}x direct")
+            print(f"{'sequential ' + cache + ', direct':<44} {direct:>8.0f} MiB/s")
+    par = figures["parallel"]
+    for side in ("mount", "http", "direct"):
+        print(f"{str(args.readers) + ' readers, small chunks, ' + side:<44} {par[side]:>8.0f} /s     {par[side] / par['direct']:.2f}x direct")
+    fallback = figures["parallel, fallback"]
+    print(f"{str(args.readers) + ' readers, small chunks, mount (fallback)':<44} {fallback['mount']:>8.0f} /s     {fallback['mount'] / fallback['direct']:.2f}x direct")
+    restore = figures["restore"]
+    print(f"{'restore of a blob (' + str(restore['blobs']) + ' blobs, median)':<44} {restore['restore']:>8.0f} MiB/s  {restore['restore'] / restore['cp']:.2f}x cp")
+    print(f"{'cp of its archived object':<44} {restore['cp']:>8.0f} MiB/s")
+    opened = figures["open_zarr archived"]
+    print(f"{'open_zarr of an archived store (mount)':<44} {opened['seconds'] * 1000:>8.0f} ms     {opened['restores']} restores, {opened['archived']}/{opened['blobs']} blobs archived")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
