@@ -39,6 +39,8 @@
 
 mod archive;
 mod restore;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

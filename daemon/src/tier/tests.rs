@@ -1,0 +1,436 @@
+//! The tier on a real RocksDB and real files: a small Zarr v2 store written by hand, cut into
+//! blobs of two chunks each, archived to a local cold tier and restored; the startup repair of
+//! each state a crash can leave; restores that fail, and hostile cold objects.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use svc_manifests::object_store::{ObjectStoreExt, PutPayload, path::Path as ObjectPath};
+use uuid::Uuid;
+
+use super::*;
+
+const TOKEN: Uuid = Uuid::from_u128(0x0123_4567_89ab_4def_8123_4567_89ab_cdef);
+/// Chunks of `tas`: 8 time steps of 600 bytes, two per blob instance with the policy below.
+const CHUNK: usize = 600;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    tier: Arc<Tier>,
+}
+
+fn chunk(step: usize) -> Vec<u8> {
+    (0..CHUNK).map(|i| (i * 7 + step * 31) as u8).collect()
+}
+
+fn open(data: &std::path::Path) -> Arc<Tier> {
+    let env = [
+        ("SVCD_TIER_T_HOT_BYTES".to_string(), "1024".to_string()),
+        ("SVCD_TIER_T_MAX_BYTES".to_string(), "1200".to_string()),
+    ];
+    let overrides = crate::Overrides {
+        data_dir: Some(data.to_path_buf()),
+        listen: None,
+    };
+    let config = Config::from_sources(None, &env, &overrides).unwrap();
+    let db = Arc::new(Db::open(&config.store_dir()).unwrap());
+    Arc::new(Tier::open(&config, db).unwrap())
+}
+
+/// A complete store of `tas(time=8, x=150)` float32 chunked by time step, listed and cut.
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    let store = data.join("stores").join(TOKEN.to_string());
+    std::fs::create_dir_all(store.join("tas")).unwrap();
+    std::fs::create_dir_all(store.join("time")).unwrap();
+    std::fs::write(store.join(".zgroup"), r#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(store.join(".zattrs"), "{}").unwrap();
+    let zarray = |shape: &str, chunks: &str| {
+        format!(
+            r#"{{"zarr_format": 2, "shape": {shape}, "chunks": {chunks}, "dtype": "<f4",
+               "compressor": null, "fill_value": null, "filters": null, "order": "C"}}"#
+        )
+    };
+    std::fs::write(store.join("tas/.zarray"), zarray("[8, 150]", "[1, 150]")).unwrap();
+    std::fs::write(
+        store.join("tas/.zattrs"),
+        r#"{"_ARRAY_DIMENSIONS": ["time", "x"]}"#,
+    )
+    .unwrap();
+    std::fs::write(store.join("time/.zarray"), zarray("[8]", "[8]")).unwrap();
+    std::fs::write(
+        store.join("time/.zattrs"),
+        r#"{"_ARRAY_DIMENSIONS": ["time"]}"#,
+    )
+    .unwrap();
+    std::fs::write(store.join("time/0"), [0u8; 32]).unwrap();
+    for step in 0..8 {
+        std::fs::write(store.join(format!("tas/{step}.0")), chunk(step)).unwrap();
+    }
+    let tier = open(&data);
+    let mut batch = Batch::default();
+    Tier::put_listing(&mut batch, TOKEN, &list_files(&store).unwrap());
+    tier.put_manifest(&mut batch, TOKEN);
+    tier.db.write(batch).unwrap();
+    Fixture {
+        _dir: dir,
+        data,
+        tier,
+    }
+}
+
+fn candidate() -> Candidate {
+    Candidate {
+        token: TOKEN,
+        generation: 1,
+        last_used: 0,
+    }
+}
+
+fn archive_all(tier: &Tier) -> Vec<String> {
+    let planned = tier
+        .archivable(&[candidate()], &ArchiveOptions::default())
+        .unwrap();
+    let mut archived = Vec::new();
+    for (candidate, instance, keys) in planned {
+        assert!(
+            tier.archive_instance(candidate, &instance, &keys, &|_, _| true)
+                .unwrap()
+        );
+        archived.push(instance);
+    }
+    archived
+}
+
+fn hot(fixture: &Fixture, key: &str) -> Option<Vec<u8>> {
+    std::fs::read(
+        fixture
+            .data
+            .join("stores")
+            .join(TOKEN.to_string())
+            .join(key),
+    )
+    .ok()
+}
+
+fn cold_files(fixture: &Fixture) -> Vec<String> {
+    let dir = fixture.data.join("cold").join(TOKEN.to_string());
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn state(tier: &Tier, instance: &str) -> BlobState {
+    tier.state(TOKEN, instance).unwrap().unwrap()
+}
+
+#[test]
+fn a_store_is_cut_into_instances_of_its_chunks_and_coordinates_stay_hot() {
+    let fixture = fixture();
+    let rows = fixture.tier.status(&[TOKEN]).unwrap();
+    let instances: Vec<&str> = rows.iter().map(|r| r.instance.as_str()).collect();
+    assert_eq!(instances, ["b_tas_0", "b_tas_1", "b_tas_2", "b_tas_3"]);
+    assert!(
+        rows.iter()
+            .all(|r| r.state.objects == 2 && r.state.state == State::Hot)
+    );
+    let cut = fixture.tier.cut(TOKEN).unwrap().unwrap();
+    assert_eq!(
+        cut.resolve(TOKEN, "time/0").kind(),
+        svc_manifests::Kind::Hot
+    );
+    assert_eq!(
+        cut.resolve(TOKEN, "tas/.zarray").kind(),
+        svc_manifests::Kind::Hot
+    );
+    assert_eq!(cut.resolve(TOKEN, "tas/5.0").blob_id().unwrap(), "b_tas_2");
+}
+
+#[test]
+fn archive_then_restore_gives_back_every_byte() {
+    let fixture = fixture();
+    let tier = &fixture.tier;
+    assert_eq!(archive_all(tier).len(), 4);
+    assert!(tier.is_archived(TOKEN));
+    assert_eq!(hot(&fixture, "tas/3.0"), None);
+    assert!(hot(&fixture, "time/0").is_some() && hot(&fixture, "tas/.zarray").is_some());
+    assert_eq!(
+        cold_files(&fixture),
+        ["b_tas_0.zip", "b_tas_1.zip", "b_tas_2.zip", "b_tas_3.zip"]
+    );
+    let archived = state(tier, "b_tas_1");
+    assert_eq!(
+        (archived.state, archived.objects, archived.bytes),
+        (State::Archived, 2, 1200)
+    );
+    assert_eq!(archived.checksum.len(), 64);
+    // A key of an archived instance restores it (not the others) and reads back.
+    assert!(
+        tier.restore_for_read(TOKEN, "tas/3.0", Duration::from_secs(30))
+            .unwrap()
+    );
+    assert_eq!(hot(&fixture, "tas/2.0"), Some(chunk(2)));
+    assert_eq!(hot(&fixture, "tas/3.0"), Some(chunk(3)));
+    assert_eq!(hot(&fixture, "tas/4.0"), None);
+    let restored = state(tier, "b_tas_1");
+    assert_eq!((restored.state, restored.restores), (State::Hot, 1));
+    assert!(restored.last_read > 0 && restored.cold_key.is_empty());
+    assert!(!cold_files(&fixture).contains(&"b_tas_1.zip".to_string()));
+    // A key in no blob, or of a hot instance, restores nothing.
+    assert!(
+        !tier
+            .restore_for_read(TOKEN, "time/0", Duration::from_secs(1))
+            .unwrap()
+    );
+    assert!(
+        !tier
+            .restore_for_read(TOKEN, "tas/2.0", Duration::from_secs(1))
+            .unwrap()
+    );
+}
+
+#[test]
+fn a_failed_restore_reaches_every_waiter_and_the_next_read_tries_again() {
+    let fixture = fixture();
+    let tier = &fixture.tier;
+    archive_all(tier);
+    let zip = fixture
+        .data
+        .join("cold")
+        .join(TOKEN.to_string())
+        .join("b_tas_0.zip");
+    let good = std::fs::read(&zip).unwrap();
+    let mut damaged = good.clone();
+    damaged[100] ^= 0xff;
+    std::fs::write(&zip, &damaged).unwrap();
+    let outcomes: Vec<Result<bool>> = std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..8)
+            .map(|i| {
+                let tier = Arc::clone(tier);
+                scope.spawn(move || {
+                    tier.restore_for_read(
+                        TOKEN,
+                        &format!("tas/{}.0", i % 2),
+                        Duration::from_secs(30),
+                    )
+                })
+            })
+            .collect();
+        readers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for outcome in outcomes {
+        let error = outcome.unwrap_err();
+        assert!(matches!(error, Error::Restoring { .. }), "{error}");
+        assert!(
+            error.to_string().contains("could not be restored"),
+            "{error}"
+        );
+    }
+    let failed = state(tier, "b_tas_0");
+    assert_eq!((failed.state, failed.restores), (State::Archived, 0));
+    assert_eq!(hot(&fixture, "tas/0.0"), None);
+    // The damage mended, the next reader restores it.
+    std::fs::write(&zip, &good).unwrap();
+    assert!(
+        tier.restore_for_read(TOKEN, "tas/1.0", Duration::from_secs(30))
+            .unwrap()
+    );
+    assert_eq!(hot(&fixture, "tas/0.0"), Some(chunk(0)));
+    assert_eq!(state(tier, "b_tas_0").restores, 1);
+}
+
+#[test]
+fn a_hostile_cold_object_with_a_matching_checksum_restores_nothing() {
+    let fixture = fixture();
+    let tier = &fixture.tier;
+    archive_all(tier);
+    // An object whose entries climb out of the store, replacing the archived one, with its
+    // checksum recorded as if it were genuine.
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    {
+        let mut zip = zip::ZipWriter::new(&mut bytes);
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored);
+        for name in ["../../../escaped", "tas/0.0"] {
+            zip.start_file(name, options).unwrap();
+            std::io::Write::write_all(&mut zip, &[0u8; CHUNK]).unwrap();
+        }
+        zip.finish().unwrap();
+    }
+    let bytes = bytes.into_inner();
+    let location = ObjectPath::from(format!("{TOKEN}/b_tas_0.zip"));
+    tier.block_on(tier.cold.put(&location, PutPayload::from(bytes.clone())))
+        .unwrap();
+    let mut forged = state(tier, "b_tas_0");
+    forged.checksum = super::archive::hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    forged.cold_bytes = bytes.len() as u64;
+    tier.put_state(TOKEN, "b_tas_0", &forged).unwrap();
+    let error = tier
+        .restore_for_read(TOKEN, "tas/0.0", Duration::from_secs(30))
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("not a key of the store"),
+        "{error}"
+    );
+    assert!(!fixture.data.join("escaped").exists());
+    assert!(!fixture.data.join("stores").join("escaped").exists());
+    assert_eq!(hot(&fixture, "tas/0.0"), None);
+    assert_eq!(state(tier, "b_tas_0").state, State::Archived);
+}
+
+/// The tier opened again on the same data: what a start after a crash runs.
+fn reopen(fixture: Fixture) -> Fixture {
+    let Fixture { _dir, data, tier } = fixture;
+    // The database is closed with the old tier, as a process that died closes it.
+    drop(tier);
+    let tier = open(&data);
+    let known: HashSet<Uuid> = [TOKEN].into_iter().collect();
+    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
+        .unwrap();
+    Fixture { _dir, data, tier }
+}
+
+#[test]
+fn repair_rolls_an_interrupted_archive_back_to_hot_and_deletes_its_cold_object() {
+    let fixture = fixture();
+    archive_all(&fixture.tier);
+    // As if killed after packing and uploading b_tas_2 but before recording it archived:
+    // its hot copies are back (never deleted), its state says archiving.
+    let tier = &fixture.tier;
+    let mut interrupted = state(tier, "b_tas_2");
+    interrupted.state = State::Archiving;
+    tier.put_state(TOKEN, "b_tas_2", &interrupted).unwrap();
+    let store = fixture.data.join("stores").join(TOKEN.to_string());
+    std::fs::write(store.join("tas/4.0"), chunk(4)).unwrap();
+    std::fs::write(store.join("tas/5.0"), chunk(5)).unwrap();
+    let fixture = reopen(fixture);
+    let tier = &fixture.tier;
+    assert_eq!(state(tier, "b_tas_2").state, State::Hot);
+    assert!(!cold_files(&fixture).contains(&"b_tas_2.zip".to_string()));
+    assert_eq!(hot(&fixture, "tas/4.0"), Some(chunk(4)));
+    // The others are archived still, with nothing hot beside them.
+    assert_eq!(state(tier, "b_tas_3").state, State::Archived);
+    assert!(tier.is_archived(TOKEN));
+}
+
+#[test]
+fn repair_rolls_an_interrupted_restore_back_to_archived_without_partial_files() {
+    let fixture = fixture();
+    archive_all(&fixture.tier);
+    let tier = &fixture.tier;
+    let mut interrupted = state(tier, "b_tas_0");
+    interrupted.state = State::Restoring;
+    tier.put_state(TOKEN, "b_tas_0", &interrupted).unwrap();
+    let store = fixture.data.join("stores").join(TOKEN.to_string());
+    std::fs::write(store.join("tas/0.0"), chunk(0)).unwrap();
+    std::fs::write(store.join("tas/.1.0.partial"), &chunk(1)[..100]).unwrap();
+    let fixture = reopen(fixture);
+    assert_eq!(state(&fixture.tier, "b_tas_0").state, State::Archived);
+    assert_eq!(hot(&fixture, "tas/0.0"), None);
+    assert_eq!(hot(&fixture, "tas/.1.0.partial"), None);
+    assert!(cold_files(&fixture).contains(&"b_tas_0.zip".to_string()));
+    assert!(
+        fixture
+            .tier
+            .restore_for_read(TOKEN, "tas/1.0", Duration::from_secs(30))
+            .unwrap()
+    );
+    assert_eq!(hot(&fixture, "tas/1.0"), Some(chunk(1)));
+}
+
+#[test]
+fn repair_keeps_whole_hot_copies_when_the_cold_copy_is_gone() {
+    let fixture = fixture();
+    archive_all(&fixture.tier);
+    let store = fixture.data.join("stores").join(TOKEN.to_string());
+    std::fs::write(store.join("tas/6.0"), chunk(6)).unwrap();
+    std::fs::write(store.join("tas/7.0"), chunk(7)).unwrap();
+    std::fs::remove_file(
+        fixture
+            .data
+            .join("cold")
+            .join(TOKEN.to_string())
+            .join("b_tas_3.zip"),
+    )
+    .unwrap();
+    let fixture = reopen(fixture);
+    assert_eq!(state(&fixture.tier, "b_tas_3").state, State::Hot);
+    assert_eq!(hot(&fixture, "tas/7.0"), Some(chunk(7)));
+}
+
+#[test]
+fn repair_cleans_only_this_databases_leftovers_and_adopts_an_unrecorded_only_copy() {
+    let fixture = fixture();
+    archive_all(&fixture.tier);
+    let tier = &fixture.tier;
+    // A leftover: a cold object of an instance that is hot and whole.
+    tier.restore_instance(TOKEN, "b_tas_1", false).unwrap();
+    let leftover = ObjectPath::from(format!("{TOKEN}/b_tas_1.zip"));
+    tier.block_on(tier.cold.put(&leftover, PutPayload::from(vec![1u8; 10])))
+        .unwrap();
+    // The only copy of b_tas_2, whose record was lost (a database restored from a backup).
+    let mut batch = Batch::default();
+    batch.delete(cf::TIERS, state_key(TOKEN, "b_tas_2"));
+    tier.db.write(batch).unwrap();
+    // Objects of a store this database does not know, and one not named like a blob.
+    let stranger = ObjectPath::from(format!("{}/b_tas_0.zip", Uuid::from_u128(7)));
+    let other = ObjectPath::from(format!("{TOKEN}/notes.txt"));
+    for location in [&stranger, &other] {
+        tier.block_on(tier.cold.put(location, PutPayload::from(vec![2u8; 10])))
+            .unwrap();
+    }
+    let fixture = reopen(fixture);
+    let tier = &fixture.tier;
+    let exists = |location: &ObjectPath| tier.block_on(tier.cold.head(location)).is_ok();
+    assert!(!exists(&leftover));
+    assert!(exists(&stranger) && exists(&other));
+    let adopted = state(tier, "b_tas_2");
+    assert_eq!(adopted.state, State::Archived);
+    assert!(
+        tier.restore_for_read(TOKEN, "tas/5.0", Duration::from_secs(30))
+            .unwrap()
+    );
+    assert_eq!(hot(&fixture, "tas/5.0"), Some(chunk(5)));
+}
+
+#[test]
+fn forgetting_a_store_drops_its_listing_manifest_state_and_cold_objects() {
+    let fixture = fixture();
+    let tier = &fixture.tier;
+    archive_all(tier);
+    tier.forget_store(TOKEN).unwrap();
+    assert!(tier.keys(TOKEN).unwrap().is_empty());
+    assert!(tier.manifest(TOKEN).unwrap().is_none());
+    assert!(tier.state(TOKEN, "b_tas_0").unwrap().is_none());
+    assert!(!tier.is_archived(TOKEN));
+    assert!(cold_files(&fixture).is_empty());
+}
+
+#[test]
+fn blob_objects_are_named_by_token_and_instance_only() {
+    let token = TOKEN.to_string();
+    assert_eq!(
+        blob_object(&format!("{token}/b_tas_3.zip")),
+        Some((TOKEN, "b_tas_3".to_string()))
+    );
+    for name in [
+        format!("{token}/manifest.json"),
+        format!("{token}/B_TAS.zip"),
+        format!("{token}/.zip"),
+        format!("{token}/a/b.zip"),
+        "not-a-token/b_tas_0.zip".to_string(),
+        "b_tas_0.zip".to_string(),
+    ] {
+        assert_eq!(blob_object(&name), None, "{name}");
+    }
+}
