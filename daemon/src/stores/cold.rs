@@ -31,7 +31,8 @@ impl Stores {
     }
 
     /// Archives the hot blob instances `options` selects (see [`crate::tier`]), one after
-    /// another, reporting each to `progress`. Blocking.
+    /// another, store by store (so only one store's plan is held at a time), reporting each
+    /// to `progress` with the instances planned so far. Blocking.
     ///
     /// # Errors
     /// A read error listing the stores. An instance that fails is reported in its row and
@@ -41,35 +42,40 @@ impl Stores {
         options: &ArchiveOptions,
         progress: Progress<'_>,
     ) -> Result<Vec<ArchiveRow>> {
-        let candidates = self.candidates(options.scope)?;
-        let planned = self.tier.archivable(&candidates, options)?;
-        let total = planned.len();
         let still_ready = |token: Uuid, generation: i64| {
             matches!(self.record(token), Ok(Some(record))
                 if record.is_complete() && record.updated == generation)
         };
-        let mut rows = Vec::with_capacity(total);
-        for (candidate, instance, keys) in planned {
-            let mut row = ArchiveRow {
-                scope: candidate.token.to_string(),
-                instance: instance.clone(),
-                objects: keys.len() as u64,
-                bytes: keys.iter().map(|(_, size)| size).sum(),
-                outcome: "would archive".into(),
-            };
-            if !options.dry_run {
-                row.outcome =
-                    match self
-                        .tier
-                        .archive_instance(candidate, &instance, &keys, &still_ready)
-                    {
-                        Ok(true) => "archived".into(),
+        let mut rows = Vec::new();
+        let mut total = 0;
+        for candidate in self.candidates(options.scope)? {
+            let planned = self.tier.archivable(&[candidate], options)?;
+            total += planned.len();
+            for (candidate, instance, keys) in planned {
+                let mut row = ArchiveRow {
+                    scope: candidate.token.to_string(),
+                    instance: instance.clone(),
+                    objects: keys.len() as u64,
+                    bytes: keys.iter().map(|(_, size)| size).sum(),
+                    outcome: "would archive".into(),
+                };
+                if !options.dry_run {
+                    let archived =
+                        self.tier
+                            .archive_instance(candidate, &instance, &keys, &still_ready);
+                    row.outcome = match archived {
+                        Ok(true) => {
+                            // Mapped chunks would keep the deleted hot copies' pages alive.
+                            self.cache.forget(candidate.token);
+                            "archived".into()
+                        }
                         Ok(false) => "skipped: the store changed or the blob is not hot".into(),
                         Err(e) => format!("failed: {e}"),
                     };
+                }
+                progress(&row, total);
+                rows.push(row);
             }
-            progress(&row, total);
-            rows.push(row);
         }
         Ok(rows)
     }
@@ -90,12 +96,7 @@ impl Stores {
             .iter()
             .map(|candidate| candidate.token)
             .collect();
-        let archived: Vec<InstanceRow> = self
-            .tier
-            .status(&tokens)?
-            .into_iter()
-            .filter(|row| row.state.state != crate::tier::State::Hot)
-            .collect();
+        let archived: Vec<InstanceRow> = self.tier.archived_instances(&tokens)?;
         let total = archived.len();
         let mut rows = Vec::with_capacity(total);
         for instance in archived {

@@ -623,6 +623,27 @@ impl Tier {
         Ok(rows)
     }
 
+    /// The archived (or restoring) instances of the stores `tokens`, from the tier state
+    /// alone.
+    ///
+    /// # Errors
+    /// A read error or a corrupt record.
+    pub(crate) fn archived_instances(&self, tokens: &[Uuid]) -> Result<Vec<InstanceRow>> {
+        let wanted: std::collections::HashSet<&Uuid> = tokens.iter().collect();
+        Ok(self
+            .states()?
+            .into_iter()
+            .filter(|(token, _, state)| {
+                wanted.contains(token) && matches!(state.state, State::Archived | State::Restoring)
+            })
+            .map(|(token, instance, state)| InstanceRow {
+                scope: token.to_string(),
+                instance,
+                state,
+            })
+            .collect())
+    }
+
     // ---- a store converted again or removed ---------------------------------------------
 
     /// Forgets the store `token`'s listing, manifest and tier state and deletes its cold
@@ -696,6 +717,17 @@ impl Tier {
             }
         }
         let ready: std::collections::HashSet<Uuid> = ready.iter().copied().collect();
+        // A store gone or being converted again keeps no listing or manifest (a crash may
+        // have come between its record and forgetting them).
+        for &token in known.iter().filter(|token| !ready.contains(token)) {
+            if self.has_listing(token)? || self.db.get(cf::MANIFESTS, token.as_bytes())?.is_some()
+            {
+                let mut batch = Batch::default();
+                batch.delete_prefixed(cf::KEYS, token.as_bytes());
+                batch.delete(cf::MANIFESTS, token.as_bytes().to_vec());
+                self.db.write(batch)?;
+            }
+        }
         let mut kept = std::collections::HashSet::new();
         for (token, instance, mut state) in self.states()? {
             if !ready.contains(&token) {
