@@ -720,8 +720,7 @@ impl Tier {
         // A store gone or being converted again keeps no listing or manifest (a crash may
         // have come between its record and forgetting them).
         for &token in known.iter().filter(|token| !ready.contains(token)) {
-            if self.has_listing(token)? || self.db.get(cf::MANIFESTS, token.as_bytes())?.is_some()
-            {
+            if self.has_listing(token)? || self.db.get(cf::MANIFESTS, token.as_bytes())?.is_some() {
                 let mut batch = Batch::default();
                 batch.delete_prefixed(cf::KEYS, token.as_bytes());
                 batch.delete(cf::MANIFESTS, token.as_bytes().to_vec());
