@@ -260,6 +260,17 @@ impl<B: Backend> Tree<B> {
         self.backend.hot_file(&store, &key)
     }
 
+    /// Whether `ino` is inside a store (a key or a directory below a store's directory),
+    /// not the root or a store's directory.
+    pub fn inside_store(&self, ino: u64) -> bool {
+        let inodes = self.read_inodes();
+        match inodes.node(ino) {
+            Ok(Node::File { .. }) => true,
+            Ok(Node::Directory { store }) => inodes.stores.get(&store.token) != Some(&ino),
+            _ => false,
+        }
+    }
+
     /// The current record of the store that `store` (a node's snapshot) belongs to, when it
     /// is still that conversion.
     fn current(&self, store: &StoreEntry) -> Result<StoreEntry, i32> {

@@ -22,9 +22,15 @@ use fuser::{
 
 use crate::filesystem::{Attr, Backend, Kind, ROOT, Tree};
 
-/// How long the kernel keeps an entry or attributes of a store: a store's keys never change
-/// within a conversion, but it may become public or private, or be converted again.
+/// How long the kernel keeps the entry and attributes of a store's directory: the store may
+/// be converted again (its name then leads to a new directory inode, and everything below
+/// is looked up afresh under it) or become public or private.
 const STORE_TTL: Duration = Duration::from_secs(5);
+
+/// How long it keeps those of what is inside a store: a conversion's keys never change. Its
+/// permissions may (a store made private is still refused at once, as opening checks the
+/// current record; one made public is readable by others once this has passed).
+const KEY_TTL: Duration = Duration::from_secs(60);
 
 /// How long it keeps the root's: stores appear and go.
 const ROOT_TTL: Duration = Duration::from_secs(1);
@@ -50,6 +56,17 @@ struct Backing {
 }
 
 impl<B: Backend> Fuse<B> {
+    /// How long the kernel may keep the entry and attributes of `ino`.
+    fn ttl(&self, ino: u64) -> Duration {
+        if ino == ROOT {
+            ROOT_TTL
+        } else if self.tree.inside_store(ino) {
+            KEY_TTL
+        } else {
+            STORE_TTL
+        }
+    }
+
     /// The filesystem of the stores `backend` gives; `passthrough` asks for passthrough of
     /// hot chunks where the kernel and the daemon's privileges allow it.
     pub fn new(backend: B, passthrough: bool) -> Self {
@@ -119,14 +136,6 @@ fn file_attr(attr: &Attr) -> FileAttr {
     }
 }
 
-fn ttl(attr: &Attr) -> Duration {
-    if attr.ino == ROOT {
-        ROOT_TTL
-    } else {
-        STORE_TTL
-    }
-}
-
 fn errno(code: i32) -> Errno {
     Errno::from_i32(code)
 }
@@ -152,14 +161,14 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
             return;
         };
         match self.tree.lookup(parent.0, name) {
-            Ok(attr) => reply.entry(&ttl(&attr), &file_attr(&attr), Generation(0)),
+            Ok(attr) => reply.entry(&self.ttl(attr.ino), &file_attr(&attr), Generation(0)),
             Err(code) => reply.error(errno(code)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.tree.getattr(ino.0) {
-            Ok(attr) => reply.attr(&ttl(&attr), &file_attr(&attr)),
+            Ok(attr) => reply.attr(&self.ttl(attr.ino), &file_attr(&attr)),
             Err(code) => reply.error(errno(code)),
         }
     }

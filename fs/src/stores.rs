@@ -4,8 +4,9 @@
 //! an archived blob when one of its keys is read). The kernel has checked the caller's permissions by then (`default_permissions`
 //! over the owners and modes the tree gives), so a read is made as the store's owner.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use svc_daemon::{Caller, Daemon, ErrorKind, StoreRecord};
 use uuid::Uuid;
@@ -19,13 +20,18 @@ pub struct DaemonStores {
     /// (`mount.read_timeout_seconds`). The mount shows complete stores only, so there is
     /// never a chunk still being converted to wait for.
     read_wait: Duration,
+    accounts: Accounts,
 }
 
 impl DaemonStores {
     /// The stores of `daemon`.
     pub fn new(daemon: Arc<Daemon>) -> Self {
         let read_wait = Duration::from_secs(daemon.config().mount.read_timeout_seconds);
-        DaemonStores { daemon, read_wait }
+        DaemonStores {
+            daemon,
+            read_wait,
+            accounts: Accounts::default(),
+        }
     }
 }
 
@@ -35,19 +41,43 @@ fn now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-/// The uid and gid of the local account `user`; root's when there is none (the store's
-/// files are then readable by root alone, or by anyone when public).
-fn local_ids(user: &str) -> (u32, u32) {
-    match nix::unistd::User::from_name(user) {
-        Ok(Some(account)) => (account.uid.as_raw(), account.gid.as_raw()),
-        _ => (0, 0),
+/// How long a user's uid and gid are taken from the password database once looked up.
+const ACCOUNT_TTL: Duration = Duration::from_secs(60);
+
+/// The uid and gid of local accounts, looked up at most every [`ACCOUNT_TTL`]: every open
+/// asks for its store's owner, and a lookup reads the password database.
+#[derive(Default)]
+struct Accounts(parking_lot::Mutex<HashMap<String, Account>>);
+
+/// A local account's uid and gid, and when they were looked up.
+type Account = ((u32, u32), Instant);
+
+impl Accounts {
+    /// The uid and gid of the local account `user`; root's when there is none (the store's
+    /// files are then readable by root alone, or by anyone when public).
+    fn ids(&self, user: &str) -> (u32, u32) {
+        if let Some((ids, at)) = self.0.lock().get(user)
+            && at.elapsed() < ACCOUNT_TTL
+        {
+            return *ids;
+        }
+        let ids = match nix::unistd::User::from_name(user) {
+            Ok(Some(account)) => (account.uid.as_raw(), account.gid.as_raw()),
+            _ => (0, 0),
+        };
+        let mut accounts = self.0.lock();
+        if accounts.len() > 10_000 {
+            accounts.clear();
+        }
+        accounts.insert(user.to_string(), (ids, Instant::now()));
+        ids
     }
 }
 
-/// A ready store's record as the mount shows it. Its generation is when its conversion
+/// A complete store's record as the mount shows it. Its generation is when its conversion
 /// finished: a store converted again has another.
-fn entry(record: &svc_daemon::StoreRecord, now: i64) -> StoreEntry {
-    let (uid, gid) = local_ids(&record.owner);
+fn entry(accounts: &Accounts, record: &svc_daemon::StoreRecord, now: i64) -> StoreEntry {
+    let (uid, gid) = accounts.ids(&record.owner);
     StoreEntry {
         token: record.token.to_string(),
         uid,
@@ -70,14 +100,16 @@ impl Backend for DaemonStores {
         records
             .into_iter()
             .filter(StoreRecord::is_complete)
-            .map(|record| entry(&record, now))
+            .map(|record| entry(&self.accounts, &record, now))
             .collect()
     }
 
     fn store(&self, token: &str) -> Option<StoreEntry> {
         let token = Uuid::parse_str(token).ok()?;
         let record = self.daemon.stores().record(token).ok()??;
-        record.is_complete().then(|| entry(&record, now()))
+        record
+            .is_complete()
+            .then(|| entry(&self.accounts, &record, now()))
     }
 
     fn keys(&self, token: &str) -> Option<Vec<(String, u64)>> {

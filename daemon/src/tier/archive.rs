@@ -217,19 +217,25 @@ impl Tier {
             let mut hasher = Sha256::new();
             let mut total = 0u64;
             let mut buffer = vec![0u8; PART];
-            loop {
-                let n = read_full(&mut file, &mut buffer)
-                    .map_err(|e| Error::io(format!("read {}", staged.display()), e))?;
+            let sent = loop {
+                let n = match read_full(&mut file, &mut buffer) {
+                    Ok(n) => n,
+                    Err(e) => break Err(Error::io(format!("read {}", staged.display()), e)),
+                };
                 if n == 0 {
-                    break;
+                    break Ok(());
                 }
                 hasher.update(&buffer[..n]);
                 total += n as u64;
-                writer
-                    .wait_for_capacity(PARTS_AT_ONCE)
-                    .await
-                    .map_err(|e| cold_failed("write", &e))?;
+                if let Err(e) = writer.wait_for_capacity(PARTS_AT_ONCE).await {
+                    break Err(cold_failed("write", &e));
+                }
                 writer.write(&buffer[..n]);
+            };
+            if let Err(e) = sent {
+                // No unfinished upload is left behind on an object store that keeps parts.
+                let _ = writer.abort().await;
+                return Err(e);
             }
             writer
                 .finish()

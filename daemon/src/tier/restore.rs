@@ -153,20 +153,22 @@ impl Tier {
             .join(format!("{instance}.restore.zip"));
         let dir = self.store_dir(token);
         let mut written = Vec::new();
-        let restored = match &self.cold_dir {
-            Some(cold) => self
-                .check_in_place(&location, &state.checksum, state.cold_bytes)
-                .map(|()| cold.join(location.as_ref())),
-            None => self
-                .fetch(&location, &staged, &state.checksum, state.cold_bytes)
-                .map(|()| staged.clone()),
-        }
-        .and_then(|zip| {
-            let listed = |key: &str| self.listed_size(token, key);
-            unpack(&zip, &dir, state.objects, &listed, &mut written)
-        })
-        // On disk before the cold copy may go.
-        .and_then(|()| super::sync_filesystem(&dir));
+        let started = Instant::now();
+        let listed = |key: &str| self.listed_size(token, key);
+        let expected = Expected {
+            checksum: &state.checksum,
+            bytes: state.cold_bytes,
+            objects: state.objects,
+        };
+        // A local cold object is read in place; another is fetched first.
+        let source = match &self.cold_dir {
+            Some(cold) => Ok(cold.join(location.as_ref())),
+            None => self.fetch(&location, &staged).map(|()| staged.clone()),
+        };
+        let restored = source
+            .and_then(|zip| unpack(&zip, &dir, &expected, &listed, &mut written))
+            // On disk before the cold copy may go.
+            .and_then(|()| super::sync_filesystem(&dir));
         remove_file(&staged);
         if let Err(e) = restored {
             for key in &written {
@@ -189,39 +191,27 @@ impl Tier {
             // Named by no record now: the next start removes it.
             tracing::warn!(%token, %instance, error = %e, "cannot delete a restored cold object");
         }
-        tracing::info!(%token, %instance, objects = written.len(), "restored");
+        tracing::info!(
+            %token,
+            %instance,
+            objects = written.len(),
+            bytes = state.bytes,
+            ms = started.elapsed().as_millis(),
+            "restored"
+        );
         Ok(true)
     }
 
-    /// Checks the size and SHA-256 of the cold object at `location` by reading it whole.
-    fn check_in_place(&self, location: &ObjectPath, checksum: &str, size: u64) -> Result<()> {
-        let (got, got_bytes) = self.read_back(location)?;
-        if got != checksum || got_bytes != size {
-            return Err(tier_error(format!(
-                "cold object {location} has {got_bytes} bytes with SHA-256 {got}; \
-                 {size} bytes with SHA-256 {checksum} were archived"
-            )));
-        }
-        Ok(())
-    }
-
-    /// Copies the cold object at `location` to `staged`, checking its size and SHA-256.
-    fn fetch(
-        &self,
-        location: &ObjectPath,
-        staged: &std::path::Path,
-        checksum: &str,
-        size: u64,
-    ) -> Result<()> {
+    /// Copies the cold object at `location` to `staged` (checked as it is unpacked).
+    fn fetch(&self, location: &ObjectPath, staged: &std::path::Path) -> Result<()> {
         if let Some(parent) = staged.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| Error::io(format!("create {}", parent.display()), e))?;
         }
         let mut file = std::fs::File::create(staged)
             .map_err(|e| Error::io(format!("create {}", staged.display()), e))?;
-        let (got, got_bytes) = self.block_on(async {
+        self.block_on(async {
             use futures::StreamExt;
-            use sha2::Digest;
             let failed =
                 |e: &dyn std::fmt::Display| tier_error(format!("read cold object {location}: {e}"));
             let mut stream = self
@@ -230,54 +220,106 @@ impl Tier {
                 .await
                 .map_err(|e| failed(&e))?
                 .into_stream();
-            let mut hasher = sha2::Sha256::new();
-            let mut total = 0u64;
             while let Some(bytes) = stream.next().await {
-                let bytes = bytes.map_err(|e| failed(&e))?;
-                hasher.update(&bytes);
-                total += bytes.len() as u64;
-                file.write_all(&bytes)
+                file.write_all(&bytes.map_err(|e| failed(&e))?)
                     .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
             }
-            Ok::<_, Error>((hex(&hasher.finalize()), total))
-        })?;
-        if got != checksum || got_bytes != size {
-            return Err(tier_error(format!(
-                "cold object {location} has {got_bytes} bytes with SHA-256 {got}; \
-                 {size} bytes with SHA-256 {checksum} were archived"
-            )));
-        }
-        Ok(())
+            Ok(())
+        })
     }
 }
 
-/// Writes the keys of the ZIP at `zip` into the store directory `dir`: each entry must be a
-/// key of the store with its listed size (`listed`), once; there must be `objects` of them.
-/// Each file is written to its temporary name and renamed into place once whole; the ZIP's
-/// CRC of each entry is checked as it is read. `written` collects the keys begun (to clean
-/// their temporary files after a failure).
+/// What a blob's cold object was when it was archived.
+struct Expected<'a> {
+    /// Its SHA-256 (hex).
+    checksum: &'a str,
+    /// Its size.
+    bytes: u64,
+    /// The keys in it.
+    objects: u64,
+}
+
+/// A reader that hashes what passes through it, on a thread of its own: the restore reads
+/// and writes on one core while SHA-256 runs on another.
+struct Hashing<R> {
+    inner: R,
+    bytes: u64,
+    sender: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
+    hasher: Option<std::thread::JoinHandle<String>>,
+}
+
+impl<R: Read> Hashing<R> {
+    fn new(inner: R) -> std::io::Result<Self> {
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
+        let hasher = std::thread::Builder::new()
+            .name("tier-hash".into())
+            .spawn(move || {
+                use sha2::Digest;
+                let mut hasher = sha2::Sha256::new();
+                for bytes in receiver {
+                    hasher.update(&bytes);
+                }
+                hex(&hasher.finalize())
+            })?;
+        Ok(Hashing {
+            inner,
+            bytes: 0,
+            sender: Some(sender),
+            hasher: Some(hasher),
+        })
+    }
+
+    /// The SHA-256 (hex) of everything read, and its size.
+    fn finish(mut self) -> (String, u64) {
+        drop(self.sender.take());
+        let checksum = self
+            .hasher
+            .take()
+            .and_then(|hasher| hasher.join().ok())
+            .unwrap_or_default();
+        (checksum, self.bytes)
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0
+            && let Some(sender) = &self.sender
+        {
+            sender
+                .send(buf[..n].to_vec())
+                .map_err(|_| std::io::Error::other("the hashing thread ended"))?;
+        }
+        self.bytes += n as u64;
+        Ok(n)
+    }
+}
+
+/// Writes the keys of the ZIP at `zip` into the store directory `dir` in one sequential
+/// pass over it, which also checks its size and SHA-256 against `expected`: each entry must
+/// be a key of the store with its listed size (`listed`), once, and there must be
+/// `expected.objects` of them; the ZIP's CRC of each entry is checked as it is read. Each
+/// key is written to its temporary name, and all are renamed into place only once the whole
+/// object has checked out. `written` collects the keys begun (to clean their temporary files
+/// after a failure).
 fn unpack(
     zip: &std::path::Path,
     dir: &std::path::Path,
-    objects: u64,
+    expected: &Expected<'_>,
     listed: &dyn Fn(&str) -> Result<Option<u64>>,
     written: &mut Vec<String>,
 ) -> Result<()> {
     let failed = |e: &dyn std::fmt::Display| tier_error(format!("unpack {}: {e}", zip.display()));
     let file =
         std::fs::File::open(zip).map_err(|e| Error::io(format!("read {}", zip.display()), e))?;
-    let mut archive =
-        zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| failed(&e))?;
-    if archive.len() as u64 != objects {
-        return Err(failed(&format!(
-            "it holds {} entries, the blob had {objects} keys",
-            archive.len()
-        )));
-    }
+    let mut stream = Hashing::new(std::io::BufReader::with_capacity(1 << 20, file))
+        .map_err(|e| Error::io("start hashing", e))?;
     let mut seen = HashSet::new();
     let mut buffer = vec![0u8; 1 << 20];
-    for index in 0..archive.len() {
-        let mut entry = archive.by_index(index).map_err(|e| failed(&e))?;
+    while let Some(mut entry) =
+        zip::read::read_zipfile_from_stream(&mut stream).map_err(|e| failed(&e))?
+    {
         let name = entry.name().map_err(|e| failed(&e))?.to_string();
         let size = listed(&name)?;
         if size != Some(entry.size()) || !seen.insert(name.clone()) {
@@ -285,10 +327,15 @@ fn unpack(
                 "{name:?} is not a key of the store with that size, or appears twice"
             )));
         }
+        if seen.len() as u64 > expected.objects {
+            return Err(failed(&format!(
+                "it holds more than the blob's {} keys",
+                expected.objects
+            )));
+        }
         written.push(name.clone());
-        let target = dir.join(&name);
         let partial = partial_path(dir, &name);
-        if let Some(parent) = target.parent() {
+        if let Some(parent) = partial.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| Error::io(format!("create {}", parent.display()), e))?;
         }
@@ -302,8 +349,29 @@ fn unpack(
             out.write_all(&buffer[..n])
                 .map_err(|e| Error::io(format!("write {}", partial.display()), e))?;
         }
-        drop(out);
-        std::fs::rename(&partial, &target)
+    }
+    // The central directory, into the checksum.
+    std::io::copy(&mut stream, &mut std::io::sink()).map_err(|e| failed(&e))?;
+    let (checksum, bytes) = stream.finish();
+    if checksum != expected.checksum || bytes != expected.bytes {
+        return Err(tier_error(format!(
+            "cold object {} has {bytes} bytes with SHA-256 {checksum}; {} bytes with SHA-256 {} \
+             were archived",
+            zip.display(),
+            expected.bytes,
+            expected.checksum
+        )));
+    }
+    if seen.len() as u64 != expected.objects {
+        return Err(failed(&format!(
+            "{} of the blob's {} keys are in it",
+            seen.len(),
+            expected.objects
+        )));
+    }
+    for name in written.iter() {
+        let partial = partial_path(dir, name);
+        std::fs::rename(&partial, dir.join(name))
             .map_err(|e| Error::io(format!("rename {}", partial.display()), e))?;
     }
     Ok(())
