@@ -47,12 +47,16 @@ pub struct Fuse<B> {
     next_handle: AtomicU64,
 }
 
-/// Backing files by open file handle, and by inode: the kernel wants one backing file per
-/// inode while any handle of it is open, so a second open reuses the first's.
+/// The open handles of the mount's files. The kernel wants one backing file per inode while
+/// any handle of it is open, so a second open reuses the first's.
 #[derive(Default)]
 struct Backing {
+    /// Backing files by open (passthrough) handle.
     by_handle: HashMap<u64, Arc<BackingId>>,
+    /// Backing files by inode, while a handle holds them.
     by_inode: HashMap<u64, Weak<BackingId>>,
+    /// Handles read through the daemon, by inode.
+    cached: HashMap<u64, usize>,
 }
 
 impl<B: Backend> Fuse<B> {
@@ -78,36 +82,47 @@ impl<B: Backend> Fuse<B> {
         }
     }
 
-    /// Opens `ino` with its hot copy as the kernel's backing file, if it has one and
-    /// passthrough works; gives `reply` back otherwise.
-    fn open_passthrough(&self, ino: u64, reply: ReplyOpen) -> Option<ReplyOpen> {
-        if !self.passthrough.load(Ordering::Relaxed) {
-            return Some(reply);
-        }
-        let Some(file) = self.tree.hot_file(ino) else {
-            return Some(reply);
-        };
+    /// Opens `ino` (for reading, access checked): with its hot copy as the kernel's backing
+    /// file when it has one and passthrough works, else read through the daemon.
+    ///
+    /// The kernel refuses (EIO) to have one inode open both ways at once, so the mode of an
+    /// inode's open handles decides a new handle's: an inode opened through the daemon
+    /// (its chunk was archived then) stays so until its last such handle is released, and
+    /// one with a backing file keeps it (its bytes stay readable even after archiving
+    /// unlinked the hot copy).
+    fn open_file(&self, ino: u64, reply: ReplyOpen) {
         let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        let through_daemon = |backing: &mut Backing, reply: ReplyOpen| {
+            *backing.cached.entry(ino).or_default() += 1;
+            // Stores are immutable: the kernel may keep what it read.
+            reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+        };
+        if !self.passthrough.load(Ordering::Relaxed) || backing.cached.contains_key(&ino) {
+            return through_daemon(&mut backing, reply);
+        }
         let id = match backing.by_inode.get(&ino).and_then(Weak::upgrade) {
             Some(id) => id,
-            None => match reply.open_backing(&file) {
-                Ok(id) => {
-                    let id = Arc::new(id);
-                    backing.by_inode.insert(ino, Arc::downgrade(&id));
-                    id
+            None => {
+                let Some(file) = self.tree.hot_file(ino) else {
+                    return through_daemon(&mut backing, reply);
+                };
+                match reply.open_backing(&file) {
+                    Ok(id) => {
+                        let id = Arc::new(id);
+                        backing.by_inode.insert(ino, Arc::downgrade(&id));
+                        id
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the kernel refuses passthrough; the mount reads through the daemon");
+                        self.passthrough.store(false, Ordering::Relaxed);
+                        return through_daemon(&mut backing, reply);
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the kernel refuses passthrough; the mount reads through the daemon");
-                    self.passthrough.store(false, Ordering::Relaxed);
-                    return Some(reply);
-                }
-            },
+            }
         };
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         backing.by_handle.insert(handle, Arc::clone(&id));
-        backing.by_inode.retain(|_, id| id.strong_count() > 0);
         reply.opened_passthrough(FileHandle(handle), FopenFlags::empty(), &id);
-        None
     }
 }
 
@@ -183,26 +198,33 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
             reply.error(errno(code));
             return;
         }
-        if let Some(reply) = self.open_passthrough(ino.0, reply) {
-            // Stores are immutable: the kernel may keep what it read.
-            reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
-        }
+        self.open_file(ino.0, reply);
     }
 
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if fh.0 != 0 {
-            let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
-            backing.by_handle.remove(&fh.0);
+        let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        if fh.0 == 0 {
+            if let Some(open) = backing.cached.get_mut(&ino.0) {
+                *open -= 1;
+                if *open == 0 {
+                    backing.cached.remove(&ino.0);
+                }
+            }
+        } else if let Some(id) = backing.by_handle.remove(&fh.0)
+            && Arc::strong_count(&id) == 1
+        {
+            backing.by_inode.remove(&ino.0);
         }
+        drop(backing);
         reply.ok();
     }
 

@@ -233,6 +233,31 @@ def test_an_open_hot_chunk_is_read_by_the_kernel_from_the_hot_tier(tiered):
     svcd(data, "tier", "restore", "--scope", store["token"])
 
 
+def test_a_chunk_open_while_archived_and_again_once_restored_reads_both_ways(tiered):
+    """The kernel refuses one inode open both through the daemon and by passthrough: a
+    chunk opened while archived (read through the daemon, which restores it) and opened again
+    while that handle is open (now hot) must read, and so must a chunk held open by
+    passthrough once archiving has unlinked its hot copy."""
+    data, store = tiered["data"], tiered["stores"]["private"]
+    all_hot(data, store["token"])
+    all_archived(data, store["token"])
+    key = "tas/20.0.0"
+    with open(store["dir"] / key, "rb", buffering=0) as first:
+        assert first.read() == store["served"][key]
+        assert (data / "stores" / store["token"] / key).exists()
+        with open(store["dir"] / key, "rb", buffering=0) as second:
+            assert second.read() == store["served"][key]
+    all_hot(data, store["token"])
+    key = "tas/40.0.0"
+    with open(store["dir"] / key, "rb", buffering=0) as held:
+        all_archived(data, store["token"])
+        with open(store["dir"] / key, "rb", buffering=0) as again:
+            assert again.read() == store["served"][key]
+        assert held.read() == store["served"][key]
+    assert tier_rows(data, store["token"])[2]["state"] == "archived"
+    all_hot(data, store["token"])
+
+
 def test_many_concurrent_readers_of_an_archived_blob_cause_one_restore(tiered):
     data, headers = tiered["data"], tiered["headers"]
     store = tiered["stores"]["private"]
