@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 CARGO_TARGET_DIR ?= /var/tmp/svc-nextgen-target
 export CARGO_TARGET_DIR
-APT_PACKAGES := clang libclang-dev libnetcdf-dev libhdf5-dev pkg-config python3-venv netcdf-bin fuse3
+APT_PACKAGES := clang libclang-dev libnetcdf-dev libhdf5-dev pkg-config python3-venv netcdf-bin fuse3 unzip
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VENV := .venv-test
 VENV_ZARR2 := .venv-zarr2

@@ -37,7 +37,9 @@ const ROOT_TTL: Duration = Duration::from_secs(1);
 
 /// The mount's filesystem over the tree of `B`.
 pub struct Fuse<B> {
-    tree: Tree<B>,
+    tree: Arc<Tree<B>>,
+    /// Runs the reads answered through the daemon.
+    readers: Readers,
     /// Whether opens may hand hot files to the kernel: asked for, offered by the kernel at
     /// init, and not refused since.
     passthrough: AtomicBool,
@@ -59,7 +61,62 @@ struct Backing {
     cached: HashMap<u64, usize>,
 }
 
-impl<B: Backend> Fuse<B> {
+/// Threads that answer reads through the daemon.
+const READERS: usize = 32;
+
+/// A read to answer.
+type ReadJob = Box<dyn FnOnce() + Send>;
+
+/// The threads that answer reads through the daemon, off the FUSE threads: such a read may
+/// wait for a restore from the cold tier (up to `mount.read_timeout_seconds`), and FUSE
+/// threads held by such reads would stall every lookup and open of the mount for every
+/// user. Reads beyond the threads' number wait in their queue.
+struct Readers {
+    queue: Mutex<std::sync::mpsc::Sender<ReadJob>>,
+}
+
+impl Readers {
+    fn start(threads: usize) -> Self {
+        let (queue, jobs) = std::sync::mpsc::channel::<ReadJob>();
+        let jobs = Arc::new(Mutex::new(jobs));
+        for n in 0..threads {
+            let jobs = Arc::clone(&jobs);
+            let started = std::thread::Builder::new()
+                .name(format!("mount-read-{n}"))
+                .spawn(move || {
+                    loop {
+                        // The queue's lock is held only while taking a job.
+                        let job = jobs.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        match job {
+                            Ok(job) => job(),
+                            // The mount is gone.
+                            Err(_) => return,
+                        }
+                    }
+                });
+            if let Err(e) = started {
+                tracing::warn!(error = %e, "cannot start a mount reader thread");
+            }
+        }
+        Readers {
+            queue: Mutex::new(queue),
+        }
+    }
+
+    /// Runs `job` on a reader thread (here, if none is left).
+    fn run(&self, job: ReadJob) {
+        let sent = self
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(job);
+        if let Err(std::sync::mpsc::SendError(job)) = sent {
+            job();
+        }
+    }
+}
+
+impl<B: Backend + 'static> Fuse<B> {
     /// How long the kernel may keep the entry and attributes of `ino`.
     fn ttl(&self, ino: u64) -> Duration {
         if ino == ROOT {
@@ -75,7 +132,8 @@ impl<B: Backend> Fuse<B> {
     /// hot chunks where the kernel and the daemon's privileges allow it.
     pub fn new(backend: B, passthrough: bool) -> Self {
         Fuse {
-            tree: Tree::new(backend),
+            tree: Arc::new(Tree::new(backend)),
+            readers: Readers::start(READERS),
             passthrough: AtomicBool::new(passthrough),
             backing: Mutex::default(),
             next_handle: AtomicU64::new(1),
@@ -239,10 +297,12 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.tree.read(ino.0, offset, size) {
-            Ok(bytes) => reply.data(&bytes),
-            Err(code) => reply.error(errno(code)),
-        }
+        let tree = Arc::clone(&self.tree);
+        self.readers
+            .run(Box::new(move || match tree.read(ino.0, offset, size) {
+                Ok(bytes) => reply.data(&bytes),
+                Err(code) => reply.error(errno(code)),
+            }));
     }
 
     fn readdir(
