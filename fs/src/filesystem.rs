@@ -6,8 +6,11 @@
 //!
 //! Inodes: 1 is the root; a store's directory gets one when it is first listed or looked up,
 //! and everything below it the first time something inside it is, all at once from its key
-//! listing. Listing the root reads no store's keys. An inode is never reused for another
-//! path while the tree lives, so the kernel's cached entries stay right.
+//! listing. Listing the root reads no store's keys. An inode number is never reused while
+//! the tree lives, so the kernel's cached entries stay right. When the kernel forgets a
+//! store's directory (it has let go of everything below it first: its entries hold their
+//! parents), the tree drops what it made below it ([`Tree::forget`]): a mount's memory
+//! follows the stores in use, not every key ever listed.
 //!
 //! A store is looked up afresh by name each time (the kernel asks again once its entry's
 //! time is up): one that is gone or not ready is not there. A store converted again is a
@@ -121,8 +124,12 @@ pub struct Tree<B> {
 
 #[derive(Default)]
 struct Inodes {
-    /// Nodes by inode number - 1 (the root first).
-    nodes: Vec<Node>,
+    /// Nodes by inode number.
+    nodes: HashMap<u64, Node>,
+    /// The next inode number to give.
+    next: u64,
+    /// How many lookups of each store directory the kernel holds (it forgets them in turn).
+    lookups: HashMap<u64, u64>,
     /// Children of each directory inode by name, in name order.
     children: HashMap<u64, BTreeMap<String, u64>>,
     /// The directory inode of the current generation of each store met, by token.
@@ -137,7 +144,8 @@ impl<B: Backend> Tree<B> {
     /// A tree over `backend`, with only the root known.
     pub fn new(backend: B) -> Self {
         let inodes = Inodes {
-            nodes: vec![Node::Root],
+            nodes: HashMap::from([(ROOT, Node::Root)]),
+            next: ROOT + 1,
             ..Inodes::default()
         };
         Tree {
@@ -155,7 +163,10 @@ impl<B: Backend> Tree<B> {
         if parent == ROOT {
             let token = name.strip_suffix(".zarr").ok_or(libc::ENOENT)?;
             let ino = self.store(token)?;
-            return self.getattr(ino);
+            let attr = self.getattr(ino)?;
+            // The kernel holds this entry until it forgets it.
+            *self.write_inodes().lookups.entry(ino).or_default() += 1;
+            return Ok(attr);
         }
         self.load(parent)?;
         let inodes = self.read_inodes();
@@ -258,6 +269,27 @@ impl<B: Backend> Tree<B> {
             _ => return None,
         };
         self.backend.hot_file(&store, &key)
+    }
+
+    /// The kernel forgets `lookups` lookups of `ino`. A store directory it no longer holds
+    /// has nothing below it in use (the kernel's entries hold their parents), so what was
+    /// made below it goes; the directory itself too, unless it is the store's current one.
+    /// Other inodes live as long as their store's directory.
+    pub fn forget(&self, ino: u64, lookups: u64) {
+        let mut inodes = self.write_inodes();
+        let Some(held) = inodes.lookups.get_mut(&ino) else {
+            return;
+        };
+        *held = held.saturating_sub(lookups);
+        if *held == 0 {
+            inodes.lookups.remove(&ino);
+            inodes.unload(ino);
+        }
+    }
+
+    /// The number of inodes the tree holds (the root included).
+    pub fn inodes(&self) -> usize {
+        self.read_inodes().nodes.len()
     }
 
     /// Whether `ino` is inside a store (a key or a directory below a store's directory),
@@ -414,16 +446,36 @@ impl<B: Backend> Tree<B> {
 
 impl Inodes {
     fn node(&self, ino: u64) -> Result<&Node, i32> {
-        usize::try_from(ino.wrapping_sub(1))
-            .ok()
-            .and_then(|at| self.nodes.get(at))
-            .ok_or(libc::ENOENT)
+        self.nodes.get(&ino).ok_or(libc::ENOENT)
+    }
+
+    /// Drops everything below the store directory `dir`, and `dir` itself unless it is its
+    /// store's current directory (which then loads its keys again when next entered).
+    fn unload(&mut self, dir: u64) {
+        let mut below: Vec<u64> = self
+            .children
+            .remove(&dir)
+            .map(|children| children.into_values().collect())
+            .unwrap_or_default();
+        while let Some(ino) = below.pop() {
+            if let Some(children) = self.children.remove(&ino) {
+                below.extend(children.into_values());
+            }
+            self.nodes.remove(&ino);
+        }
+        self.loaded.remove(&dir);
+        let current = matches!(self.nodes.get(&dir), Some(Node::Directory { store })
+            if self.stores.get(&store.token) == Some(&dir));
+        if !current {
+            self.nodes.remove(&dir);
+        }
     }
 
     /// Adds `node` as `name` in directory `parent`; its inode.
     fn add(&mut self, parent: u64, name: &str, node: Node) -> u64 {
-        self.nodes.push(node);
-        let ino = self.nodes.len() as u64;
+        let ino = self.next;
+        self.next += 1;
+        self.nodes.insert(ino, node);
         self.children
             .entry(parent)
             .or_default()
@@ -551,6 +603,36 @@ mod tests {
         assert_eq!(tree.read(data.ino, 11, 10).unwrap(), b"");
         // The same path is the same inode, also after a fresh lookup.
         assert_eq!(tree.lookup(ROOT, "a1.zarr").unwrap().ino, store.ino);
+    }
+
+    #[test]
+    fn a_forgotten_store_leaves_the_tree_and_comes_back_when_looked_up() {
+        let tree = Tree::new(Two);
+        let before = tree.inodes();
+        let store = tree.lookup(ROOT, "a1.zarr").unwrap();
+        let again = tree.lookup(ROOT, "a1.zarr").unwrap();
+        assert_eq!(store.ino, again.ino);
+        let tas = tree.lookup(store.ino, "tas").unwrap();
+        let chunk = tree.lookup(tas.ino, "0.0.0").unwrap();
+        assert!(tree.inodes() > before + 3);
+        // One of the two lookups forgotten: everything stays.
+        tree.forget(store.ino, 1);
+        assert_eq!(tree.read(chunk.ino, 0, 5).unwrap(), b"chunk");
+        // Both: what was made below the store goes; the store's directory stays.
+        tree.forget(store.ino, 1);
+        assert_eq!(tree.inodes(), before + 1);
+        assert_eq!(tree.read(chunk.ino, 0, 5), Err(libc::ENOENT));
+        // Looked up again, its keys come back under new inodes.
+        let back = tree.lookup(ROOT, "a1.zarr").unwrap();
+        assert_eq!(back.ino, store.ino);
+        let tas = tree.lookup(back.ino, "tas").unwrap();
+        let chunk_again = tree.lookup(tas.ino, "0.0.0").unwrap();
+        assert_ne!(chunk_again.ino, chunk.ino);
+        assert_eq!(tree.read(chunk_again.ino, 0, 5).unwrap(), b"chunk");
+        // Forgetting what the tree does not count is harmless.
+        tree.forget(chunk_again.ino, 7);
+        tree.forget(12345, 1);
+        assert_eq!(tree.read(chunk_again.ino, 0, 5).unwrap(), b"chunk");
     }
 
     /// [`Two`], counting the key listings asked for.

@@ -239,6 +239,10 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
         }
     }
 
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.tree.forget(ino.0, nlookup);
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.tree.getattr(ino.0) {
             Ok(attr) => reply.attr(&self.ttl(attr.ino), &file_attr(&attr)),

@@ -258,6 +258,20 @@ def test_a_chunk_open_while_archived_and_again_once_restored_reads_both_ways(tie
     all_hot(data, store["token"])
 
 
+def test_the_mount_reads_the_same_after_the_kernel_forgets_its_inodes(tiered):
+    """Dropping the kernel's dentries and inodes makes it forget the mount's inodes; the
+    tree drops what it made below each store, and builds it again on the next lookup."""
+    data, store = tiered["data"], tiered["stores"]["public"]
+    all_hot(data, store["token"])
+    for round in range(2):
+        listed = sorted(str(p.relative_to(store["dir"])) for p in store["dir"].rglob("*") if p.is_file())
+        assert listed == sorted(store["served"]), round
+        for key, content in store["served"].items():
+            assert (store["dir"] / key).read_bytes() == content, (round, key)
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("2\n")
+
+
 def test_many_concurrent_readers_of_an_archived_blob_cause_one_restore(tiered):
     data, headers = tiered["data"], tiered["headers"]
     store = tiered["stores"]["private"]
