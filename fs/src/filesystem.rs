@@ -319,7 +319,10 @@ impl<B: Backend> Tree<B> {
     /// The inode of store `token` now (its directory; its keys are loaded on first use).
     fn store(&self, token: &str) -> Result<u64, i32> {
         match self.backend.store(token) {
-            Some(entry) => Ok(self.store_dir(&entry)),
+            // A store has one name: its token as the backend spells it (not another spelling
+            // the same UUID parses from).
+            Some(entry) if entry.token == token => Ok(self.store_dir(&entry)),
+            Some(_) => Err(libc::ENOENT),
             None => {
                 // Gone or not ready: its name leads nowhere.
                 let mut inodes = self.write_inodes();

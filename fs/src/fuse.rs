@@ -64,6 +64,9 @@ struct Backing {
 /// Threads that answer reads through the daemon.
 const READERS: usize = 32;
 
+/// Background requests (reads, readahead, releases) the kernel may have outstanding.
+const MAX_BACKGROUND: u16 = 64;
+
 /// A read to answer.
 type ReadJob = Box<dyn FnOnce() + Send>;
 
@@ -88,7 +91,11 @@ impl Readers {
                         // The queue's lock is held only while taking a job.
                         let job = jobs.lock().unwrap_or_else(|e| e.into_inner()).recv();
                         match job {
-                            Ok(job) => job(),
+                            // A job that panics answers nothing (fuser then answers EIO);
+                            // the thread lives on.
+                            Ok(job) => {
+                                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                            }
                             // The mount is gone.
                             Err(_) => return,
                         }
@@ -155,10 +162,13 @@ impl<B: Backend + 'static> Fuse<B> {
             // Stores are immutable: the kernel may keep what it read.
             reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
         };
-        if !self.passthrough.load(Ordering::Relaxed) || backing.cached.contains_key(&ino) {
+        let live = backing.by_inode.get(&ino).and_then(Weak::upgrade);
+        if live.is_none()
+            && (!self.passthrough.load(Ordering::Relaxed) || backing.cached.contains_key(&ino))
+        {
             return through_daemon(&mut backing, reply);
         }
-        let id = match backing.by_inode.get(&ino).and_then(Weak::upgrade) {
+        let id = match live {
             Some(id) => id,
             None => {
                 let Some(file) = self.tree.hot_file(ino) else {
@@ -171,8 +181,16 @@ impl<B: Backend + 'static> Fuse<B> {
                         id
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "the kernel refuses passthrough; the mount reads through the daemon");
-                        self.passthrough.store(false, Ordering::Relaxed);
+                        // Not permitted or not supported: for good. Anything else: this open.
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL)
+                        ) {
+                            tracing::warn!(error = %e, "the kernel refuses passthrough; the mount reads through the daemon");
+                            self.passthrough.store(false, Ordering::Relaxed);
+                        } else {
+                            tracing::warn!(error = %e, "cannot register a backing file; this open reads through the daemon");
+                        }
                         return through_daemon(&mut backing, reply);
                     }
                 }
@@ -225,6 +243,11 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
             }
             *self.passthrough.get_mut() = offered;
         }
+        // The kernel sends at most this many reads and releases at once in the background
+        // (readahead among them; 16 by default): enough for every reader thread, so that
+        // reads waiting for restores do not hold up the others.
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
         Ok(())
     }
 

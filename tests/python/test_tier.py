@@ -258,6 +258,14 @@ def test_a_chunk_open_while_archived_and_again_once_restored_reads_both_ways(tie
     all_hot(data, store["token"])
 
 
+def test_a_store_has_one_name_in_the_mount(tiered):
+    store = tiered["stores"]["public"]
+    token = store["token"]
+    assert store["dir"].is_dir()
+    for other in (token.upper(), token.replace("-", ""), "{" + token + "}", "urn:uuid:" + token):
+        assert not (tiered["mount"] / f"{other}.zarr").exists(), other
+
+
 def test_the_mount_reads_the_same_after_the_kernel_forgets_its_inodes(tiered):
     """Dropping the kernel's dentries and inodes makes it forget the mount's inodes; the
     tree drops what it made below each store, and builds it again on the next lookup."""
