@@ -35,7 +35,7 @@ Needs root (the mount, dropping caches) and /dev/fuse, and the Python of .venv-t
 
 Run: make bench-tier [BENCH_ARGS="--size-mib 256"], or
 .venv-test/bin/python bench/tier.py --svcd $CARGO_TARGET_DIR/release/svcd [--size-mib 1024]
-[--blob-mib 128] [--small-chunks 8192] [--readers 16] [--rounds 3] [--data DIR] [--json FILE].
+[--blob-mib 128] [--small-chunks 8192] [--readers 16] [--rounds 3] [--data DIR] [--json FILE] [--only-tier] (sections 3 and 4 alone).
 Sources are kept in `--data` (default /var/tmp/tier-bench/sources) and reused; svcd's data
 directory and the mount live in a run directory removed at the end.
 """
@@ -290,6 +290,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--data", type=Path, default=Path("/var/tmp/tier-bench"))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--only-tier", action="store_true", help="sections 3 and 4 alone (restore, open_zarr)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root: it mounts and drops the page cache")
@@ -311,15 +312,16 @@ def main():
         large_keys = chunk_keys(data / "stores" / large_token)
         small_keys = chunk_keys(data / "stores" / small_token)
         print(f"large store: {len(large_keys)} chunks; small store: {len(small_keys)} chunks", file=sys.stderr)
-        figures["sequential, passthrough"] = sequential(svcd, large_token, large_keys, args.rounds)
-        print(json.dumps(figures), file=sys.stderr, flush=True)
-        figures["parallel"] = parallel(svcd, small_token, small_keys, args.readers, args.rounds)
-        print(json.dumps(figures), file=sys.stderr, flush=True)
-        svcd.stop()
-        svcd = Svcd(args.svcd, data, mount, sources, args.blob_mib, passthrough=False)
-        figures["sequential, fallback"] = sequential(svcd, large_token, large_keys, args.rounds)
-        figures["parallel, fallback"] = parallel(svcd, small_token, small_keys, args.readers, 1)
-        print(json.dumps(figures), file=sys.stderr, flush=True)
+        if not args.only_tier:
+            figures["sequential, passthrough"] = sequential(svcd, large_token, large_keys, args.rounds)
+            print(json.dumps(figures), file=sys.stderr, flush=True)
+            figures["parallel"] = parallel(svcd, small_token, small_keys, args.readers, args.rounds)
+            print(json.dumps(figures), file=sys.stderr, flush=True)
+            svcd.stop()
+            svcd = Svcd(args.svcd, data, mount, sources, args.blob_mib, passthrough=False)
+            figures["sequential, fallback"] = sequential(svcd, large_token, large_keys, args.rounds)
+            figures["parallel, fallback"] = parallel(svcd, small_token, small_keys, args.readers, 1)
+            print(json.dumps(figures), file=sys.stderr, flush=True)
         figures["restore"] = restore_against_copy(svcd, large_token, large_keys)
         figures["open_zarr archived"] = open_archived(svcd, large_token)
     except BaseException:
@@ -332,7 +334,7 @@ def main():
             svcd.stop()
         shutil.rmtree(run, ignore_errors=True)
     print(f"{'measurement':<44} {'figure':>12}  ratio")
-    for mode in ("passthrough", "fallback"):
+    for mode in () if args.only_tier else ("passthrough", "fallback"):
         seq = figures[f"sequential, {mode}"]
         # Without passthrough the daemon maps the chunks it serves, and mapped pages survive
         # drop_caches: the fallback's "cold" reads are not cold, so only warm ones are shown.
@@ -340,12 +342,13 @@ def main():
             mount_rate, direct = seq[f"{cache} mount"], seq[f"{cache} direct"]
             print(f"{'sequential ' + cache + ', mount (' + mode + ')':<44} {mount_rate:>8.0f} MiB/s  {mount_rate / direct:.2f}x direct")
             print(f"{'sequential ' + cache + ', direct':<44} {direct:>8.0f} MiB/s")
-    par = figures["parallel"]
-    for side in ("mount", "http", "direct"):
-        label = "http (python requests)" if side == "http" else side
-        print(f"{str(args.readers) + ' readers, small chunks, ' + label:<44} {par[side]:>8.0f} /s     {par[side] / par['direct']:.2f}x direct")
-    fallback = figures["parallel, fallback"]
-    print(f"{str(args.readers) + ' readers, small chunks, mount (fallback)':<44} {fallback['mount']:>8.0f} /s     {fallback['mount'] / fallback['direct']:.2f}x direct")
+    if not args.only_tier:
+        par = figures["parallel"]
+        for side in ("mount", "http", "direct"):
+            label = "http (python requests)" if side == "http" else side
+            print(f"{str(args.readers) + ' readers, small chunks, ' + label:<44} {par[side]:>8.0f} /s     {par[side] / par['direct']:.2f}x direct")
+        fallback = figures["parallel, fallback"]
+        print(f"{str(args.readers) + ' readers, small chunks, mount (fallback)':<44} {fallback['mount']:>8.0f} /s     {fallback['mount'] / fallback['direct']:.2f}x direct")
     restore = figures["restore"]
     print(f"{'restore of a blob (' + str(restore['blobs']) + ' blobs, median)':<44} {restore['restore']:>8.0f} MiB/s  {restore['restore'] / restore['cp']:.2f}x cp")
     print(f"{'cp of its archived object':<44} {restore['cp']:>8.0f} MiB/s")

@@ -349,6 +349,7 @@ fn unpack(
             out.write_all(&buffer[..n])
                 .map_err(|e| Error::io(format!("write {}", partial.display()), e))?;
         }
+        super::start_writeback(&out);
     }
     // The central directory, into the checksum.
     std::io::copy(&mut stream, &mut std::io::sink()).map_err(|e| failed(&e))?;
