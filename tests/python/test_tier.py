@@ -421,6 +421,7 @@ def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_
     data.mkdir()
     sources = Path(tempfile.mkdtemp(prefix="svcd-tier-crash-"))
     os.chmod(sources, 0o755)
+    proc = None
     try:
         # 96 MiB of noise in blobs of about 16 MiB: each archive and restore takes a while.
         tas(96, 512, 512, seed=3).to_netcdf(sources / "big.nc")
@@ -480,4 +481,8 @@ def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_
         proc.terminate()
         proc.wait(timeout=60)
     finally:
+        # A failure above leaves the last daemon started running.
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
         shutil.rmtree(sources, ignore_errors=True)
