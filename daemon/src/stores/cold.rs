@@ -49,9 +49,9 @@ impl Stores {
         let mut rows = Vec::new();
         let mut total = 0;
         for candidate in self.candidates(options.scope)? {
-            let planned = self.tier.archivable(&[candidate], options)?;
+            let planned = self.tier.archivable(candidate, options)?;
             total += planned.len();
-            for (candidate, instance, keys) in planned {
+            for (instance, keys) in planned {
                 let mut row = ArchiveRow {
                     scope: candidate.token.to_string(),
                     instance: instance.clone(),

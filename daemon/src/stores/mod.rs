@@ -349,23 +349,25 @@ impl Stores {
         self.root.join(token.to_string())
     }
 
-    /// The record of a store, whoever asks.
-    ///
-    /// # Errors
-    /// A read error or a corrupt record.
-    /// A ready store with an archived blob is status 3 (archived).
+    /// The record of a store, whoever asks, as [`Stores::decode`] reads it.
     ///
     /// # Errors
     /// A read error or a corrupt record.
     pub fn record(&self, token: Uuid) -> Result<Option<StoreRecord>> {
-        let Some(value) = self.db.get(cf::STORES, token.as_bytes())? else {
-            return Ok(None);
-        };
-        let mut record = StoreRecord::decode(token, &value)?;
+        self.db
+            .get(cf::STORES, token.as_bytes())?
+            .map(|value| self.decode(token, &value))
+            .transpose()
+    }
+
+    /// A stored record as it is read: a ready store with an archived blob is status 3
+    /// (archived), which is never stored ([`StoreRecord::encode`]).
+    fn decode(&self, token: Uuid, value: &[u8]) -> Result<StoreRecord> {
+        let mut record = StoreRecord::decode(token, value)?;
         if record.status == Status::Ready && self.tier.is_archived(token) {
             record.status = Status::Archived;
         }
-        Ok(Some(record))
+        Ok(record)
     }
 
     /// The record of a store that `caller` may read at `now`. A store the caller may not
@@ -471,11 +473,7 @@ impl Stores {
                 family: cf::STORES,
                 reason: format!("a store key of {} bytes: {e}", key.len()),
             })?;
-            let mut record = StoreRecord::decode(token, value)?;
-            if record.status == Status::Ready && self.tier.is_archived(token) {
-                record.status = Status::Archived;
-            }
-            records.push(record);
+            records.push(self.decode(token, value)?);
             Ok(true)
         })?;
         Ok(records)

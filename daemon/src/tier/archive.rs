@@ -54,39 +54,35 @@ pub(crate) struct Candidate {
     pub(crate) last_used: i64,
 }
 
-/// A blob instance to archive: its store, its id and its keys.
-pub(crate) type Planned = (Candidate, String, Keys);
-
 impl Tier {
-    /// The instances `options` selects among `candidates` that are hot, with their keys.
+    /// The hot instances of the store `candidate` that `options` selects, with their keys
+    /// (none when the store is not in its scope or was used too lately).
     pub(crate) fn archivable(
         &self,
-        candidates: &[Candidate],
+        candidate: Candidate,
         options: &ArchiveOptions,
-    ) -> Result<Vec<Planned>> {
+    ) -> Result<Vec<(String, Keys)>> {
         let cutoff = options
             .older_than
             .map(|age| now().saturating_sub(i64::try_from(age.as_secs()).unwrap_or(i64::MAX)));
+        if options.scope.is_some_and(|scope| scope != candidate.token)
+            || cutoff.is_some_and(|cutoff| candidate.last_used > cutoff)
+        {
+            return Ok(Vec::new());
+        }
+        self.reload_manifest(candidate.token)?;
+        let Some(cut) = self.cut(candidate.token)? else {
+            return Ok(Vec::new());
+        };
         let mut planned = Vec::new();
-        for candidate in candidates {
-            if options.scope.is_some_and(|scope| scope != candidate.token)
-                || cutoff.is_some_and(|cutoff| candidate.last_used > cutoff)
-            {
-                continue;
-            }
-            self.reload_manifest(candidate.token)?;
-            let Some(cut) = self.cut(candidate.token)? else {
-                continue;
-            };
-            for (instance, keys) in self.instances(candidate.token, &cut)? {
-                let state = self.state(candidate.token, &instance)?;
-                let hot = state.as_ref().is_none_or(|s| s.state == State::Hot);
-                let read_lately = state
-                    .as_ref()
-                    .is_some_and(|s| cutoff.is_some_and(|cutoff| s.last_read > cutoff));
-                if hot && !read_lately {
-                    planned.push((*candidate, instance, keys));
-                }
+        for (instance, keys) in self.instances(candidate.token, &cut)? {
+            let state = self.state(candidate.token, &instance)?;
+            let hot = state.as_ref().is_none_or(|s| s.state == State::Hot);
+            let read_lately = state
+                .as_ref()
+                .is_some_and(|s| cutoff.is_some_and(|cutoff| s.last_read > cutoff));
+            if hot && !read_lately {
+                planned.push((instance, keys));
             }
         }
         Ok(planned)

@@ -155,18 +155,24 @@ type InstanceId = (Uuid, String);
 /// Keys of a store with their sizes.
 pub(crate) type Keys = Vec<(String, u64)>;
 
-/// The key of a tier state record: the scope (token bytes) and the instance id.
-fn state_key(token: Uuid, instance: &str) -> Vec<u8> {
+/// The key of something of a store in the `keys` and `tiers` families: the store's token
+/// (the scope) and its name there (a listed key, an instance id).
+fn scoped_key(token: Uuid, name: &str) -> Vec<u8> {
     let mut key = token.as_bytes().to_vec();
-    key.extend_from_slice(instance.as_bytes());
+    key.extend_from_slice(name.as_bytes());
     key
 }
 
-/// The key of a listed store key.
-fn listing_key(token: Uuid, key: &str) -> Vec<u8> {
-    let mut bytes = token.as_bytes().to_vec();
-    bytes.extend_from_slice(key.as_bytes());
-    bytes
+/// The size a `keys` entry holds.
+///
+/// # Errors
+/// [`Error::Corrupt`] for a value that is not 8 bytes.
+fn decode_size(token: Uuid, key: &str, value: &[u8]) -> Result<u64> {
+    let size: [u8; 8] = value.try_into().map_err(|_| Error::Corrupt {
+        family: cf::KEYS,
+        reason: format!("the size of {key} of store {token} is not 8 bytes"),
+    })?;
+    Ok(u64::from_be_bytes(size))
 }
 
 /// A store's manifest and the trie resolving its keys.
@@ -337,7 +343,7 @@ impl Tier {
         for (key, size) in keys {
             batch.put(
                 cf::KEYS,
-                listing_key(token, key),
+                scoped_key(token, key),
                 size.to_be_bytes().to_vec(),
             );
         }
@@ -354,15 +360,14 @@ impl Tier {
     /// The listed keys of `token` that start with `prefix`, in key order.
     fn keys_under(&self, token: Uuid, prefix: &str) -> Result<Vec<(String, u64)>> {
         let mut keys = Vec::new();
-        let start = listing_key(token, prefix);
+        let start = scoped_key(token, prefix);
         self.db.for_each_prefixed(cf::KEYS, &start, |k, v| {
             let corrupt = |reason: &str| Error::Corrupt {
                 family: cf::KEYS,
                 reason: format!("a listed key of store {token}: {reason}"),
             };
             let key = std::str::from_utf8(&k[16..]).map_err(|_| corrupt("not UTF-8"))?;
-            let size: [u8; 8] = v.try_into().map_err(|_| corrupt("size is not 8 bytes"))?;
-            keys.push((key.to_string(), u64::from_be_bytes(size)));
+            keys.push((key.to_string(), decode_size(token, key, v)?));
             Ok(())
         })?;
         Ok(keys)
@@ -370,14 +375,10 @@ impl Tier {
 
     /// The listed size of `key` of the store `token`, if it is a listed key.
     fn listed_size(&self, token: Uuid, key: &str) -> Result<Option<u64>> {
-        let Some(value) = self.db.get(cf::KEYS, &listing_key(token, key))? else {
-            return Ok(None);
-        };
-        let size: [u8; 8] = value.as_slice().try_into().map_err(|_| Error::Corrupt {
-            family: cf::KEYS,
-            reason: format!("the size of {key} of store {token} is not 8 bytes"),
-        })?;
-        Ok(Some(u64::from_be_bytes(size)))
+        self.db
+            .get(cf::KEYS, &scoped_key(token, key))?
+            .map(|value| decode_size(token, key, &value))
+            .transpose()
     }
 
     /// Whether the store `token` has a key listing.
@@ -520,7 +521,7 @@ impl Tier {
     /// The recorded state of an instance.
     fn state(&self, token: Uuid, instance: &str) -> Result<Option<BlobState>> {
         self.db
-            .get(cf::TIERS, &state_key(token, instance))?
+            .get(cf::TIERS, &scoped_key(token, instance))?
             .map(|value| {
                 db::decode_json(
                     cf::TIERS,
@@ -559,7 +560,7 @@ impl Tier {
         let mut batch = Batch::default();
         batch.put(
             cf::TIERS,
-            state_key(token, instance),
+            scoped_key(token, instance),
             db::encode_json(FORMAT, state),
         );
         self.db.write(batch)
@@ -731,7 +732,7 @@ impl Tier {
         for (token, instance, mut state) in self.states()? {
             if !ready.contains(&token) {
                 let mut batch = Batch::default();
-                batch.delete(cf::TIERS, state_key(token, &instance));
+                batch.delete(cf::TIERS, scoped_key(token, &instance));
                 self.db.write(batch)?;
                 continue;
             }

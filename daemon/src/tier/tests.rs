@@ -92,12 +92,12 @@ fn candidate() -> Candidate {
 
 fn archive_all(tier: &Tier) -> Vec<String> {
     let planned = tier
-        .archivable(&[candidate()], &ArchiveOptions::default())
+        .archivable(candidate(), &ArchiveOptions::default())
         .unwrap();
     let mut archived = Vec::new();
-    for (candidate, instance, keys) in planned {
+    for (instance, keys) in planned {
         assert!(
-            tier.archive_instance(candidate, &instance, &keys, &|_, _| true)
+            tier.archive_instance(candidate(), &instance, &keys, &|_, _| true)
                 .unwrap()
         );
         archived.push(instance);
@@ -380,7 +380,7 @@ fn repair_cleans_only_this_databases_leftovers_and_adopts_an_unrecorded_only_cop
         .unwrap();
     // The only copy of b_tas_2, whose record was lost (a database restored from a backup).
     let mut batch = Batch::default();
-    batch.delete(cf::TIERS, state_key(TOKEN, "b_tas_2"));
+    batch.delete(cf::TIERS, scoped_key(TOKEN, "b_tas_2"));
     tier.db.write(batch).unwrap();
     // Objects of a store this database does not know, and one not named like a blob.
     let stranger = ObjectPath::from(format!("{}/b_tas_0.zip", Uuid::from_u128(7)));
