@@ -41,6 +41,14 @@ def serve(binary, data, env=None, args=()):
     return proc, f"http://{address.read_text().strip()}"
 
 
+def wait_mounted(mountpoint, timeout=30):
+    """Wait until `mountpoint` is a mount point (a daemon started with `--mount` mounts it
+    after it answers HTTP), at most `timeout` seconds; the callers' checks say if it is not."""
+    deadline = time.monotonic() + timeout
+    while not os.path.ismount(mountpoint) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def run_stac_api_validator(root_url, collection):
     """Run stac-api-validator (core, collections, item-search, paging) and assert no errors."""
     validator = Path(sys.executable).parent / "stac-api-validator"

@@ -19,7 +19,7 @@ import pytest
 import requests
 import xarray as xr
 
-from conftest import serve
+from conftest import serve, wait_mounted
 from test_portal import wait_ready
 
 OWNER, OTHER = "svcd-mount-owner", "svcd-mount-other"
@@ -67,9 +67,7 @@ def mounted(tmp_path_factory):
             [url] = answer.json()["urls"]
             assert wait_ready(base, headers, url)["status"] == 0
             urls[name] = url
-        deadline = time.monotonic() + 30
-        while not os.path.ismount(mountpoint) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_mounted(mountpoint)
         yield {"mount": mountpoint, "headers": headers, "urls": urls, "owner": owner, "other": other, "proc": proc, "data": data}
     finally:
         if proc.poll() is None:
@@ -179,9 +177,7 @@ def test_a_mount_left_by_a_killed_daemon_is_recovered_at_the_next_start(tmp_path
     mountpoint = Path(tempfile.mkdtemp(prefix="svcd-mount-stale-"))
     proc, _ = serve(binary, data, args=("--mount", str(mountpoint)))
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.ismount(mountpoint) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_mounted(mountpoint)
         proc.kill()
         proc.wait(timeout=30)
         with pytest.raises(OSError) as raised:

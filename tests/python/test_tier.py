@@ -25,7 +25,7 @@ import pytest
 import requests
 import xarray as xr
 
-from conftest import serve
+from conftest import serve, wait_mounted
 from test_mount import OTHER, OWNER, as_user, local_user
 from test_portal import wait_ready
 
@@ -57,9 +57,7 @@ def start(data, sources, mountpoint=None, max_bytes=1_000_000):
     args = ("--mount", str(mountpoint)) if mountpoint else ()
     proc, host = serve(BINARY, data, env=env, args=args)
     if mountpoint:
-        deadline = time.monotonic() + 30
-        while not os.path.ismount(mountpoint) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_mounted(mountpoint)
     return proc, host
 
 
@@ -390,7 +388,7 @@ def leftovers(data):
     return found
 
 
-def check_after_crash(data, base, headers, url, token, served):
+def check_after_crash(data, headers, url, token, served):
     """After a restart: nothing left over, every cold object named by an archived blob, no
     hot copy missing unless its blob is archived, and every key reads back its bytes."""
     assert leftovers(data) == []
@@ -443,14 +441,18 @@ def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_
             ("while writing the cold object", lambda: any("#" in p.name for p in (data / "cold").rglob("*"))),
             ("after the first blob is archived", lambda: any(p.suffix == ".zip" for p in (data / "cold").rglob("*"))),
         ]
-        for what, moment in moments:
-            archive = subprocess.Popen([BINARY, "--data-dir", str(data), "tier", "archive", "--scope", store], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        def crash_during(command, what, moment):
+            """Kill the daemon at `moment` of `svcd tier <command>`, start it again, check."""
+            nonlocal proc, url
+            running = subprocess.Popen([BINARY, "--data-dir", str(data), "tier", command, "--scope", store], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             kill_when(proc, moment, what)
-            archive.wait(timeout=60)
+            running.wait(timeout=60)
             proc, host = start(data, sources, max_bytes=16 << 20)
             url = url.replace(url.split("/api/")[0], host)
-            base = f"{host}/api/svc-nextgen"
-            check_after_crash(data, base, headers, url, store, served)
+            check_after_crash(data, headers, url, store, served)
+
+        for what, moment in moments:
+            crash_during("archive", what, moment)
         # Restores: archive everything, then kill while `svcd tier restore` (in the daemon)
         # fetches a blob, and while it unpacks one (some of a blob's files are there).
         width = next(r["objects"] for r in tier_rows(data, store) if r["instance"] == "b_tas_0")
@@ -471,13 +473,7 @@ def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_
         for what, moment in moments:
             svcd(data, "tier", "archive", "--scope", store)
             assert {r["state"] for r in tier_rows(data, store)} == {"archived"}
-            restore = subprocess.Popen([BINARY, "--data-dir", str(data), "tier", "restore", "--scope", store], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            kill_when(proc, moment, what)
-            restore.wait(timeout=60)
-            proc, host = start(data, sources, max_bytes=16 << 20)
-            url = url.replace(url.split("/api/")[0], host)
-            base = f"{host}/api/svc-nextgen"
-            check_after_crash(data, base, headers, url, store, served)
+            crash_during("restore", what, moment)
         proc.terminate()
         proc.wait(timeout=60)
     finally:
