@@ -156,49 +156,60 @@ impl<B: Backend + 'static> Fuse<B> {
     /// one with a backing file keeps it (its bytes stay readable even after archiving
     /// unlinked the hot copy).
     fn open_file(&self, ino: u64, reply: ReplyOpen) {
-        let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
         let through_daemon = |backing: &mut Backing, reply: ReplyOpen| {
             *backing.cached.entry(ino).or_default() += 1;
             // Stores are immutable: the kernel may keep what it read.
             reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
         };
-        let live = backing.by_inode.get(&ino).and_then(Weak::upgrade);
-        if live.is_none()
-            && (!self.passthrough.load(Ordering::Relaxed) || backing.cached.contains_key(&ino))
-        {
-            return through_daemon(&mut backing, reply);
-        }
-        let id = match live {
-            Some(id) => id,
-            None => {
-                let Some(file) = self.tree.hot_file(ino) else {
-                    return through_daemon(&mut backing, reply);
-                };
-                match reply.open_backing(&file) {
-                    Ok(id) => {
-                        let id = Arc::new(id);
-                        backing.by_inode.insert(ino, Arc::downgrade(&id));
-                        id
-                    }
-                    Err(e) => {
-                        // Not permitted or not supported: for good. Anything else: this open.
-                        if matches!(
-                            e.raw_os_error(),
-                            Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL)
-                        ) {
-                            tracing::warn!(error = %e, "the kernel refuses passthrough; the mount reads through the daemon");
-                            self.passthrough.store(false, Ordering::Relaxed);
-                        } else {
-                            tracing::warn!(error = %e, "cannot register a backing file; this open reads through the daemon");
-                        }
-                        return through_daemon(&mut backing, reply);
-                    }
-                }
+        let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut live = backing.by_inode.get(&ino).and_then(Weak::upgrade);
+        if live.is_none() {
+            if !self.passthrough.load(Ordering::Relaxed) || backing.cached.contains_key(&ino) {
+                return through_daemon(&mut backing, reply);
             }
+            // The hot copy is opened and registered without the lock, which every open and
+            // release of the mount takes.
+            drop(backing);
+            let registered = self.register(ino, &reply);
+            backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+            // Another open of the inode may have chosen meanwhile; its choice stands (ours,
+            // if any, is closed as it drops).
+            live = backing.by_inode.get(&ino).and_then(Weak::upgrade);
+            if live.is_none() && !backing.cached.contains_key(&ino) {
+                live = registered.map(|id| {
+                    let id = Arc::new(id);
+                    backing.by_inode.insert(ino, Arc::downgrade(&id));
+                    id
+                });
+            }
+        }
+        let Some(id) = live else {
+            return through_daemon(&mut backing, reply);
         };
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         backing.by_handle.insert(handle, Arc::clone(&id));
         reply.opened_passthrough(FileHandle(handle), FopenFlags::empty(), &id);
+    }
+
+    /// The hot copy of `ino` registered with the kernel as a backing file; `None` when it
+    /// has none or the kernel refuses it (for good when passthrough is not permitted or
+    /// not supported, else for this open).
+    fn register(&self, ino: u64, reply: &ReplyOpen) -> Option<BackingId> {
+        let file = self.tree.hot_file(ino)?;
+        reply
+            .open_backing(&file)
+            .inspect_err(|e| {
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL)
+                ) {
+                    tracing::warn!(error = %e, "the kernel refuses passthrough; the mount reads through the daemon");
+                    self.passthrough.store(false, Ordering::Relaxed);
+                } else {
+                    tracing::warn!(error = %e, "cannot register a backing file; this open reads through the daemon");
+                }
+            })
+            .ok()
     }
 }
 

@@ -41,8 +41,8 @@ pub fn mount(
         fuser::MountOption::DefaultPermissions,
     ];
     config.acl = fuser::SessionACL::All;
-    // A read waiting for a restore holds its thread: enough threads that readers of hot
-    // keys go on meanwhile.
+    // Reads answered through the daemon run on the mount's reader threads (see `fuse`);
+    // these threads answer lookups, opens and releases, of many readers at once.
     config.n_threads = Some(16);
     let passthrough = daemon.config().mount.passthrough;
     fuser::spawn_mount(

@@ -109,7 +109,7 @@ impl Stores {
                 outcome: "would restore".into(),
             };
             if !dry_run {
-                row.outcome = match self.tier.restore_instance(token, &instance.instance, false) {
+                row.outcome = match self.tier.restore_instance(token, &instance.instance, None) {
                     Ok(_) => "restored".into(),
                     Err(e) => format!("failed: {e}"),
                 };

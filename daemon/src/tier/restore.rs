@@ -9,8 +9,9 @@
 //! tries again.
 
 use std::collections::HashSet;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use svc_manifests::object_store::{ObjectStoreExt, path::Path as ObjectPath};
@@ -75,14 +76,23 @@ impl Tier {
                     let started = std::thread::Builder::new()
                         .name("tier-restore".into())
                         .spawn(move || {
+                            // Once: when the keys are back (the cold object is deleted
+                            // after), or when the restore ends otherwise.
+                            let finish = |outcome: std::result::Result<(), String>| {
+                                let mut slot = leading.outcome.lock();
+                                if slot.is_none() {
+                                    // Gone from the map first: a reader after a failure
+                                    // starts anew.
+                                    tier.flights.lock().remove(&id);
+                                    *slot = Some(outcome);
+                                    leading.done.notify_all();
+                                }
+                            };
                             let outcome = tier
-                                .restore_instance(id.0, &id.1, true)
+                                .restore_instance(id.0, &id.1, Some(&|| finish(Ok(()))))
                                 .map(|_| ())
                                 .map_err(|e| e.to_string());
-                            // Gone from the map first: a reader after a failure starts anew.
-                            tier.flights.lock().remove(&id);
-                            *leading.outcome.lock() = Some(outcome);
-                            leading.done.notify_all();
+                            finish(outcome);
                         });
                     if let Err(e) = started {
                         flights.remove(&(token, instance.to_string()));
@@ -122,9 +132,11 @@ impl Tier {
     /// that is not a listed key of the store, or a size other than the listed one, fails the
     /// restore), flushes them to disk, records the instance hot and deletes the cold object.
     /// A local cold object is read in place; any other is fetched to the staging directory
-    /// first. Nothing when the instance is not archived (restored meanwhile). `for_read`: a
-    /// user's read asked for it, which counts as the instance's last read (an operator's
-    /// restore does not). Blocking.
+    /// first. Nothing when the instance is not archived (restored meanwhile).
+    ///
+    /// `readers`: users' reads asked for it, which counts as the instance's last read (an
+    /// operator's restore does not); it is called as soon as the keys are back and recorded
+    /// hot, so that they go on while the cold object is deleted. Blocking.
     ///
     /// # Errors
     /// [`Error::Tier`] naming what failed; the instance is archived then, as before.
@@ -132,7 +144,7 @@ impl Tier {
         &self,
         token: Uuid,
         instance: &str,
-        for_read: bool,
+        readers: Option<&dyn Fn()>,
     ) -> Result<bool> {
         let store_lock = self.store_lock(token);
         let _shared = store_lock.read();
@@ -159,6 +171,7 @@ impl Tier {
             checksum: &state.checksum,
             bytes: state.cold_bytes,
             objects: state.objects,
+            listed: &listed,
         };
         // A local cold object is read in place; another is fetched first.
         let source = match &self.cold_dir {
@@ -166,7 +179,7 @@ impl Tier {
             None => self.fetch(&location, &staged).map(|()| staged.clone()),
         };
         let restored = source
-            .and_then(|zip| unpack(&zip, &dir, &expected, &listed, &mut written))
+            .and_then(|zip| unpack(&zip, &dir, &expected, &mut written))
             // On disk before the cold copy may go.
             .and_then(|()| super::sync_filesystem(&dir));
         remove_file(&staged);
@@ -181,12 +194,17 @@ impl Tier {
             return Err(e);
         }
         state.forget_cold();
-        if for_read {
+        if readers.is_some() {
             state.last_read = now();
         }
         state.restores += 1;
         self.put_state(token, instance, &state)?;
         self.count_archived(token, -1);
+        if let Some(readers) = readers {
+            readers();
+        }
+        // Under the instance's lock still: an archive of it after the restore writes its
+        // cold object under the same name.
         if let Err(e) = self.block_on(self.cold.delete(&location)) {
             // Named by no record now: the next start removes it.
             tracing::warn!(%token, %instance, error = %e, "cannot delete a restored cold object");
@@ -229,7 +247,7 @@ impl Tier {
     }
 }
 
-/// What a blob's cold object was when it was archived.
+/// What a blob's cold object must be: as it was archived, and of keys of the store.
 struct Expected<'a> {
     /// Its SHA-256 (hex).
     checksum: &'a str,
@@ -237,100 +255,125 @@ struct Expected<'a> {
     bytes: u64,
     /// The keys in it.
     objects: u64,
+    /// The size of a key of the store in its listing (`None`: not a key of it).
+    listed: &'a dyn Fn(&str) -> Result<Option<u64>>,
 }
 
-/// A reader that hashes what passes through it, on a thread of its own: the restore reads
-/// and writes on one core while SHA-256 runs on another.
-struct Hashing<R> {
-    inner: R,
-    bytes: u64,
-    sender: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
-    hasher: Option<std::thread::JoinHandle<String>>,
-}
-
-impl<R: Read> Hashing<R> {
-    fn new(inner: R) -> std::io::Result<Self> {
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
-        let hasher = std::thread::Builder::new()
-            .name("tier-hash".into())
-            .spawn(move || {
-                use sha2::Digest;
-                let mut hasher = sha2::Sha256::new();
-                for bytes in receiver {
-                    hasher.update(&bytes);
-                }
-                hex(&hasher.finalize())
-            })?;
-        Ok(Hashing {
-            inner,
-            bytes: 0,
-            sender: Some(sender),
-            hasher: Some(hasher),
-        })
-    }
-
-    /// The SHA-256 (hex) of everything read, and its size.
-    fn finish(mut self) -> (String, u64) {
-        drop(self.sender.take());
-        let checksum = self
-            .hasher
-            .take()
-            .and_then(|hasher| hasher.join().ok())
-            .unwrap_or_default();
-        (checksum, self.bytes)
-    }
-}
-
-impl<R: Read> Read for Hashing<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if n > 0
-            && let Some(sender) = &self.sender
-        {
-            sender
-                .send(buf[..n].to_vec())
-                .map_err(|_| std::io::Error::other("the hashing thread ended"))?;
+/// The SHA-256 (hex) and size of the file at `path`, read whole (until `stop` is set).
+fn sha256_of(path: &std::path::Path, stop: &AtomicBool) -> std::io::Result<(String, u64)> {
+    use sha2::Digest;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
         }
-        self.bytes += n as u64;
-        Ok(n)
+        hasher.update(&buffer[..n]);
+        bytes += n as u64;
     }
+    Ok((hex(&hasher.finalize()), bytes))
 }
 
-/// Writes the keys of the ZIP at `zip` into the store directory `dir` in one sequential
-/// pass over it, which also checks its size and SHA-256 against `expected`: each entry must
-/// be a key of the store with its listed size (`listed`), once, and there must be
-/// `expected.objects` of them; the ZIP's CRC of each entry is checked as it is read. Each
-/// key is written to its temporary name, and all are renamed into place only once the whole
-/// object has checked out. `written` collects the keys begun (to clean their temporary files
-/// after a failure).
+/// Writes the keys of the ZIP at `zip` into the store directory `dir`, checked against
+/// `expected`: each entry must be a stored (uncompressed) key of the store with its listed
+/// size, once, and there must be `expected.objects` of them. Each key is written
+/// to its temporary name, and all are renamed into place only once the whole object's size
+/// and SHA-256 are those archived. `written` collects the keys begun (to clean their
+/// temporary files after a failure).
+///
+/// The object is read twice at once: a second thread reads it whole for its SHA-256 while
+/// this one copies each entry, found through the ZIP's central directory, inside the kernel
+/// (`std::io::copy` between files is `copy_file_range(2)` on Linux), so no byte is copied
+/// through the daemon's memory. The SHA-256 covers every byte of the object, entries and
+/// directory alike, so a per-entry CRC would check nothing more.
 fn unpack(
     zip: &std::path::Path,
     dir: &std::path::Path,
     expected: &Expected<'_>,
-    listed: &dyn Fn(&str) -> Result<Option<u64>>,
+    written: &mut Vec<String>,
+) -> Result<()> {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let hashing = std::thread::Builder::new()
+            .name("tier-hash".into())
+            .spawn_scoped(scope, || sha256_of(zip, &stop))
+            .map_err(|e| Error::io("start hashing", e))?;
+        let copied = copy_entries(zip, dir, expected, written);
+        // A failed copy needs no checksum.
+        stop.store(copied.is_err(), Ordering::Relaxed);
+        let hashed = hashing
+            .join()
+            .map_err(|_| tier_error("the hashing thread failed"))?;
+        copied?;
+        let (checksum, bytes) =
+            hashed.map_err(|e| Error::io(format!("read {}", zip.display()), e))?;
+        if checksum != expected.checksum || bytes != expected.bytes {
+            return Err(tier_error(format!(
+                "cold object {} has {bytes} bytes with SHA-256 {checksum}; {} bytes with \
+                 SHA-256 {} were archived",
+                zip.display(),
+                expected.bytes,
+                expected.checksum
+            )));
+        }
+        Ok(())
+    })?;
+    for name in written.iter() {
+        let partial = partial_path(dir, name);
+        std::fs::rename(&partial, dir.join(name))
+            .map_err(|e| Error::io(format!("rename {}", partial.display()), e))?;
+    }
+    Ok(())
+}
+
+/// Copies each entry of the ZIP at `zip` to its key's temporary name in `dir` (see
+/// [`unpack`]), starting each file's writeback as it is written.
+fn copy_entries(
+    zip: &std::path::Path,
+    dir: &std::path::Path,
+    expected: &Expected<'_>,
     written: &mut Vec<String>,
 ) -> Result<()> {
     let failed = |e: &dyn std::fmt::Display| tier_error(format!("unpack {}: {e}", zip.display()));
     let file =
         std::fs::File::open(zip).map_err(|e| Error::io(format!("read {}", zip.display()), e))?;
-    let mut stream = Hashing::new(std::io::BufReader::with_capacity(1 << 20, file))
-        .map_err(|e| Error::io("start hashing", e))?;
+    let size = file
+        .metadata()
+        .map_err(|e| Error::io(format!("read {}", zip.display()), e))?
+        .len();
+    if size != expected.bytes {
+        return Err(failed(&format!(
+            "it has {size} bytes; {} were archived",
+            expected.bytes
+        )));
+    }
+    let mut archive = zip::ZipArchive::new(&file).map_err(|e| failed(&e))?;
+    if archive.len() as u64 != expected.objects {
+        return Err(failed(&format!(
+            "it holds {} entries; the blob has {} keys",
+            archive.len(),
+            expected.objects
+        )));
+    }
     let mut seen = HashSet::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    while let Some(mut entry) =
-        zip::read::read_zipfile_from_stream(&mut stream).map_err(|e| failed(&e))?
-    {
-        let name = entry.name().map_err(|e| failed(&e))?.to_string();
-        let size = listed(&name)?;
-        if size != Some(entry.size()) || !seen.insert(name.clone()) {
+    for index in 0..archive.len() {
+        let (name, start, len) = {
+            let entry = archive.by_index_raw(index).map_err(|e| failed(&e))?;
+            let name = entry.name().map_err(|e| failed(&e))?.to_string();
+            let stored = entry.compression() == zip::CompressionMethod::Stored
+                && entry.compressed_size() == entry.size();
+            let start = entry.data_start().filter(|_| stored);
+            (name, start, entry.size())
+        };
+        let Some(start) = start else {
+            return Err(failed(&format!("{name:?} is not stored uncompressed")));
+        };
+        if (expected.listed)(&name)? != Some(len) || !seen.insert(name.clone()) {
             return Err(failed(&format!(
                 "{name:?} is not a key of the store with that size, or appears twice"
-            )));
-        }
-        if seen.len() as u64 > expected.objects {
-            return Err(failed(&format!(
-                "it holds more than the blob's {} keys",
-                expected.objects
             )));
         }
         written.push(name.clone());
@@ -341,39 +384,16 @@ fn unpack(
         }
         let mut out = std::fs::File::create(&partial)
             .map_err(|e| Error::io(format!("create {}", partial.display()), e))?;
-        loop {
-            let n = entry.read(&mut buffer).map_err(|e| failed(&e))?;
-            if n == 0 {
-                break;
-            }
-            out.write_all(&buffer[..n])
-                .map_err(|e| Error::io(format!("write {}", partial.display()), e))?;
+        let mut source = &file;
+        source
+            .seek(SeekFrom::Start(start))
+            .map_err(|e| Error::io(format!("read {}", zip.display()), e))?;
+        let copied = std::io::copy(&mut source.take(len), &mut out)
+            .map_err(|e| Error::io(format!("write {}", partial.display()), e))?;
+        if copied != len {
+            return Err(failed(&format!("{name:?} ends early")));
         }
         super::start_writeback(&out);
-    }
-    // The central directory, into the checksum.
-    std::io::copy(&mut stream, &mut std::io::sink()).map_err(|e| failed(&e))?;
-    let (checksum, bytes) = stream.finish();
-    if checksum != expected.checksum || bytes != expected.bytes {
-        return Err(tier_error(format!(
-            "cold object {} has {bytes} bytes with SHA-256 {checksum}; {} bytes with SHA-256 {} \
-             were archived",
-            zip.display(),
-            expected.bytes,
-            expected.checksum
-        )));
-    }
-    if seen.len() as u64 != expected.objects {
-        return Err(failed(&format!(
-            "{} of the blob's {} keys are in it",
-            seen.len(),
-            expected.objects
-        )));
-    }
-    for name in written.iter() {
-        let partial = partial_path(dir, name);
-        std::fs::rename(&partial, dir.join(name))
-            .map_err(|e| Error::io(format!("rename {}", partial.display()), e))?;
     }
     Ok(())
 }

@@ -185,6 +185,9 @@ fn archive_then_restore_gives_back_every_byte() {
     let restored = state(tier, "b_tas_1");
     assert_eq!((restored.state, restored.restores), (State::Hot, 1));
     assert!(restored.last_read > 0 && restored.cold_key.is_empty());
+    // The readers go on before the cold object is deleted, under the instance's lock: once
+    // the lock is free (this restore of a hot instance does nothing), it is gone.
+    assert!(!tier.restore_instance(TOKEN, "b_tas_1", None).unwrap());
     assert!(!cold_files(&fixture).contains(&"b_tas_1.zip".to_string()));
     // A key in no blob, or of a hot instance, restores nothing.
     assert!(
@@ -374,7 +377,7 @@ fn repair_cleans_only_this_databases_leftovers_and_adopts_an_unrecorded_only_cop
     archive_all(&fixture.tier);
     let tier = &fixture.tier;
     // A leftover: a cold object of an instance that is hot and whole.
-    tier.restore_instance(TOKEN, "b_tas_1", false).unwrap();
+    tier.restore_instance(TOKEN, "b_tas_1", None).unwrap();
     let leftover = ObjectPath::from(format!("{TOKEN}/b_tas_1.zip"));
     tier.block_on(tier.cold.put(&leftover, PutPayload::from(vec![1u8; 10])))
         .unwrap();
