@@ -317,7 +317,8 @@ impl Config {
         }
     }
 
-    /// Where the tier stages blobs it packs or restores (on the hot tier's file system).
+    /// Where the tier fetches cold objects from S3 to restore them (on the hot tier's file
+    /// system).
     pub fn staging_dir(&self) -> PathBuf {
         self.data_dir.join("staging")
     }

@@ -435,10 +435,10 @@ def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_
         for key in keys:
             served[key] = requests.get(f"{url}/{key}", headers=headers, timeout=30).content
         assert len(tier_rows(data, store)) >= 4
-        staging = data / "staging" / store
+        # A blob is packed straight into its cold object (written as `<object>#<n>`, renamed
+        # once whole).
         moments = [
-            ("while packing", lambda: staging.exists() and any(staging.glob("*.zip"))),
-            ("while writing the cold object", lambda: any("#" in p.name for p in (data / "cold").rglob("*"))),
+            ("while packing into the cold object", lambda: any("#" in p.name for p in (data / "cold").rglob("*"))),
             ("after the first blob is archived", lambda: any(p.suffix == ".zip" for p in (data / "cold").rglob("*"))),
         ]
         def crash_during(command, what, moment):
@@ -478,6 +478,48 @@ def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_
         proc.wait(timeout=60)
     finally:
         # A failure above leaves the last daemon started running.
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        shutil.rmtree(sources, ignore_errors=True)
+
+
+def test_archive_and_restore_without_a_running_daemon(tmp_path):
+    """`svcd tier archive` and `restore` work on the database directly when no daemon runs,
+    with blobs of several upload parts (8 MiB each), and the store reads back the same."""
+    data = tmp_path / "data"
+    data.mkdir()
+    sources = Path(tempfile.mkdtemp(prefix="svcd-tier-offline-"))
+    os.chmod(sources, 0o755)
+    proc = None
+    try:
+        tas(48, 512, 512, seed=4).to_netcdf(sources / "offline.nc")
+        os.chmod(sources / "offline.nc", 0o644)
+        proc, host = start(data, sources, max_bytes=24 << 20)
+        token = svcd(data, "token", "issue", "--user=offline").stdout.strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        url, store = convert(f"{host}/api/svc-nextgen", headers, sources / "offline.nc")
+        keys = chunk_files(data, store)
+        served = {k: requests.get(f"{url}/{k}", headers=headers, timeout=30).content for k in keys}
+        proc.terminate()
+        proc.wait(timeout=60)
+        archived = svcd(data, "tier", "archive", "--scope", store)
+        rows = tier_rows(data, store)
+        assert len(rows) >= 2 and {r["state"] for r in rows} == {"archived"}, (archived.stderr, rows)
+        assert all(r["bytes"] > 16 << 20 for r in rows), rows
+        for row in rows:
+            zipped = data / "cold" / row["cold_key"]
+            assert subprocess.run(["unzip", "-tq", str(zipped)], capture_output=True).returncode == 0
+        assert [k for k in chunk_files(data, store) if k.startswith("tas/")] == []
+        svcd(data, "tier", "restore", "--scope", store)
+        assert {r["state"] for r in tier_rows(data, store)} == {"hot"}
+        assert not any(p.is_file() for p in (data / "cold").rglob("*"))
+        proc, host = start(data, sources, max_bytes=24 << 20)
+        url = url.replace(url.split("/api/")[0], host)
+        for key, content in served.items():
+            answer = requests.get(f"{url}/{key}", headers=headers, timeout=60)
+            assert answer.status_code == 200 and answer.content == content, key
+    finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)

@@ -1,7 +1,7 @@
 //! Archiving: a cold blob instance packed into one uncompressed ZIP on the cold tier, read
 //! back and verified, recorded, and only then its hot copies deleted.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -128,12 +128,10 @@ impl Tier {
         state.cold_key = format!("{token}/{instance}.zip");
         state.changed = now();
         self.put_state(token, instance, &state)?;
-        let staged = self.staging_of(token).join(format!("{instance}.zip"));
         let location = ObjectPath::from(state.cold_key.as_str());
         let copied = self
-            .pack(&self.store_dir(token), keys, &staged)
-            .and_then(|()| self.upload_verified(&staged, &location));
-        remove_file(&staged);
+            .pack(&self.store_dir(token), keys, &location)
+            .and_then(|sent| self.verify(&location, sent));
         let (checksum, cold_bytes) = match copied {
             Ok(copied) => copied,
             Err(e) => {
@@ -157,17 +155,29 @@ impl Tier {
         Ok(true)
     }
 
-    /// Writes the ZIP of `keys` (read from `dir`) to `staged`: stored, not compressed (the
-    /// chunks are compressed already, and `unzip` recovers them without the daemon).
-    fn pack(&self, dir: &Path, keys: &[(String, u64)], staged: &Path) -> Result<()> {
+    /// Writes the ZIP of `keys` (read from `dir`) to the cold object `location` as it is
+    /// packed (no copy of it is staged anywhere): stored, not compressed (the chunks are
+    /// compressed already, and `unzip` recovers them without the daemon). Each entry's
+    /// sizes and CRC follow its bytes (a data descriptor), as a ZIP written in one pass has
+    /// them; the central directory, which `unzip` and the restore read, has them all. The
+    /// SHA-256 (hex) and size of what was written.
+    fn pack(
+        &self,
+        dir: &Path,
+        keys: &[(String, u64)],
+        location: &ObjectPath,
+    ) -> Result<(String, u64)> {
         let failed = |what: String, e: &dyn std::fmt::Display| tier_error(format!("{what}: {e}"));
-        if let Some(parent) = staged.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| Error::io(format!("create {}", parent.display()), e))?;
-        }
-        let file = std::fs::File::create(staged)
-            .map_err(|e| Error::io(format!("create {}", staged.display()), e))?;
-        let mut zip = zip::ZipWriter::new(std::io::BufWriter::with_capacity(PART, file));
+        let upload = self
+            .block_on(self.cold.put_multipart(location))
+            .map_err(|e| failed(format!("write cold object {location}"), &e))?;
+        let upload = Upload {
+            tier: self,
+            writer: Some(WriteMultipart::new_with_chunk_size(upload, PART)),
+            hasher: Sha256::new(),
+            bytes: 0,
+        };
+        let mut zip = zip::ZipWriter::new_stream(std::io::BufWriter::with_capacity(PART, upload));
         for (key, size) in keys {
             let options = zip::write::SimpleFileOptions::default()
                 .compression_method(zip::CompressionMethod::Stored)
@@ -186,59 +196,19 @@ impl Tier {
                 )));
             }
         }
-        let mut writer = zip
+        let written = zip
             .finish()
-            .map_err(|e| failed(format!("pack {}", staged.display()), &e))?;
-        writer
-            .flush()
-            .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
-        Ok(())
+            .map_err(|e| failed(format!("write cold object {location}"), &e))?
+            .into_inner()
+            .into_inner()
+            .map_err(|e| Error::io(format!("write cold object {location}"), e.into_error()))?;
+        written.finish(location)
     }
 
-    /// Uploads `staged` to `location` on the cold tier, reads the object back and compares
-    /// its SHA-256 and size with what was sent: the checksum (hex) and size on success.
-    fn upload_verified(&self, staged: &Path, location: &ObjectPath) -> Result<(String, u64)> {
-        let cold_failed = |what: &str, e: &dyn std::fmt::Display| {
-            tier_error(format!("{what} cold object {location}: {e}"))
-        };
-        let mut file = std::fs::File::open(staged)
-            .map_err(|e| Error::io(format!("read {}", staged.display()), e))?;
-        let (sent, sent_bytes) = self.block_on(async {
-            let upload = self
-                .cold
-                .put_multipart(location)
-                .await
-                .map_err(|e| cold_failed("write", &e))?;
-            let mut writer = WriteMultipart::new_with_chunk_size(upload, PART);
-            let mut hasher = Sha256::new();
-            let mut total = 0u64;
-            let mut buffer = vec![0u8; PART];
-            let sent = loop {
-                let n = match read_full(&mut file, &mut buffer) {
-                    Ok(n) => n,
-                    Err(e) => break Err(Error::io(format!("read {}", staged.display()), e)),
-                };
-                if n == 0 {
-                    break Ok(());
-                }
-                hasher.update(&buffer[..n]);
-                total += n as u64;
-                if let Err(e) = writer.wait_for_capacity(PARTS_AT_ONCE).await {
-                    break Err(cold_failed("write", &e));
-                }
-                writer.write(&buffer[..n]);
-            };
-            if let Err(e) = sent {
-                // No unfinished upload is left behind on an object store that keeps parts.
-                let _ = writer.abort().await;
-                return Err(e);
-            }
-            writer
-                .finish()
-                .await
-                .map_err(|e| cold_failed("write", &e))?;
-            Ok::<_, Error>((hex(&hasher.finalize()), total))
-        })?;
+    /// Reads the cold object at `location` back and compares its SHA-256 and size with
+    /// `sent`, what was written: the checksum (hex) and size on success.
+    fn verify(&self, location: &ObjectPath, sent: (String, u64)) -> Result<(String, u64)> {
+        let (sent, sent_bytes) = sent;
         if let Some(dir) = &self.cold_dir {
             // On disk before the hot copies may go, and read back from the disk, not from
             // the pages just written.
@@ -283,18 +253,58 @@ impl Tier {
     }
 }
 
-/// Reads until `buffer` is full or the file ends; the bytes read.
-fn read_full(file: &mut std::fs::File, buffer: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buffer.len() {
-        match file.read(&mut buffer[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+/// A multipart upload to the cold tier as a blocking writer that hashes what it sends. One
+/// dropped before [`Upload::finish`] (a failed archive) is aborted: no unfinished upload is
+/// left behind on an object store that keeps parts.
+struct Upload<'a> {
+    tier: &'a Tier,
+    writer: Option<WriteMultipart>,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl Upload<'_> {
+    /// Completes the upload to `location`: the SHA-256 (hex) and size of what was sent.
+    fn finish(mut self, location: &ObjectPath) -> Result<(String, u64)> {
+        let writer = self.writer.take().expect("finished once");
+        self.tier
+            .block_on(writer.finish())
+            .map_err(|e| tier_error(format!("write cold object {location}: {e}")))?;
+        let hasher = std::mem::take(&mut self.hasher);
+        Ok((hex(&hasher.finalize()), self.bytes))
+    }
+}
+
+impl Write for Upload<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("the upload is finished"))?;
+        // In the tier's runtime: a full part is uploaded by a task of it.
+        self.tier
+            .block_on(async {
+                writer.wait_for_capacity(PARTS_AT_ONCE).await?;
+                writer.write(buf);
+                Ok::<_, svc_manifests::object_store::Error>(())
+            })
+            .map_err(std::io::Error::other)?;
+        self.hasher.update(buf);
+        self.bytes += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Upload<'_> {
+    fn drop(&mut self) {
+        if let Some(writer) = self.writer.take() {
+            let _ = self.tier.block_on(writer.abort());
         }
     }
-    Ok(filled)
 }
 
 /// Lower-case hex.

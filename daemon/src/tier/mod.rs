@@ -200,7 +200,8 @@ pub struct Tier {
     db: Arc<Db>,
     /// The hot tier: one directory per store.
     hot: PathBuf,
-    /// Where blobs are staged while packed or restored (on the hot tier's file system).
+    /// Where a cold object not on a local file system is fetched to be restored (on the hot
+    /// tier's file system).
     staging: PathBuf,
     /// The cold tier.
     cold: Arc<dyn ObjectStore>,
