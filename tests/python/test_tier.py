@@ -414,26 +414,58 @@ def kill_when(proc, ready, what, timeout=60):
     proc.wait(timeout=30)
 
 
+class NoiseStore:
+    """A daemon on a fresh data directory with one store of `steps` time steps of 512 x 512
+    float32 noise (1 MiB each) in blobs of about `max_bytes`; `served` holds every key's
+    bytes as HTTP gave them before anything was archived. A context manager: leaving it
+    stops the daemon that runs and removes the source."""
+
+    def __init__(self, tmp_path, steps, seed, max_bytes):
+        self.data = tmp_path / "data"
+        self.data.mkdir()
+        self.sources = Path(tempfile.mkdtemp(prefix="svcd-tier-noise-"))
+        os.chmod(self.sources, 0o755)
+        self.max_bytes = max_bytes
+        self.proc = None
+        self.url = None
+        try:
+            tas(steps, 512, 512, seed=seed).to_netcdf(self.sources / "noise.nc")
+            os.chmod(self.sources / "noise.nc", 0o644)
+            self.start()
+            token = svcd(self.data, "token", "issue", "--user=noise").stdout.strip()
+            self.headers = {"Authorization": f"Bearer {token}"}
+            self.url, self.store = convert(f"{self.host}/api/svc-nextgen", self.headers, self.sources / "noise.nc")
+            meta = requests.get(f"{self.url}/.zmetadata", headers=self.headers, timeout=10).json()["metadata"]
+            keys = [k for k in meta] + [".zmetadata"] + chunk_files(self.data, self.store)
+            self.served = {k: requests.get(f"{self.url}/{k}", headers=self.headers, timeout=30).content for k in keys}
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def start(self):
+        """Starts the daemon (again)."""
+        self.proc, self.host = start(self.data, self.sources, max_bytes=self.max_bytes)
+        if self.url:
+            self.url = self.url.replace(self.url.split("/api/")[0], self.host)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        shutil.rmtree(self.sources, ignore_errors=True)
+
+
 def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    sources = Path(tempfile.mkdtemp(prefix="svcd-tier-crash-"))
-    os.chmod(sources, 0o755)
-    proc = None
-    try:
-        # 96 MiB of noise in blobs of about 16 MiB: each archive and restore takes a while.
-        tas(96, 512, 512, seed=3).to_netcdf(sources / "big.nc")
-        os.chmod(sources / "big.nc", 0o644)
-        proc, host = start(data, sources, max_bytes=16 << 20)
-        token = svcd(data, "token", "issue", "--user=crash").stdout.strip()
-        headers = {"Authorization": f"Bearer {token}"}
-        base = f"{host}/api/svc-nextgen"
-        url, store = convert(base, headers, sources / "big.nc")
-        served = {}
-        meta = requests.get(f"{url}/.zmetadata", headers=headers, timeout=10).json()["metadata"]
-        keys = [k for k in meta] + [".zmetadata"] + chunk_files(data, store)
-        for key in keys:
-            served[key] = requests.get(f"{url}/{key}", headers=headers, timeout=30).content
+    # 96 MiB of noise in blobs of about 16 MiB: each archive and restore takes a while.
+    with NoiseStore(tmp_path, 96, seed=3, max_bytes=16 << 20) as noise:
+        data, store = noise.data, noise.store
         assert len(tier_rows(data, store)) >= 4
         # A blob is packed straight into its cold object (written as `<object>#<n>`, renamed
         # once whole).
@@ -441,15 +473,14 @@ def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_
             ("while packing into the cold object", lambda: any("#" in p.name for p in (data / "cold").rglob("*"))),
             ("after the first blob is archived", lambda: any(p.suffix == ".zip" for p in (data / "cold").rglob("*"))),
         ]
+
         def crash_during(command, what, moment):
             """Kill the daemon at `moment` of `svcd tier <command>`, start it again, check."""
-            nonlocal proc, url
             running = subprocess.Popen([BINARY, "--data-dir", str(data), "tier", command, "--scope", store], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            kill_when(proc, moment, what)
+            kill_when(noise.proc, moment, what)
             running.wait(timeout=60)
-            proc, host = start(data, sources, max_bytes=16 << 20)
-            url = url.replace(url.split("/api/")[0], host)
-            check_after_crash(data, headers, url, store, served)
+            noise.start()
+            check_after_crash(data, noise.headers, noise.url, store, noise.served)
 
         for what, moment in moments:
             crash_during("archive", what, moment)
@@ -474,35 +505,15 @@ def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_
             svcd(data, "tier", "archive", "--scope", store)
             assert {r["state"] for r in tier_rows(data, store)} == {"archived"}
             crash_during("restore", what, moment)
-        proc.terminate()
-        proc.wait(timeout=60)
-    finally:
-        # A failure above leaves the last daemon started running.
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-        shutil.rmtree(sources, ignore_errors=True)
+        noise.stop()
 
 
 def test_archive_and_restore_without_a_running_daemon(tmp_path):
     """`svcd tier archive` and `restore` work on the database directly when no daemon runs,
     with blobs of several upload parts (8 MiB each), and the store reads back the same."""
-    data = tmp_path / "data"
-    data.mkdir()
-    sources = Path(tempfile.mkdtemp(prefix="svcd-tier-offline-"))
-    os.chmod(sources, 0o755)
-    proc = None
-    try:
-        tas(48, 512, 512, seed=4).to_netcdf(sources / "offline.nc")
-        os.chmod(sources / "offline.nc", 0o644)
-        proc, host = start(data, sources, max_bytes=24 << 20)
-        token = svcd(data, "token", "issue", "--user=offline").stdout.strip()
-        headers = {"Authorization": f"Bearer {token}"}
-        url, store = convert(f"{host}/api/svc-nextgen", headers, sources / "offline.nc")
-        keys = chunk_files(data, store)
-        served = {k: requests.get(f"{url}/{k}", headers=headers, timeout=30).content for k in keys}
-        proc.terminate()
-        proc.wait(timeout=60)
+    with NoiseStore(tmp_path, 48, seed=4, max_bytes=24 << 20) as noise:
+        data, store = noise.data, noise.store
+        noise.stop()
         archived = svcd(data, "tier", "archive", "--scope", store)
         rows = tier_rows(data, store)
         assert len(rows) >= 2 and {r["state"] for r in rows} == {"archived"}, (archived.stderr, rows)
@@ -514,13 +525,7 @@ def test_archive_and_restore_without_a_running_daemon(tmp_path):
         svcd(data, "tier", "restore", "--scope", store)
         assert {r["state"] for r in tier_rows(data, store)} == {"hot"}
         assert not any(p.is_file() for p in (data / "cold").rglob("*"))
-        proc, host = start(data, sources, max_bytes=24 << 20)
-        url = url.replace(url.split("/api/")[0], host)
-        for key, content in served.items():
-            answer = requests.get(f"{url}/{key}", headers=headers, timeout=60)
+        noise.start()
+        for key, content in noise.served.items():
+            answer = requests.get(f"{noise.url}/{key}", headers=noise.headers, timeout=60)
             assert answer.status_code == 200 and answer.content == content, key
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-        shutil.rmtree(sources, ignore_errors=True)
