@@ -10,10 +10,12 @@ Blobs are made small with the manifest policy (`SVCD_TIER_T_HOT_BYTES`,
 /dev/fuse for the mount (as CI runs)."""
 
 import concurrent.futures
+import io
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -50,9 +52,9 @@ def tier_rows(data, token=None):
     return [json.loads(line) for line in svcd(data, "tier", "status", "--json", *scope).stdout.splitlines()]
 
 
-def start(data, sources, mountpoint=None, max_bytes=1_000_000):
-    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(sources), SVCD_TIER_T_HOT_BYTES="1024",
-               SVCD_TIER_T_MAX_BYTES=str(max_bytes), SVCD_TIER_MANIFESTS=str(data / "manifests"))
+def start(data, sources, mountpoint=None, max_bytes=1_000_000, env=None):
+    env = {**os.environ, "SVCD_STORES_ALLOWED_ROOTS": str(sources), "SVCD_TIER_T_HOT_BYTES": "1024",
+           "SVCD_TIER_T_MAX_BYTES": str(max_bytes), "SVCD_TIER_MANIFESTS": str(data / "manifests"), **(env or {})}
     (data / "svcd.addr").unlink(missing_ok=True)
     args = ("--mount", str(mountpoint)) if mountpoint else ()
     proc, host = serve(BINARY, data, env=env, args=args)
@@ -420,7 +422,8 @@ class NoiseStore:
     bytes as HTTP gave them before anything was archived. A context manager: leaving it
     stops the daemon that runs and removes the source."""
 
-    def __init__(self, tmp_path, steps, seed, max_bytes):
+    def __init__(self, tmp_path, steps, seed, max_bytes, env=None):
+        self.env = env
         self.data = tmp_path / "data"
         self.data.mkdir()
         self.sources = Path(tempfile.mkdtemp(prefix="svcd-tier-noise-"))
@@ -444,7 +447,7 @@ class NoiseStore:
 
     def start(self):
         """Starts the daemon (again)."""
-        self.proc, self.host = start(self.data, self.sources, max_bytes=self.max_bytes)
+        self.proc, self.host = start(self.data, self.sources, max_bytes=self.max_bytes, env=self.env)
         if self.url:
             self.url = self.url.replace(self.url.split("/api/")[0], self.host)
 
@@ -529,3 +532,79 @@ def test_archive_and_restore_without_a_running_daemon(tmp_path):
         for key, content in noise.served.items():
             answer = requests.get(f"{noise.url}/{key}", headers=noise.headers, timeout=60)
             assert answer.status_code == 200 and answer.content == content, key
+
+
+@pytest.fixture()
+def s3():
+    """An S3 server (moto's, in this process) on a free port: its endpoint, and a boto3
+    client of it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="svcd", aws_secret_access_key="svcd-secret")
+    try:
+        yield endpoint, client
+    finally:
+        server.stop()
+
+
+def test_a_cold_tier_on_s3(tmp_path, s3):
+    """With `tier.cold` and `tier.manifests` on S3: blobs are archived as ZIP objects of
+    several parts there, a read restores its blob from there leaving no object, upload or
+    staged file behind, and a missing object fails the read with 503, naming the blob."""
+    endpoint, client = s3
+    client.create_bucket(Bucket="cold")
+    client.create_bucket(Bucket="manifests")
+    env = {"SVCD_TIER_COLD": "s3://cold/tier", "SVCD_TIER_MANIFESTS": "s3://manifests", "AWS_ENDPOINT": endpoint,
+           "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "svcd", "AWS_SECRET_ACCESS_KEY": "svcd-secret",
+           "AWS_REGION": "us-east-1"}
+    with NoiseStore(tmp_path, 40, seed=5, max_bytes=20 << 20, env=env) as noise:
+        data, store, headers = noise.data, noise.store, noise.headers
+
+        def objects(bucket, prefix=""):
+            listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+            return {o["Key"]: o["Size"] for o in listed}
+
+        assert f"{store}/manifest.json" in objects("manifests")
+        archived = svcd(data, "tier", "archive", "--scope", store)
+        rows = tier_rows(data, store)
+        assert len(rows) == 2 and {r["state"] for r in rows} == {"archived"}, (archived.stderr, rows)
+        assert objects("cold") == {f"tier/{r['cold_key']}": r["cold_bytes"] for r in rows}
+        assert all(r["cold_bytes"] > 8 << 20 for r in rows), rows  # uploads of several 8 MiB parts
+        assert not (data / "cold").exists() or not any((data / "cold").rglob("*"))
+        # An object is a ZIP of the blob's keys, with the bytes HTTP served.
+        first = rows[0]
+        body = client.get_object(Bucket="cold", Key=f"tier/{first['cold_key']}")["Body"].read()
+        with zipfile.ZipFile(io.BytesIO(body)) as packed:
+            assert packed.testzip() is None
+            assert len(packed.namelist()) == first["objects"]
+            for name in packed.namelist():
+                assert packed.read(name) == noise.served[name]
+        # A read restores its blob from S3, and only that one.
+        chunks = [k for k in noise.served if k.startswith("tas/") and not k.endswith((".zarray", ".zattrs"))]
+        key = chunks[0]
+        answer = requests.get(f"{noise.url}/{key}", headers=headers, timeout=60)
+        assert answer.status_code == 200 and answer.content == noise.served[key]
+        rows = {r["instance"]: r for r in tier_rows(data, store)}
+        assert sorted(r["state"] for r in rows.values()) == ["archived", "hot"]
+        hot = next(r for r in rows.values() if r["state"] == "hot")
+        assert hot["restores"] == 1
+        archived_row = next(r for r in rows.values() if r["state"] == "archived")
+        assert objects("cold") == {f"tier/{archived_row['cold_key']}": archived_row["cold_bytes"]}
+        # The other blob's object gone from S3: its keys cannot be read, and say why.
+        client.delete_object(Bucket="cold", Key=f"tier/{archived_row['cold_key']}")
+        on_hot_tier = set(chunk_files(data, store))
+        other = next(k for k in chunks if k not in on_hot_tier)
+        failed = requests.get(f"{noise.url}/{other}", headers=headers, timeout=60)
+        assert failed.status_code == 503 and "Retry-After" in failed.headers, failed.text
+        assert archived_row["instance"] in failed.json()["detail"], failed.text
+        assert objects("cold") == {}
+        assert client.list_multipart_uploads(Bucket="cold").get("Uploads", []) == []
+        assert leftovers(data) == []
