@@ -27,6 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::RwLock;
+use std::time::Instant;
 
 /// The root directory's inode.
 pub const ROOT: u64 = 1;
@@ -43,13 +44,13 @@ pub trait Backend: Send + Sync {
     /// exists.
     fn keys(&self, token: &str) -> Option<Vec<(String, u64)>>;
 
-    /// Up to `len` bytes of `key` of `store` (the conversion of it that the tree shows)
-    /// from `offset`.
+    /// The bytes of `key` of `store` (the conversion of it that the tree shows) that `read`
+    /// asks for.
     ///
     /// # Errors
     /// An errno: `ENOENT` for a key or store that is gone or not ready, `ESTALE` when the
     /// store is now another conversion than `store.generation`, `EIO` for a read that failed.
-    fn read(&self, store: &StoreEntry, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32>;
+    fn read(&self, store: &StoreEntry, key: &str, read: Read) -> Result<Vec<u8>, i32>;
 
     /// The hot copy of `key` of `store` (that conversion of it), opened, when its bytes are
     /// exactly what [`Backend::read`] gives: the kernel may then read it directly. `None`
@@ -72,6 +73,19 @@ pub struct StoreEntry {
     pub public: bool,
     /// Which conversion of it this is (a store converted again is another).
     pub generation: i64,
+}
+
+/// What a read asks for: up to `len` bytes from `offset`, since `asked` (when the kernel
+/// sent it: a read waiting for its bytes, such as a restore from the cold tier, waits from
+/// then, not from when a thread took it up).
+#[derive(Debug, Clone, Copy)]
+pub struct Read {
+    /// Where it starts.
+    pub offset: u64,
+    /// How many bytes at most.
+    pub len: u32,
+    /// When it was asked.
+    pub asked: Instant,
 }
 
 /// What an inode is.
@@ -221,12 +235,13 @@ impl<B: Backend> Tree<B> {
             .collect()
     }
 
-    /// Up to `len` bytes of file `ino` from `offset`.
+    /// The bytes of file `ino` that `read` asks for.
     ///
     /// # Errors
     /// `ENOENT` for an unknown inode or a store gone, `ESTALE` for a key of an earlier
     /// conversion, `EISDIR` for a directory, the backend's errno.
-    pub fn read(&self, ino: u64, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
+    pub fn read(&self, ino: u64, read: Read) -> Result<Vec<u8>, i32> {
+        let Read { offset, len, .. } = read;
         let (store, key, size) = match self.read_inodes().node(ino)? {
             Node::File { store, key, size } => (store.clone(), key.clone(), *size),
             _ => return Err(libc::EISDIR),
@@ -238,7 +253,7 @@ impl<B: Backend> Tree<B> {
         }
         let len = u32::try_from((size - offset).min(u64::from(len))).unwrap_or(len);
         // The backend checks the store's record as it reads: one look per read.
-        self.backend.read(&store, &key, offset, len)
+        self.backend.read(&store, &key, Read { len, ..read })
     }
 
     /// Whether the local user `uid` may read inode `ino` now: root and the store's owner
@@ -528,6 +543,15 @@ impl Inodes {
 mod tests {
     use super::*;
 
+    /// A read of `len` bytes from `offset`, asked now.
+    fn at(offset: u64, len: u32) -> Read {
+        Read {
+            offset,
+            len,
+            asked: Instant::now(),
+        }
+    }
+
     /// Two stores held in memory: the tree's own unit tests need no daemon.
     struct Two;
 
@@ -572,10 +596,10 @@ mod tests {
             })
         }
 
-        fn read(&self, _: &StoreEntry, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
+        fn read(&self, _: &StoreEntry, key: &str, read: Read) -> Result<Vec<u8>, i32> {
             let (_, value) = KEYS.iter().find(|(k, _)| *k == key).ok_or(libc::ENOENT)?;
-            let start = usize::try_from(offset).unwrap().min(value.len());
-            let end = (start + len as usize).min(value.len());
+            let start = usize::try_from(read.offset).unwrap().min(value.len());
+            let end = (start + read.len as usize).min(value.len());
             Ok(value.as_bytes()[start..end].to_vec())
         }
     }
@@ -599,11 +623,11 @@ mod tests {
         let pr_dir = tree.lookup(group.ino, "pr").unwrap();
         let chunk = tree.lookup(pr_dir.ino, "0").unwrap();
         assert_eq!((chunk.kind, chunk.size), (Kind::File, 2));
-        assert_eq!(tree.read(chunk.ino, 0, 100).unwrap(), b"pr");
+        assert_eq!(tree.read(chunk.ino, at(0, 100)).unwrap(), b"pr");
         let tas = tree.lookup(store.ino, "tas").unwrap();
         let data = tree.lookup(tas.ino, "0.0.0").unwrap();
-        assert_eq!(tree.read(data.ino, 6, 3).unwrap(), b"byt");
-        assert_eq!(tree.read(data.ino, 11, 10).unwrap(), b"");
+        assert_eq!(tree.read(data.ino, at(6, 3)).unwrap(), b"byt");
+        assert_eq!(tree.read(data.ino, at(11, 10)).unwrap(), b"");
         // The same path is the same inode, also after a fresh lookup.
         assert_eq!(tree.lookup(ROOT, "a1.zarr").unwrap().ino, store.ino);
     }
@@ -620,22 +644,22 @@ mod tests {
         assert!(tree.inodes() > before + 3);
         // One of the two lookups forgotten: everything stays.
         tree.forget(store.ino, 1);
-        assert_eq!(tree.read(chunk.ino, 0, 5).unwrap(), b"chunk");
+        assert_eq!(tree.read(chunk.ino, at(0, 5)).unwrap(), b"chunk");
         // Both: what was made below the store goes; the store's directory stays.
         tree.forget(store.ino, 1);
         assert_eq!(tree.inodes(), before + 1);
-        assert_eq!(tree.read(chunk.ino, 0, 5), Err(libc::ENOENT));
+        assert_eq!(tree.read(chunk.ino, at(0, 5)), Err(libc::ENOENT));
         // Looked up again, its keys come back under new inodes.
         let back = tree.lookup(ROOT, "a1.zarr").unwrap();
         assert_eq!(back.ino, store.ino);
         let tas = tree.lookup(back.ino, "tas").unwrap();
         let chunk_again = tree.lookup(tas.ino, "0.0.0").unwrap();
         assert_ne!(chunk_again.ino, chunk.ino);
-        assert_eq!(tree.read(chunk_again.ino, 0, 5).unwrap(), b"chunk");
+        assert_eq!(tree.read(chunk_again.ino, at(0, 5)).unwrap(), b"chunk");
         // Forgetting what the tree does not count is harmless.
         tree.forget(chunk_again.ino, 7);
         tree.forget(12345, 1);
-        assert_eq!(tree.read(chunk_again.ino, 0, 5).unwrap(), b"chunk");
+        assert_eq!(tree.read(chunk_again.ino, at(0, 5)).unwrap(), b"chunk");
     }
 
     /// [`Two`], counting the key listings asked for.
@@ -655,14 +679,8 @@ mod tests {
             Two.keys(token)
         }
 
-        fn read(
-            &self,
-            store: &StoreEntry,
-            key: &str,
-            offset: u64,
-            len: u32,
-        ) -> Result<Vec<u8>, i32> {
-            Two.read(store, key, offset, len)
+        fn read(&self, store: &StoreEntry, key: &str, read: Read) -> Result<Vec<u8>, i32> {
+            Two.read(store, key, read)
         }
     }
 
@@ -720,7 +738,7 @@ mod tests {
             )
         }
 
-        fn read(&self, _: &StoreEntry, _: &str, _: u64, _: u32) -> Result<Vec<u8>, i32> {
+        fn read(&self, _: &StoreEntry, _: &str, _: Read) -> Result<Vec<u8>, i32> {
             Ok(vec![0])
         }
     }
@@ -762,7 +780,7 @@ mod tests {
             Some(vec![("tas/0".to_string(), 3)])
         }
 
-        fn read(&self, store: &StoreEntry, _: &str, _: u64, _: u32) -> Result<Vec<u8>, i32> {
+        fn read(&self, store: &StoreEntry, _: &str, _: Read) -> Result<Vec<u8>, i32> {
             match self.store(&store.token) {
                 None => Err(libc::ENOENT),
                 Some(now) if now.generation != store.generation => Err(libc::ESTALE),
@@ -795,18 +813,18 @@ mod tests {
         assert_eq!(tree.getattr(key.ino).unwrap().perm, 0o400);
         // Converted again: the old inodes are stale, the name leads to new ones.
         change(&|s| s.generation = 2);
-        assert_eq!(tree.read(key.ino, 0, 3), Err(libc::ESTALE));
+        assert_eq!(tree.read(key.ino, at(0, 3)), Err(libc::ESTALE));
         assert_eq!(tree.getattr(key.ino), Err(libc::ESTALE));
         let again = tree.lookup(ROOT, "s.zarr").unwrap();
         assert_ne!(again.ino, store.ino);
         let dir = tree.lookup(again.ino, "tas").unwrap();
         let fresh = tree.lookup(dir.ino, "0").unwrap();
         assert_ne!(fresh.ino, key.ino);
-        assert_eq!(tree.read(fresh.ino, 0, 3).unwrap(), b"abc");
+        assert_eq!(tree.read(fresh.ino, at(0, 3)).unwrap(), b"abc");
         // Removed: its name and inodes lead nowhere.
         *tree.backend.0.lock().unwrap() = None;
         assert_eq!(tree.lookup(ROOT, "s.zarr"), Err(libc::ENOENT));
-        assert_eq!(tree.read(fresh.ino, 0, 3), Err(libc::ENOENT));
+        assert_eq!(tree.read(fresh.ino, at(0, 3)), Err(libc::ENOENT));
         assert!(tree.readdir(ROOT).unwrap().is_empty());
     }
 
@@ -820,7 +838,7 @@ mod tests {
         let key = tree.lookup(store.ino, ".zgroup").unwrap();
         assert_eq!(tree.lookup(key.ino, "x"), Err(libc::ENOTDIR));
         assert_eq!(tree.readdir(key.ino), Err(libc::ENOTDIR));
-        assert_eq!(tree.read(store.ino, 0, 1), Err(libc::EISDIR));
+        assert_eq!(tree.read(store.ino, at(0, 1)), Err(libc::EISDIR));
         assert_eq!(tree.getattr(9999), Err(libc::ENOENT));
         assert_eq!(tree.getattr(0), Err(libc::ENOENT));
     }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -20,7 +20,7 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, Request,
 };
 
-use crate::filesystem::{Attr, Backend, Kind, ROOT, Tree};
+use crate::filesystem::{Attr, Backend, Kind, ROOT, Read, Tree};
 
 /// How long the kernel keeps the entry and attributes of a store's directory: the store may
 /// be converted again (its name then leads to a new directory inode, and everything below
@@ -156,48 +156,74 @@ impl<B: Backend + 'static> Fuse<B> {
     /// one with a backing file keeps it (its bytes stay readable even after archiving
     /// unlinked the hot copy).
     fn open_file(&self, ino: u64, reply: ReplyOpen) {
-        let through_daemon = |backing: &mut Backing, reply: ReplyOpen| {
-            *backing.cached.entry(ino).or_default() += 1;
-            // Stores are immutable: the kernel may keep what it read.
-            reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
-        };
-        let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
-        let mut live = backing.by_inode.get(&ino).and_then(Weak::upgrade);
-        if live.is_none() {
-            if !self.passthrough.load(Ordering::Relaxed) || backing.cached.contains_key(&ino) {
-                return through_daemon(&mut backing, reply);
-            }
-            // The hot copy is opened and registered without the lock, which every open and
-            // release of the mount takes.
-            drop(backing);
-            let registered = self.register(ino, &reply);
-            backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
-            // Another open of the inode may have chosen meanwhile; its choice stands (ours,
-            // if any, is closed as it drops).
-            live = backing.by_inode.get(&ino).and_then(Weak::upgrade);
-            if live.is_none() && !backing.cached.contains_key(&ino) {
-                live = registered.map(|id| {
-                    let id = Arc::new(id);
-                    backing.by_inode.insert(ino, Arc::downgrade(&id));
-                    id
-                });
-            }
-        }
-        let Some(id) = live else {
-            return through_daemon(&mut backing, reply);
+        let backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut backing, id) = match backing.by_inode.get(&ino).and_then(Weak::upgrade) {
+            Some(id) => (backing, id),
+            None => match self.choose(ino, backing, &reply) {
+                (backing, Ok(id)) => (backing, id),
+                (mut backing, Err(hot)) => {
+                    *backing.cached.entry(ino).or_default() += 1;
+                    // Stores are immutable: the kernel may keep what it read of a hot key.
+                    // A key without a hot copy (archived) is read directly, past the page
+                    // cache: a read waiting for its restore is then one request the daemon
+                    // bounds by `read_timeout_seconds`, where a failed readahead would be
+                    // asked again.
+                    let flags = if hot {
+                        FopenFlags::FOPEN_KEEP_CACHE
+                    } else {
+                        FopenFlags::FOPEN_DIRECT_IO
+                    };
+                    return reply.opened(FileHandle(0), flags);
+                }
+            },
         };
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         backing.by_handle.insert(handle, Arc::clone(&id));
         reply.opened_passthrough(FileHandle(handle), FopenFlags::empty(), &id);
     }
 
-    /// The hot copy of `ino` registered with the kernel as a backing file; `None` when it
-    /// has none or the kernel refuses it (for good when passthrough is not permitted or
-    /// not supported, else for this open).
-    fn register(&self, ino: u64, reply: &ReplyOpen) -> Option<BackingId> {
-        let file = self.tree.hot_file(ino)?;
+    /// How an open of `ino`, which has no backing file now, reads: through a backing file
+    /// registered now (its id), or through the daemon (`Err`, with whether the key has a hot
+    /// copy). The hot copy is opened and registered without the lock, which every open and
+    /// release of the mount takes; another open of the inode may have chosen meanwhile, and
+    /// its choice stands (ours, if any, is closed as it drops).
+    fn choose<'a>(
+        &'a self,
+        ino: u64,
+        backing: std::sync::MutexGuard<'a, Backing>,
+        reply: &ReplyOpen,
+    ) -> (
+        std::sync::MutexGuard<'a, Backing>,
+        Result<Arc<BackingId>, bool>,
+    ) {
+        let through_daemon =
+            !self.passthrough.load(Ordering::Relaxed) || backing.cached.contains_key(&ino);
+        drop(backing);
+        let hot = self.tree.hot_file(ino);
+        let registered = match &hot {
+            Some(file) if !through_daemon => self.register(file, reply),
+            _ => None,
+        };
+        let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(id) = backing.by_inode.get(&ino).and_then(Weak::upgrade) {
+            return (backing, Ok(id));
+        }
+        match registered {
+            Some(id) if !backing.cached.contains_key(&ino) => {
+                let id = Arc::new(id);
+                backing.by_inode.insert(ino, Arc::downgrade(&id));
+                (backing, Ok(id))
+            }
+            _ => (backing, Err(hot.is_some())),
+        }
+    }
+
+    /// The hot copy `file` registered with the kernel as a backing file; `None` when the
+    /// kernel refuses it (for good when passthrough is not permitted or not supported, else
+    /// for this open).
+    fn register(&self, file: &std::fs::File, reply: &ReplyOpen) -> Option<BackingId> {
         reply
-            .open_backing(&file)
+            .open_backing(file)
             .inspect_err(|e| {
                 if matches!(
                     e.raw_os_error(),
@@ -336,8 +362,13 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
         reply: ReplyData,
     ) {
         let tree = Arc::clone(&self.tree);
+        let read = Read {
+            offset,
+            len: size,
+            asked: Instant::now(),
+        };
         self.readers
-            .run(Box::new(move || match tree.read(ino.0, offset, size) {
+            .run(Box::new(move || match tree.read(ino.0, read) {
                 Ok(bytes) => reply.data(&bytes),
                 Err(code) => reply.error(errno(code)),
             }));

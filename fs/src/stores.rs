@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use svc_daemon::{Caller, Daemon, ErrorKind, StoreRecord};
 use uuid::Uuid;
 
-use crate::filesystem::{Backend, StoreEntry};
+use crate::filesystem::{Backend, Read, StoreEntry};
 
 /// The stores of a running daemon.
 pub struct DaemonStores {
@@ -123,9 +123,11 @@ impl Backend for DaemonStores {
         }
     }
 
-    fn read(&self, store: &StoreEntry, key: &str, offset: u64, len: u32) -> Result<Vec<u8>, i32> {
+    fn read(&self, store: &StoreEntry, key: &str, read: Read) -> Result<Vec<u8>, i32> {
+        let Read { offset, len, asked } = read;
         let token = Uuid::parse_str(&store.token).map_err(|_| libc::ENOENT)?;
-        let bytes = self.served(token, key, store.generation)?;
+        let wait = self.read_wait.saturating_sub(asked.elapsed());
+        let bytes = self.served(token, key, store.generation, wait)?;
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
             .min(bytes.len());
@@ -153,8 +155,15 @@ impl Backend for DaemonStores {
 
 impl DaemonStores {
     /// The bytes of `key` of store `token` as the read path serves them, read as its owner,
-    /// while the store is complete and the conversion `generation` of it.
-    fn served(&self, token: Uuid, key: &str, generation: i64) -> Result<bytes::Bytes, i32> {
+    /// while the store is complete and the conversion `generation` of it, waiting up to
+    /// `wait` for a restore.
+    fn served(
+        &self,
+        token: Uuid,
+        key: &str,
+        generation: i64,
+        wait: Duration,
+    ) -> Result<bytes::Bytes, i32> {
         let stores = self.daemon.stores();
         let record = stores
             .record(token)
@@ -171,7 +180,7 @@ impl DaemonStores {
             admin: false,
         };
         stores
-            .read(Some(&caller), token, key, now(), self.read_wait)
+            .read(Some(&caller), token, key, now(), wait)
             .map(|read| read.bytes)
             .map_err(|e| match e.kind() {
                 ErrorKind::NotFound => libc::ENOENT,

@@ -10,6 +10,7 @@ Blobs are made small with the manifest policy (`SVCD_TIER_T_HOT_BYTES`,
 /dev/fuse for the mount (as CI runs)."""
 
 import concurrent.futures
+import errno
 import io
 import json
 import os
@@ -18,6 +19,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -422,8 +424,9 @@ class NoiseStore:
     bytes as HTTP gave them before anything was archived. A context manager: leaving it
     stops the daemon that runs and removes the source."""
 
-    def __init__(self, tmp_path, steps, seed, max_bytes, env=None):
+    def __init__(self, tmp_path, steps, seed, max_bytes, env=None, mount=None):
         self.env = env
+        self.mount = mount
         self.data = tmp_path / "data"
         self.data.mkdir()
         self.sources = Path(tempfile.mkdtemp(prefix="svcd-tier-noise-"))
@@ -447,7 +450,7 @@ class NoiseStore:
 
     def start(self):
         """Starts the daemon (again)."""
-        self.proc, self.host = start(self.data, self.sources, max_bytes=self.max_bytes, env=self.env)
+        self.proc, self.host = start(self.data, self.sources, self.mount, max_bytes=self.max_bytes, env=self.env)
         if self.url:
             self.url = self.url.replace(self.url.split("/api/")[0], self.host)
 
@@ -462,6 +465,9 @@ class NoiseStore:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=30)
+        if self.mount is not None:
+            # A killed daemon's mount answers "not connected" (not a mount to ismount).
+            subprocess.run(["umount", "-l", str(self.mount)], capture_output=True, check=False)
         shutil.rmtree(self.sources, ignore_errors=True)
 
 
@@ -608,3 +614,85 @@ def test_a_cold_tier_on_s3(tmp_path, s3):
         assert objects("cold") == {}
         assert client.list_multipart_uploads(Bucket="cold").get("Uploads", []) == []
         assert leftovers(data) == []
+
+
+class Switch:
+    """A TCP proxy to `port` on this host that can fall silent: from `silence()` on, it takes
+    every request (on connections old and new) and answers nothing, as a stalled gateway
+    does."""
+
+    def __init__(self, port):
+        self.target = port
+        self.silent = threading.Event()
+        self.held = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def silence(self):
+        self.silent.set()
+
+    def accept(self):
+        while True:
+            client, _ = self.listener.accept()
+            self.held.append(client)
+            if self.silent.is_set():
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self.pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self.pump, args=(upstream, client), daemon=True).start()
+
+    def pump(self, source, sink):
+        try:
+            while data := source.recv(1 << 16):
+                if not self.silent.is_set():
+                    sink.sendall(data)
+        except OSError:
+            pass
+
+
+def test_a_cold_tier_that_never_answers_fails_reads_after_their_timeout(tmp_path, s3):
+    """A restore from a cold tier that stops answering holds no reader past its bound: every
+    read through the mount of an archived chunk fails with EIO within
+    `mount.read_timeout_seconds` of being asked, those beyond the mount's 32 reader threads
+    (which wait for a thread first) too, while lookups and metadata reads go on; HTTP answers
+    503 with Retry-After."""
+    endpoint, client = s3
+    client.create_bucket(Bucket="cold")
+    gateway = Switch(int(endpoint.rsplit(":", 1)[1]))
+    mountpoint = tmp_path / "mount"
+    mountpoint.mkdir()
+    timeout = 3
+    env = {"SVCD_TIER_COLD": "s3://cold", "AWS_ENDPOINT": f"http://127.0.0.1:{gateway.port}", "AWS_ALLOW_HTTP": "true",
+           "AWS_ACCESS_KEY_ID": "svcd", "AWS_SECRET_ACCESS_KEY": "svcd-secret", "AWS_REGION": "us-east-1",
+           "SVCD_MOUNT_READ_TIMEOUT_SECONDS": str(timeout)}
+    with NoiseStore(tmp_path, 48, seed=6, max_bytes=16 << 20, env=env, mount=mountpoint) as noise:
+        data, store = noise.data, noise.store
+        chunks = [k for k in chunk_files(data, store) if k.startswith("tas/")]
+        assert len(chunks) == 48
+        svcd(data, "tier", "archive", "--scope", store)
+        assert {r["state"] for r in tier_rows(data, store)} == {"archived"}
+        gateway.silence()
+        directory = mountpoint / f"{store}.zarr"
+
+        def read(key):
+            asked = time.monotonic()
+            try:
+                (directory / key).read_bytes()
+                return "read", time.monotonic() - asked
+            except OSError as e:
+                return errno.errorcode.get(e.errno, str(e.errno)), time.monotonic() - asked
+
+        with concurrent.futures.ThreadPoolExecutor(len(chunks)) as pool:
+            reads = [pool.submit(read, key) for key in chunks]
+            time.sleep(0.5)
+            # Lookups and metadata reads are answered meanwhile.
+            assert json.loads((directory / ".zmetadata").read_bytes())["metadata"]
+            answer = requests.get(f"{noise.url}/{chunks[0]}", params={"timeout": 1}, headers=noise.headers, timeout=30)
+            assert answer.status_code == 503 and "Retry-After" in answer.headers, answer.text
+            outcomes = [r.result() for r in reads]
+        assert {outcome for outcome, _ in outcomes} == {"EIO"}, outcomes
+        # Asked at once, all fail after one bound: not two, for the 16 that waited for a
+        # reader thread (give or take the machine's scheduling).
+        assert max(seconds for _, seconds in outcomes) < 1.5 * timeout, sorted(seconds for _, seconds in outcomes)
+        assert {r["state"] for r in tier_rows(data, store)} <= {"archived", "restoring"}
