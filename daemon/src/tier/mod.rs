@@ -45,10 +45,13 @@ mod tests;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use svc_manifests::object_store::{ObjectStore, ObjectStoreExt, path::Path as ObjectPath};
+use svc_manifests::object_store::{
+    Error as ObjectError, ObjectStore, ObjectStoreExt, path::Path as ObjectPath,
+};
 use svc_manifests::{Manifest, ManifestStore, Resolution, Trie};
 use uuid::Uuid;
 
@@ -61,6 +64,11 @@ pub use archive::{ArchiveOptions, ArchiveRow};
 
 /// Format byte of a tier state record and of a stored manifest.
 const FORMAT: u8 = 1;
+
+/// How long the repair at start waits for one answer of the cold tier. One that does not
+/// come leaves what needs the cold tier to the next start, which is then not held up (the
+/// object store client itself retries for minutes).
+const REPAIR_COLD_WAIT: Duration = Duration::from_secs(10);
 
 /// Where a blob instance is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -304,6 +312,11 @@ impl Tier {
             .expect("the runtime lives as long as the tier")
             .enter();
         futures::executor::block_on(future)
+    }
+
+    /// What `future` gives, if it does within `wait`. Blocking.
+    fn within<T>(&self, wait: Duration, future: impl std::future::Future<Output = T>) -> Option<T> {
+        self.block_on(async { tokio::time::timeout(wait, future).await.ok() })
     }
 
     /// The lock of the store `token` (see [`Tier::store_locks`]).
@@ -730,6 +743,9 @@ impl Tier {
             }
         }
         let mut kept = std::collections::HashSet::new();
+        // Whether the cold tier answers: once it has not in time, nothing more is asked of
+        // it at this start.
+        let mut cold_answers = true;
         for (token, instance, mut state) in self.states()? {
             if !ready.contains(&token) {
                 let mut batch = Batch::default();
@@ -763,12 +779,41 @@ impl Tier {
                 self.put_state(token, &instance, &state)?;
             }
             let location = ObjectPath::from(state.cold_key.as_str());
-            let cold = self.block_on(self.cold.head(&location));
+            let answer = if cold_answers {
+                self.within(REPAIR_COLD_WAIT, self.cold.head(&location))
+            } else {
+                None
+            };
+            // The size of the cold copy; `None` when it is not there.
+            let cold = match answer {
+                Some(Ok(meta)) => Some(meta.size),
+                Some(Err(ObjectError::NotFound { .. })) => None,
+                unknown => {
+                    // No answer in time, or one that says nothing of the object: the blob
+                    // stays as it is (with any hot copies beside it) until a start that
+                    // can check its cold copy.
+                    match unknown {
+                        Some(Err(e)) => tracing::warn!(%token, %instance, error = %e,
+                            "cannot check the cold copy of an archived blob; it is left as it is until the next start"),
+                        _ if cold_answers => {
+                            tracing::warn!(
+                                seconds = REPAIR_COLD_WAIT.as_secs(),
+                                "the cold tier does not answer; archived blobs are left as they are until the next start"
+                            );
+                            cold_answers = false;
+                        }
+                        _ => {}
+                    }
+                    kept.insert(state.cold_key.clone());
+                    self.count_archived(token, 1);
+                    continue;
+                }
+            };
             let hot_whole = keys.iter().all(|(key, size)| {
                 std::fs::metadata(dir.join(key)).is_ok_and(|meta| meta.len() == *size)
             });
             match cold {
-                Ok(meta) if meta.size == state.cold_bytes => {
+                Some(size) if size == state.cold_bytes => {
                     // Verified before it was recorded: hot copies beside it are extra.
                     for (key, _) in &keys {
                         remove_file(&dir.join(key));
@@ -790,7 +835,10 @@ impl Tier {
                 }
             }
         }
-        self.clean_cold(&kept, &ready, known)
+        if cold_answers {
+            self.clean_cold(&kept, &ready, known)?;
+        }
+        Ok(())
     }
 
     /// Cleans the cold objects no archived instance names, of the stores this database
@@ -807,14 +855,20 @@ impl Tier {
         ready: &std::collections::HashSet<Uuid>,
         known: &std::collections::HashSet<Uuid>,
     ) -> Result<()> {
-        let listed = self.block_on(async {
+        let listed = self.within(REPAIR_COLD_WAIT, async {
             use futures::TryStreamExt;
             self.cold.list(None).try_collect::<Vec<_>>().await
         });
         let objects = match listed {
-            Ok(objects) => objects,
-            Err(e) => {
+            Some(Ok(objects)) => objects,
+            Some(Err(e)) => {
                 tracing::warn!(error = %e, "cannot list the cold tier to clean it");
+                return Ok(());
+            }
+            None => {
+                tracing::warn!(
+                    "the cold tier does not list its objects in time; it is cleaned at the next start"
+                );
                 return Ok(());
             }
         };
