@@ -5,8 +5,9 @@ svcd serves a fresh data directory with the stores mounted (`--mount`), its mani
 set so that a store is cut into blobs of about `--blob-mib` MiB (`SVCD_TIER_T_MAX_BYTES`) and
 only coordinates stay hot (`SVCD_TIER_T_HOT_BYTES=1024`). Two stores are converted from
 generated NetCDF files of float32 noise (so chunks do not compress, and bytes read are bytes
-stored): a large one (`--size-mib`, 1 GiB by default, one 1-MiB-ish chunk per time step) and
-one of small chunks (`--small-chunks`, 8192 by default, 32 KiB each).
+stored): a large one (`--size-mib`, 1 GiB by default, one chunk per time step of
+`--step-mib`, 1 MiB by default) and one of small chunks (`--small-chunks`, 8192 by default,
+32 KiB each).
 
 1. Sequential read of the large store: every chunk file in key order, read whole with 1 MiB
    reads by one reader, through the mount (`<mount>/<token>.zarr/<key>`) against directly
@@ -15,7 +16,9 @@ one of small chunks (`--small-chunks`, 8192 by default, 32 KiB each).
    the ratio mount/direct (target >= 0.8 with passthrough), for passthrough (the default)
    and for the fallback (svcd restarted with `SVCD_MOUNT_PASSTHROUGH=false`: every read goes
    through the daemon; warm only, as the daemon's mapped chunks keep their pages through
-   `drop_caches`).
+   `drop_caches`). Then what each file costs through the mount: `open` and `close` of every
+   chunk file (through the mount and directly), and a FUSE round trip that does no work
+   (`statvfs` of the mount), in microseconds.
 2. 16 parallel readers (`--readers`) of the small chunks, each reading every chunk (open,
    read whole, close) in its own shuffled order, warm page cache: through the mount, through
    HTTP (one keep-alive `requests` session per reader, the same Python client loop: this
@@ -37,7 +40,7 @@ Needs root (the mount, dropping caches) and /dev/fuse, and the Python of .venv-t
 
 Run: make bench-tier [BENCH_ARGS="--size-mib 256"], or
 .venv-test/bin/python bench/tier.py --svcd $CARGO_TARGET_DIR/release/svcd [--size-mib 1024]
-[--blob-mib 128] [--small-chunks 8192] [--readers 16] [--rounds 3] [--data DIR] [--json FILE] [--only-tier] (sections 3 and 4 alone).
+[--step-mib 1] [--blob-mib 128] [--small-chunks 8192] [--readers 16] [--rounds 3] [--data DIR] [--json FILE] [--only-tier] (sections 3 and 4 alone).
 Sources are kept in `--data` (default /var/tmp/tier-bench/sources) and reused; svcd's data
 directory and the mount live in a run directory removed at the end.
 """
@@ -187,6 +190,26 @@ def sequential(svcd, token, keys, rounds):
     return {f"{cache} {side}": statistics.median(v) for (cache, side), v in results.items()}
 
 
+def request_costs(svcd, token, keys, rounds):
+    """What a warm read through the mount pays per chunk file: microseconds per `open` and
+    `close` of each file through the mount and directly, and per FUSE round trip that does
+    no work (`statvfs` of the mount), medians of `rounds`."""
+    sides = {"mount": svcd.mount / f"{token}.zarr", "direct": svcd.data / "stores" / token}
+    costs = {}
+    for _ in range(rounds):
+        for side, root in sides.items():
+            paths = [str(root / k) for k in keys]
+            started = time.perf_counter()
+            for path in paths:
+                os.close(os.open(path, os.O_RDONLY))
+            costs.setdefault(f"open+close {side}", []).append((time.perf_counter() - started) / len(paths) * 1e6)
+        started = time.perf_counter()
+        for _ in keys:
+            os.statvfs(svcd.mount)
+        costs.setdefault("round trip", []).append((time.perf_counter() - started) / len(keys) * 1e6)
+    return {k: statistics.median(v) for k, v in costs.items()}
+
+
 def parallel(svcd, token, keys, readers, rounds):
     url = svcd.store_url(token)
     hot = svcd.data / "stores" / token
@@ -296,6 +319,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--svcd", default=os.environ.get("SVCD_BIN", "svcd"))
     parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--step-mib", type=int, default=1, help="MiB per time step (and chunk) of the large store")
     parser.add_argument("--blob-mib", type=int, default=128)
     parser.add_argument("--small-chunks", type=int, default=8192)
     parser.add_argument("--readers", type=int, default=16)
@@ -306,9 +330,10 @@ def main():
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root: it mounts and drops the page cache")
-    lat, lon = 512, 512  # 1 MiB per time step
+    lat, lon = 512, 512 * args.step_mib  # --step-mib MiB per time step
     sources = args.data / "sources"
-    large = generate(sources / f"large-{args.size_mib}MiB.nc", args.size_mib, lat, lon, seed=1)
+    step = "" if args.step_mib == 1 else f"-{args.step_mib}MiB-steps"
+    large = generate(sources / f"large-{args.size_mib}MiB{step}.nc", args.size_mib // args.step_mib, lat, lon, seed=1)
     small = generate(sources / f"small-{args.small_chunks}.nc", args.small_chunks, 64, 128, seed=2)
     os.chmod(args.data, 0o755)
     run = Path(tempfile.mkdtemp(prefix="run-", dir=args.data))
@@ -326,6 +351,7 @@ def main():
         print(f"large store: {len(large_keys)} chunks; small store: {len(small_keys)} chunks", file=sys.stderr)
         if not args.only_tier:
             figures["sequential, passthrough"] = sequential(svcd, large_token, large_keys, args.rounds)
+            figures["per file"] = request_costs(svcd, large_token, large_keys, args.rounds)
             print(json.dumps(figures), file=sys.stderr, flush=True)
             figures["parallel"] = parallel(svcd, small_token, small_keys, args.readers, args.rounds)
             print(json.dumps(figures), file=sys.stderr, flush=True)
@@ -355,6 +381,9 @@ def main():
             print(f"{'sequential ' + cache + ', mount (' + mode + ')':<44} {mount_rate:>8.0f} MiB/s  {mount_rate / direct:.2f}x direct")
             print(f"{'sequential ' + cache + ', direct':<44} {direct:>8.0f} MiB/s")
     if not args.only_tier:
+        costs = figures["per file"]
+        print(f"{'per chunk file: open+close, mount':<44} {costs['open+close mount']:>8.1f} us     {costs['open+close direct']:.1f} us directly")
+        print(f"{'a FUSE round trip that does nothing (statfs)':<44} {costs['round trip']:>8.1f} us")
         par = figures["parallel"]
         for side in ("mount", "http", "direct"):
             label = "http (python requests)" if side == "http" else side

@@ -75,9 +75,10 @@ pub struct StoreEntry {
     pub generation: i64,
 }
 
-/// What a read asks for: up to `len` bytes from `offset`, since `asked` (when the kernel
-/// sent it: a read waiting for its bytes, such as a restore from the cold tier, waits from
-/// then, not from when a thread took it up).
+/// What a read asks for: up to `len` bytes from `offset`, since `asked` (when the mount
+/// took the request from the kernel: a read waiting for its bytes, such as a restore from
+/// the cold tier, waits from then, not from when a reader thread took it up), and whether
+/// it may wait at all (when not, a read that would wait fails at once).
 #[derive(Debug, Clone, Copy)]
 pub struct Read {
     /// Where it starts.
@@ -86,6 +87,8 @@ pub struct Read {
     pub len: u32,
     /// When it was asked.
     pub asked: Instant,
+    /// Whether it may wait for its bytes.
+    pub may_wait: bool,
 }
 
 /// What an inode is.
@@ -284,6 +287,18 @@ impl<B: Backend> Tree<B> {
             _ => return None,
         };
         self.backend.hot_file(&store, &key)
+    }
+
+    /// Whether file `ino` is a metadata document (`.zarray`, `.zattrs`, `.zgroup`,
+    /// `.zmetadata`: Zarr v2 names its documents with a leading dot), which never leaves
+    /// the hot tier.
+    pub fn is_document(&self, ino: u64) -> bool {
+        match self.read_inodes().node(ino) {
+            Ok(Node::File { key, .. }) => key.rsplit('/').next().is_some_and(|name| {
+                matches!(name, ".zarray" | ".zattrs" | ".zgroup" | ".zmetadata")
+            }),
+            _ => false,
+        }
     }
 
     /// The kernel forgets `lookups` lookups of `ino`. A store directory it no longer holds
@@ -549,6 +564,7 @@ mod tests {
             offset,
             len,
             asked: Instant::now(),
+            may_wait: true,
         }
     }
 

@@ -163,15 +163,17 @@ impl<B: Backend + 'static> Fuse<B> {
                 (backing, Ok(id)) => (backing, id),
                 (mut backing, Err(hot)) => {
                     *backing.cached.entry(ino).or_default() += 1;
-                    // Stores are immutable: the kernel may keep what it read of a hot key.
-                    // A key without a hot copy (archived) is read directly, past the page
-                    // cache: a read waiting for its restore is then one request the daemon
-                    // bounds by `read_timeout_seconds`, where a failed readahead would be
-                    // asked again.
-                    let flags = if hot {
+                    // Stores are immutable: the kernel may keep what it read of a hot key or
+                    // a document. A chunk without a hot copy (archived) is read directly,
+                    // past the page cache: a read waiting for its restore is then one
+                    // request the daemon bounds by `read_timeout_seconds`, where a failed
+                    // readahead would be asked again. (Mapping it still works: the mount
+                    // asks for `FUSE_DIRECT_IO_ALLOW_MMAP`; and its open keeps what other
+                    // handles cached.)
+                    let flags = if hot || self.tree.is_document(ino) {
                         FopenFlags::FOPEN_KEEP_CACHE
                     } else {
-                        FopenFlags::FOPEN_DIRECT_IO
+                        FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE
                     };
                     return reply.opened(FileHandle(0), flags);
                 }
@@ -270,6 +272,9 @@ fn errno(code: i32) -> Errno {
 
 impl<B: Backend + 'static> Filesystem for Fuse<B> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Chunks opened while archived are read past the page cache (`FOPEN_DIRECT_IO`); this
+        // lets programs map them all the same (Linux 6.6+; older kernels refuse such maps).
+        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         if *self.passthrough.get_mut() {
             let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(1).is_ok();
@@ -361,11 +366,22 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let tree = Arc::clone(&self.tree);
         let read = Read {
             offset,
             len: size,
             asked: Instant::now(),
+            may_wait: false,
+        };
+        // A key on the hot tier is a local read: answered here. One that would wait (for a
+        // restore from the cold tier), or failed, goes to the reader threads, so that reads
+        // waiting for restores never hold up these threads, nor queue up hot reads.
+        if let Ok(bytes) = self.tree.read(ino.0, read) {
+            return reply.data(&bytes);
+        }
+        let tree = Arc::clone(&self.tree);
+        let read = Read {
+            may_wait: true,
+            ..read
         };
         self.readers
             .run(Box::new(move || match tree.read(ino.0, read) {

@@ -124,9 +124,18 @@ impl Backend for DaemonStores {
     }
 
     fn read(&self, store: &StoreEntry, key: &str, read: Read) -> Result<Vec<u8>, i32> {
-        let Read { offset, len, asked } = read;
+        let Read {
+            offset,
+            len,
+            asked,
+            may_wait,
+        } = read;
         let token = Uuid::parse_str(&store.token).map_err(|_| libc::ENOENT)?;
-        let wait = self.read_wait.saturating_sub(asked.elapsed());
+        let wait = if may_wait {
+            self.read_wait.saturating_sub(asked.elapsed())
+        } else {
+            Duration::ZERO
+        };
         let bytes = self.served(token, key, store.generation, wait)?;
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
