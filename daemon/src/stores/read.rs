@@ -282,6 +282,7 @@ impl Stores {
                     return Ok(chunk(bytes, etag));
                 }
                 let mut computed = false;
+                let mut looked_again = false;
                 loop {
                     let keep = conversion.filter(|_| self.may_keep_mapped(token, &path));
                     match read_chunk_file(&path) {
@@ -313,6 +314,12 @@ impl Stores {
                         // no blob and not on the hot tier was never written: it is missing.
                         let left = deadline.saturating_duration_since(Instant::now());
                         if self.tier.restore_for_read(token, key, left)? {
+                            continue;
+                        }
+                        // Not archived now: a restore may have renamed it into place since
+                        // it was looked for; once more, then it is missing.
+                        if !looked_again {
+                            looked_again = true;
                             continue;
                         }
                         return Err(missing(key));

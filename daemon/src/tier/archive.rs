@@ -7,7 +7,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use svc_manifests::object_store::{ObjectStoreExt, WriteMultipart, path::Path as ObjectPath};
+use std::cell::Cell;
+use std::rc::Rc;
+
+use svc_manifests::object_store::{
+    Error as ObjectError, MultipartUpload, ObjectStoreExt, Result as ObjectResult,
+    path::Path as ObjectPath,
+};
+use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::{BlobState, Keys, State, Tier, now, remove_file, tier_error};
@@ -171,14 +178,18 @@ impl Tier {
         let upload = self
             .block_on(self.cold.put_multipart(location))
             .map_err(|e| failed(format!("write cold object {location}"), &e))?;
+        let poisoned = Rc::new(Cell::new(false));
         let upload = Upload {
             tier: self,
-            writer: Some(WriteMultipart::new_with_chunk_size(upload, PART)),
+            upload: Some(upload),
+            parts: JoinSet::new(),
+            part: Vec::with_capacity(PART),
             hasher: Sha256::new(),
             bytes: 0,
+            poisoned: Rc::clone(&poisoned),
         };
-        let mut zip = zip::ZipWriter::new_stream(std::io::BufWriter::with_capacity(PART, upload));
-        for (key, size) in keys {
+        let mut zip = zip::ZipWriter::new_stream(upload);
+        let packed = keys.iter().try_for_each(|(key, size)| {
             let options = zip::write::SimpleFileOptions::default()
                 .compression_method(zip::CompressionMethod::Stored)
                 .large_file(*size >= u64::from(u32::MAX));
@@ -195,14 +206,18 @@ impl Tier {
                     path.display()
                 )));
             }
+            Ok(())
+        });
+        if let Err(e) = packed {
+            // What the ZIP writer still writes as it is dropped goes nowhere, and the upload
+            // is aborted.
+            poisoned.set(true);
+            return Err(e);
         }
-        let written = zip
-            .finish()
+        zip.finish()
             .map_err(|e| failed(format!("write cold object {location}"), &e))?
             .into_inner()
-            .into_inner()
-            .map_err(|e| Error::io(format!("write cold object {location}"), e.into_error()))?;
-        written.finish(location)
+            .finish(location)
     }
 
     /// Reads the cold object at `location` back and compares its SHA-256 and size with
@@ -253,45 +268,93 @@ impl Tier {
     }
 }
 
-/// A multipart upload to the cold tier as a blocking writer that hashes what it sends. One
-/// dropped before [`Upload::finish`] (a failed archive) is aborted: no unfinished upload is
-/// left behind on an object store that keeps parts.
+/// A multipart upload to the cold tier as a blocking writer that hashes what it sends, in
+/// parts of [`PART`] bytes, [`PARTS_AT_ONCE`] at a time. Anything that fails poisons it:
+/// later writes go nowhere (the ZIP writer's own last words as it is dropped), and it is
+/// aborted as it is dropped, so no unfinished upload is left behind on an object store that
+/// keeps parts (a crash still can: an S3 bucket's lifecycle rule
+/// `AbortIncompleteMultipartUpload` removes those).
 struct Upload<'a> {
     tier: &'a Tier,
-    writer: Option<WriteMultipart>,
+    /// The upload, until it is completed or aborted.
+    upload: Option<Box<dyn MultipartUpload>>,
+    /// The parts being sent.
+    parts: JoinSet<ObjectResult<()>>,
+    /// The part being filled.
+    part: Vec<u8>,
     hasher: Sha256,
     bytes: u64,
+    poisoned: Rc<Cell<bool>>,
 }
 
 impl Upload<'_> {
+    /// Sends the part filled so far, once fewer than [`PARTS_AT_ONCE`] are in flight.
+    fn send_part(&mut self) -> ObjectResult<()> {
+        let part = std::mem::replace(&mut self.part, Vec::with_capacity(PART));
+        let upload = self.upload.as_mut().expect("sending until finished");
+        let parts = &mut self.parts;
+        // In the tier's runtime: a part is sent by a task of it.
+        self.tier.block_on(async {
+            while parts.len() >= PARTS_AT_ONCE {
+                joined(parts.join_next().await)?;
+            }
+            parts.spawn(upload.put_part(part.into()));
+            Ok(())
+        })
+    }
+
     /// Completes the upload to `location`: the SHA-256 (hex) and size of what was sent.
     fn finish(mut self, location: &ObjectPath) -> Result<(String, u64)> {
-        let writer = self.writer.take().expect("finished once");
-        self.tier
-            .block_on(writer.finish())
-            .map_err(|e| tier_error(format!("write cold object {location}: {e}")))?;
+        let failed = |e: ObjectError| tier_error(format!("write cold object {location}: {e}"));
+        if !self.part.is_empty() {
+            self.send_part().map_err(failed)?;
+        }
+        let mut upload = self.upload.take().expect("finished once");
+        let parts = &mut self.parts;
+        let completed = self.tier.block_on(async {
+            while let Some(part) = parts.join_next().await {
+                joined(Some(part))?;
+            }
+            upload.complete().await
+        });
+        if let Err(e) = completed {
+            self.upload = Some(upload);
+            return Err(failed(e));
+        }
         let hasher = std::mem::take(&mut self.hasher);
         Ok((hex(&hasher.finalize()), self.bytes))
     }
 }
 
+/// The outcome of a part that was sent.
+fn joined(part: Option<Result<ObjectResult<()>, tokio::task::JoinError>>) -> ObjectResult<()> {
+    match part {
+        Some(Ok(sent)) => sent,
+        Some(Err(e)) => Err(ObjectError::Generic {
+            store: "cold tier",
+            source: Box::new(e),
+        }),
+        None => Ok(()),
+    }
+}
+
 impl Write for Upload<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let writer = self
-            .writer
-            .as_mut()
-            .ok_or_else(|| std::io::Error::other("the upload is finished"))?;
-        // In the tier's runtime: a full part is uploaded by a task of it.
-        self.tier
-            .block_on(async {
-                writer.wait_for_capacity(PARTS_AT_ONCE).await?;
-                writer.write(buf);
-                Ok::<_, svc_manifests::object_store::Error>(())
-            })
-            .map_err(std::io::Error::other)?;
-        self.hasher.update(buf);
-        self.bytes += buf.len() as u64;
-        Ok(buf.len())
+        if self.poisoned.get() {
+            return Ok(buf.len());
+        }
+        let room = PART - self.part.len();
+        let taken = &buf[..buf.len().min(room)];
+        self.part.extend_from_slice(taken);
+        self.hasher.update(taken);
+        self.bytes += taken.len() as u64;
+        if self.part.len() == PART
+            && let Err(e) = self.send_part()
+        {
+            self.poisoned.set(true);
+            return Err(std::io::Error::other(e));
+        }
+        Ok(taken.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -301,8 +364,15 @@ impl Write for Upload<'_> {
 
 impl Drop for Upload<'_> {
     fn drop(&mut self) {
-        if let Some(writer) = self.writer.take() {
-            let _ = self.tier.block_on(writer.abort());
+        if let Some(mut upload) = self.upload.take() {
+            let parts = &mut self.parts;
+            let aborted = self.tier.block_on(async {
+                parts.shutdown().await;
+                upload.abort().await
+            });
+            if let Err(e) = aborted {
+                tracing::warn!(error = %e, "cannot abort an unfinished upload to the cold tier");
+            }
         }
     }
 }

@@ -30,12 +30,16 @@
 //!
 //! # Crash safety
 //! A hot copy is deleted only after its cold copy was read back and verified and `archived`
-//! was recorded; a restored file appears only by a rename after it was written whole; cold
-//! objects are written by the object store's atomic put. [`Tier::repair`], run whenever the
-//! database is opened, finishes or rolls back what a crash interrupted: `archiving` goes back
-//! to hot (its cold object is deleted), `restoring` goes back to archived (its partial files
-//! are deleted), hot copies left beside a verified cold copy are deleted, and cold objects no
-//! record names are removed.
+//! was recorded; a restored file appears only by a rename after it was written whole and
+//! flushed to disk; a cold object appears only once its multipart upload completes (an
+//! upload that fails is aborted; one a crash interrupts is left to the object store: the
+//! local one's files are removed at the next start, an S3 bucket needs a lifecycle rule).
+//! [`Tier::repair`], run whenever the database is opened, finishes or rolls back what a crash
+//! interrupted: `archiving` goes back to hot (its cold object is deleted), `restoring` goes
+//! back to archived (its partial files are deleted), hot copies left beside a verified cold
+//! copy are deleted, and cold objects no record names are removed. What needs the cold tier
+//! is done only on its definite answers, each awaited at most [`REPAIR_COLD_WAIT`]: a cold
+//! tier that does not answer leaves it to the next start.
 
 mod archive;
 mod restore;
@@ -849,60 +853,73 @@ impl Tier {
     /// database lost the record, say it was restored from a backup): it is verified and
     /// recorded as archived. Any other is a leftover (of a restore or a store converted
     /// again or removed) and is deleted, with the local object store's interrupted writes.
+    /// Only the known stores' prefixes are listed, one at a time, each within
+    /// [`REPAIR_COLD_WAIT`] (as is each deletion): a cold tier that does not answer in time
+    /// leaves the rest to the next start.
     fn clean_cold(
         &self,
         kept: &std::collections::HashSet<String>,
         ready: &std::collections::HashSet<Uuid>,
         known: &std::collections::HashSet<Uuid>,
     ) -> Result<()> {
-        let listed = self.within(REPAIR_COLD_WAIT, async {
-            use futures::TryStreamExt;
-            self.cold.list(None).try_collect::<Vec<_>>().await
-        });
-        let objects = match listed {
-            Some(Ok(objects)) => objects,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "cannot list the cold tier to clean it");
-                return Ok(());
-            }
-            None => {
-                tracing::warn!(
-                    "the cold tier does not list its objects in time; it is cleaned at the next start"
-                );
-                return Ok(());
-            }
-        };
         let mut removed = 0usize;
         let mut foreign = 0usize;
-        for object in objects {
-            let name = object.location.as_ref();
-            if kept.contains(name) {
-                continue;
-            }
-            let Some((token, instance)) = blob_object(name) else {
-                foreign += 1;
-                continue;
-            };
-            if !known.contains(&token) {
-                foreign += 1;
-                continue;
-            }
-            if ready.contains(&token)
-                && let Some(cut) = self.cut(token)?
-            {
-                let keys = self.instance_keys(token, &cut, &instance)?;
-                let dir = self.store_dir(token);
-                let whole = keys.iter().all(|(key, size)| {
-                    std::fs::metadata(dir.join(key)).is_ok_and(|meta| meta.len() == *size)
-                });
-                if !keys.is_empty() && !whole {
-                    self.adopt(token, &instance, &keys, &object.location)?;
+        // Store by store: only this database's stores are listed, and each listing is short.
+        let mut tokens: Vec<&Uuid> = known.iter().collect();
+        tokens.sort();
+        for &token in tokens {
+            let prefix = ObjectPath::from(token.to_string());
+            let listed = self.within(REPAIR_COLD_WAIT, async {
+                use futures::TryStreamExt;
+                self.cold.list(Some(&prefix)).try_collect::<Vec<_>>().await
+            });
+            let objects = match listed {
+                Some(Ok(objects)) => objects,
+                Some(Err(e)) => {
+                    tracing::warn!(%token, error = %e, "cannot list a store's cold objects to clean them");
                     continue;
                 }
-            }
-            match self.block_on(self.cold.delete(&object.location)) {
-                Ok(()) => removed += 1,
-                Err(e) => tracing::warn!(object = %name, error = %e, "cannot delete a cold object"),
+                None => {
+                    tracing::warn!(
+                        "the cold tier does not list its objects in time; the rest is cleaned at the next start"
+                    );
+                    return Ok(());
+                }
+            };
+            for object in objects {
+                let name = object.location.as_ref();
+                if kept.contains(name) {
+                    continue;
+                }
+                let Some((owner, instance)) = blob_object(name).filter(|(t, _)| *t == token) else {
+                    foreign += 1;
+                    continue;
+                };
+                if ready.contains(&owner)
+                    && let Some(cut) = self.cut(owner)?
+                {
+                    let keys = self.instance_keys(owner, &cut, &instance)?;
+                    let dir = self.store_dir(owner);
+                    let whole = keys.iter().all(|(key, size)| {
+                        std::fs::metadata(dir.join(key)).is_ok_and(|meta| meta.len() == *size)
+                    });
+                    if !keys.is_empty() && !whole {
+                        self.adopt(owner, &instance, &keys, &object.location)?;
+                        continue;
+                    }
+                }
+                match self.within(REPAIR_COLD_WAIT, self.cold.delete(&object.location)) {
+                    Some(Ok(())) => removed += 1,
+                    Some(Err(e)) => {
+                        tracing::warn!(object = %name, error = %e, "cannot delete a cold object");
+                    }
+                    None => {
+                        tracing::warn!(
+                            "the cold tier does not delete in time; the rest is cleaned at the next start"
+                        );
+                        return Ok(());
+                    }
+                }
             }
         }
         if removed > 0 {
@@ -911,7 +928,7 @@ impl Tier {
         if foreign > 0 {
             tracing::info!(
                 objects = foreign,
-                "left alone cold objects of stores this database does not record"
+                "left alone cold objects below this database's stores not named like blobs"
             );
         }
         if let Some(dir) = &self.cold_dir {

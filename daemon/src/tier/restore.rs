@@ -88,11 +88,17 @@ impl Tier {
                                     leading.done.notify_all();
                                 }
                             };
-                            let outcome = tier
-                                .restore_instance(id.0, &id.1, Some(&|| finish(Ok(()))))
-                                .map(|_| ())
-                                .map_err(|e| e.to_string());
-                            finish(outcome);
+                            // A panic too reaches every waiter (the next reader starts anew;
+                            // the state left `restoring` is restored from as `archived`).
+                            let outcome =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                    tier.restore_instance(id.0, &id.1, Some(&|| finish(Ok(()))))
+                                }));
+                            finish(match outcome {
+                                Ok(Ok(_)) => Ok(()),
+                                Ok(Err(e)) => Err(e.to_string()),
+                                Err(_) => Err("the restore failed unexpectedly".to_string()),
+                            });
                         });
                     if let Err(e) = started {
                         flights.remove(&(token, instance.to_string()));
@@ -259,18 +265,21 @@ struct Expected<'a> {
     listed: &'a dyn Fn(&str) -> Result<Option<u64>>,
 }
 
-/// The SHA-256 (hex) and size of the file at `path`, read whole (until `stop` is set).
-fn sha256_of(path: &std::path::Path, stop: &AtomicBool) -> std::io::Result<(String, u64)> {
+/// The SHA-256 (hex) and size of `file`, read whole from its start (until `stop` is set),
+/// by position: whoever else reads it through its offset is not disturbed.
+fn sha256_of(file: &std::fs::File, stop: &AtomicBool) -> std::io::Result<(String, u64)> {
     use sha2::Digest;
-    let mut file = std::fs::File::open(path)?;
+    use std::os::unix::fs::FileExt;
     let mut hasher = sha2::Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
     let mut bytes = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let n = file.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
+        let n = match file.read_at(&mut buffer, bytes) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
         hasher.update(&buffer[..n]);
         bytes += n as u64;
     }
@@ -295,13 +304,16 @@ fn unpack(
     expected: &Expected<'_>,
     written: &mut Vec<String>,
 ) -> Result<()> {
+    // One open for both: the bytes hashed are the bytes copied.
+    let file =
+        std::fs::File::open(zip).map_err(|e| Error::io(format!("read {}", zip.display()), e))?;
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let hashing = std::thread::Builder::new()
             .name("tier-hash".into())
-            .spawn_scoped(scope, || sha256_of(zip, &stop))
+            .spawn_scoped(scope, || sha256_of(&file, &stop))
             .map_err(|e| Error::io("start hashing", e))?;
-        let copied = copy_entries(zip, dir, expected, written);
+        let copied = copy_entries(zip, &file, dir, expected, written);
         // A failed copy needs no checksum.
         stop.store(copied.is_err(), Ordering::Relaxed);
         let hashed = hashing
@@ -321,6 +333,8 @@ fn unpack(
         }
         Ok(())
     })?;
+    // On disk before they take the keys' names: a power loss never leaves a torn key.
+    super::sync_filesystem(dir)?;
     for name in written.iter() {
         let partial = partial_path(dir, name);
         std::fs::rename(&partial, dir.join(name))
@@ -333,13 +347,12 @@ fn unpack(
 /// [`unpack`]), starting each file's writeback as it is written.
 fn copy_entries(
     zip: &std::path::Path,
+    file: &std::fs::File,
     dir: &std::path::Path,
     expected: &Expected<'_>,
     written: &mut Vec<String>,
 ) -> Result<()> {
     let failed = |e: &dyn std::fmt::Display| tier_error(format!("unpack {}: {e}", zip.display()));
-    let file =
-        std::fs::File::open(zip).map_err(|e| Error::io(format!("read {}", zip.display()), e))?;
     let size = file
         .metadata()
         .map_err(|e| Error::io(format!("read {}", zip.display()), e))?
@@ -350,7 +363,7 @@ fn copy_entries(
             expected.bytes
         )));
     }
-    let mut archive = zip::ZipArchive::new(&file).map_err(|e| failed(&e))?;
+    let mut archive = zip::ZipArchive::new(file).map_err(|e| failed(&e))?;
     if archive.len() as u64 != expected.objects {
         return Err(failed(&format!(
             "it holds {} entries; the blob has {} keys",
@@ -384,7 +397,7 @@ fn copy_entries(
         }
         let mut out = std::fs::File::create(&partial)
             .map_err(|e| Error::io(format!("create {}", partial.display()), e))?;
-        let mut source = &file;
+        let mut source = file;
         source
             .seek(SeekFrom::Start(start))
             .map_err(|e| Error::io(format!("read {}", zip.display()), e))?;

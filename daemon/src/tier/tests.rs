@@ -437,3 +437,25 @@ fn blob_objects_are_named_by_token_and_instance_only() {
         assert_eq!(blob_object(&name), None, "{name}");
     }
 }
+
+#[test]
+fn an_archive_that_fails_while_packing_leaves_the_blob_hot_and_nothing_on_the_cold_tier() {
+    let fixture = fixture();
+    let tier = &fixture.tier;
+    let planned = tier
+        .archivable(candidate(), &ArchiveOptions::default())
+        .unwrap();
+    let (instance, keys) = &planned[1];
+    // The second key of the blob has fewer bytes than its listing says.
+    let store = fixture.data.join("stores").join(TOKEN.to_string());
+    std::fs::write(store.join(&keys[1].0), b"short").unwrap();
+    let error = tier
+        .archive_instance(candidate(), instance, keys, &|_, _| true)
+        .unwrap_err();
+    assert!(error.to_string().contains("the listing says"), "{error}");
+    assert_eq!(state(tier, instance).state, State::Hot);
+    assert!(state(tier, instance).cold_key.is_empty());
+    // No object, and no unfinished upload (the local store writes one as `<object>#<n>`).
+    assert_eq!(cold_files(&fixture), Vec::<String>::new());
+    assert_eq!(hot(&fixture, &keys[0].0), Some(chunk(2)));
+}
