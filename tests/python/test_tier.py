@@ -15,6 +15,7 @@ import io
 import json
 import mmap
 import os
+import re
 import shutil
 import signal
 import socket
@@ -174,10 +175,13 @@ def test_archive_moves_blobs_to_zips_and_every_key_still_reads_the_same(tiered):
     assert status(tiered["base"], headers, store["url"]) == 3
     rows = tier_rows(data, store["token"])
     assert {r["state"] for r in rows} == {"archived"}
+    # One object per blob, `<instance>.<archive>.zip`, each as its blob's state names it.
     cold = sorted(p.name for p in (data / "cold" / store["token"]).iterdir())
-    assert cold == ["b_tas_0.zip", "b_tas_1.zip", "b_tas_2.zip", "b_tas_3.zip"]
+    assert [name.split(".")[0] for name in cold] == ["b_tas_0", "b_tas_1", "b_tas_2", "b_tas_3"]
+    assert all(re.fullmatch(r"b_tas_\d\.[0-9a-f]+\.zip", name) for name in cold), cold
+    assert sorted(f"{store['token']}/{name}" for name in cold) == sorted(r["cold_key"] for r in rows)
     # Recoverable without the daemon: a plain ZIP whose members are the keys' bytes.
-    zip_path = data / "cold" / store["token"] / "b_tas_1.zip"
+    zip_path = data / "cold" / store["token"] / cold[1]
     assert subprocess.run(["unzip", "-tq", str(zip_path)], capture_output=True, check=False).returncode == 0
     with zipfile.ZipFile(zip_path) as archive:
         assert all(info.compress_type == zipfile.ZIP_STORED for info in archive.infolist())
@@ -516,7 +520,7 @@ def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_
 
         def between_unpacked_and_deleted():
             n = hot_chunks()
-            return n > 0 and n % width == 0 and (cold_dir / f"b_tas_{n // width - 1}.zip").exists()
+            return n > 0 and n % width == 0 and any(cold_dir.glob(f"b_tas_{n // width - 1}.*.zip"))
 
         moments = [
             ("while unpacking", lambda: any(p.name.endswith(".partial") for p in tas_dir.iterdir())),

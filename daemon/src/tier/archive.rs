@@ -132,7 +132,7 @@ impl Tier {
         state.bytes = bytes;
         state.objects = keys.len() as u64;
         state.state = State::Archiving;
-        state.cold_key = format!("{token}/{instance}.zip");
+        state.cold_key = cold_key(token, instance);
         state.changed = now();
         self.put_state(token, instance, &state)?;
         let location = ObjectPath::from(state.cold_key.as_str());
@@ -375,6 +375,18 @@ impl Drop for Upload<'_> {
             }
         }
     }
+}
+
+/// The name of a new cold object of `instance` of store `token`:
+/// `<token>/<instance>.<archive>.zip`, where `<archive>` (hex of the time it was named, in
+/// nanoseconds) tells this archive of the instance from any other. No two archives of an
+/// instance share a name, so a deletion of an earlier one's object that lands late (an
+/// object store that retries, a gateway that drains its queue) never meets a later one.
+fn cold_key(token: Uuid, instance: &str) -> String {
+    let archive = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{token}/{instance}.{archive:x}.zip")
 }
 
 /// Lower-case hex.

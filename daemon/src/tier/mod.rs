@@ -18,7 +18,7 @@
 //! - Only keys that resolve to a blob are archived: hot (metadata, coordinates, small
 //!   arrays), pinned and unmanaged keys never are, nor any key of a store that is not ready.
 //! - Archiving packs a blob instance into one uncompressed ZIP on the cold tier
-//!   (`<token>/<instance>.zip`, recoverable with `unzip`), reads the object back and checks
+//!   (`<token>/<instance>.<archive>.zip`, recoverable with `unzip`), reads the object back and checks
 //!   its SHA-256, records `archived`, and only then deletes the hot copies.
 //! - A read of a key whose hot copy is missing and whose instance is archived restores the
 //!   whole instance once (see [`restore`]); readers of any key of it wait for that restore.
@@ -847,7 +847,7 @@ impl Tier {
 
     /// Cleans the cold objects no archived instance names, of the stores this database
     /// records (`known`); objects of stores it does not know, and anything not named like a
-    /// blob's object (`<token>/<instance>.zip`), are never touched, so a database that is new
+    /// blob's object (`<token>/<instance>.<archive>.zip`), are never touched, so a database that is new
     /// or restored from a backup cannot empty a shared cold tier. Such an object of a ready
     /// store whose instance is not whole on the hot tier is the only copy of its keys (the
     /// database lost the record, say it was restored from a backup): it is verified and
@@ -895,7 +895,13 @@ impl Tier {
                     foreign += 1;
                     continue;
                 };
-                if ready.contains(&owner)
+                // An instance recorded on the cold tier names its own object: this is an
+                // earlier one's.
+                let recorded = self
+                    .state(owner, &instance)?
+                    .is_some_and(|state| state.state != State::Hot);
+                if !recorded
+                    && ready.contains(&owner)
                     && let Some(cut) = self.cut(owner)?
                 {
                     let keys = self.instance_keys(owner, &cut, &instance)?;
@@ -969,14 +975,20 @@ impl Tier {
 }
 
 /// The store and instance a cold object is the blob of, when it is named like one:
-/// `<token>/<instance>.zip`.
+/// `<token>/<instance>.<archive>.zip` (see `archive::cold_key`), or `<token>/<instance>.zip`
+/// as versions before archive names wrote them.
 fn blob_object(name: &str) -> Option<(Uuid, String)> {
     let (token, file) = name.split_once('/')?;
-    let instance = file.strip_suffix(".zip")?;
+    let stem = file.strip_suffix(".zip")?;
+    let (instance, archive) = stem.split_once('.').unwrap_or((stem, "0"));
     let valid = !instance.is_empty()
         && instance
             .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !archive.is_empty()
+        && archive
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
     valid.then_some(())?;
     Some((Uuid::parse_str(token).ok()?, instance.to_string()))
 }

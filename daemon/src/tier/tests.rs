@@ -116,18 +116,33 @@ fn hot(fixture: &Fixture, key: &str) -> Option<Vec<u8>> {
     .ok()
 }
 
+/// The files on the cold tier below the store, by name: a blob's object as its instance
+/// (`b_tas_0` for `b_tas_0.<archive>.zip`).
 fn cold_files(fixture: &Fixture) -> Vec<String> {
     let dir = fixture.data.join("cold").join(TOKEN.to_string());
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|entries| {
             entries
                 .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    match blob_object(&format!("{TOKEN}/{name}")) {
+                        Some((_, instance)) => instance,
+                        None => name,
+                    }
+                })
                 .collect()
         })
         .unwrap_or_default();
     names.sort();
     names
+}
+
+/// The cold object of `instance`, as its state names it.
+fn cold_object(fixture: &Fixture, instance: &str) -> std::path::PathBuf {
+    let state = state(&fixture.tier, instance);
+    assert!(!state.cold_key.is_empty(), "{instance} has no cold object");
+    fixture.data.join("cold").join(state.cold_key)
 }
 
 fn state(tier: &Tier, instance: &str) -> BlobState {
@@ -166,7 +181,7 @@ fn archive_then_restore_gives_back_every_byte() {
     assert!(hot(&fixture, "time/0").is_some() && hot(&fixture, "tas/.zarray").is_some());
     assert_eq!(
         cold_files(&fixture),
-        ["b_tas_0.zip", "b_tas_1.zip", "b_tas_2.zip", "b_tas_3.zip"]
+        ["b_tas_0", "b_tas_1", "b_tas_2", "b_tas_3"]
     );
     let archived = state(tier, "b_tas_1");
     assert_eq!(
@@ -188,7 +203,7 @@ fn archive_then_restore_gives_back_every_byte() {
     // The readers go on before the cold object is deleted, under the instance's lock: once
     // the lock is free (this restore of a hot instance does nothing), it is gone.
     assert!(!tier.restore_instance(TOKEN, "b_tas_1", None).unwrap());
-    assert!(!cold_files(&fixture).contains(&"b_tas_1.zip".to_string()));
+    assert!(!cold_files(&fixture).contains(&"b_tas_1".to_string()));
     // A key in no blob, or of a hot instance, restores nothing.
     assert!(
         !tier
@@ -207,11 +222,7 @@ fn a_failed_restore_reaches_every_waiter_and_the_next_read_tries_again() {
     let fixture = fixture();
     let tier = &fixture.tier;
     archive_all(tier);
-    let zip = fixture
-        .data
-        .join("cold")
-        .join(TOKEN.to_string())
-        .join("b_tas_0.zip");
+    let zip = cold_object(&fixture, "b_tas_0");
     let good = std::fs::read(&zip).unwrap();
     let mut damaged = good.clone();
     damaged[100] ^= 0xff;
@@ -271,7 +282,7 @@ fn a_hostile_cold_object_with_a_matching_checksum_restores_nothing() {
         zip.finish().unwrap();
     }
     let bytes = bytes.into_inner();
-    let location = ObjectPath::from(format!("{TOKEN}/b_tas_0.zip"));
+    let location = ObjectPath::from(state(tier, "b_tas_0").cold_key);
     tier.block_on(tier.cold.put(&location, PutPayload::from(bytes.clone())))
         .unwrap();
     let mut forged = state(tier, "b_tas_0");
@@ -319,7 +330,7 @@ fn repair_rolls_an_interrupted_archive_back_to_hot_and_deletes_its_cold_object()
     let fixture = reopen(fixture);
     let tier = &fixture.tier;
     assert_eq!(state(tier, "b_tas_2").state, State::Hot);
-    assert!(!cold_files(&fixture).contains(&"b_tas_2.zip".to_string()));
+    assert!(!cold_files(&fixture).contains(&"b_tas_2".to_string()));
     assert_eq!(hot(&fixture, "tas/4.0"), Some(chunk(4)));
     // The others are archived still, with nothing hot beside them.
     assert_eq!(state(tier, "b_tas_3").state, State::Archived);
@@ -341,7 +352,7 @@ fn repair_rolls_an_interrupted_restore_back_to_archived_without_partial_files() 
     assert_eq!(state(&fixture.tier, "b_tas_0").state, State::Archived);
     assert_eq!(hot(&fixture, "tas/0.0"), None);
     assert_eq!(hot(&fixture, "tas/.1.0.partial"), None);
-    assert!(cold_files(&fixture).contains(&"b_tas_0.zip".to_string()));
+    assert!(cold_files(&fixture).contains(&"b_tas_0".to_string()));
     assert!(
         fixture
             .tier
@@ -358,14 +369,7 @@ fn repair_keeps_whole_hot_copies_when_the_cold_copy_is_gone() {
     let store = fixture.data.join("stores").join(TOKEN.to_string());
     std::fs::write(store.join("tas/6.0"), chunk(6)).unwrap();
     std::fs::write(store.join("tas/7.0"), chunk(7)).unwrap();
-    std::fs::remove_file(
-        fixture
-            .data
-            .join("cold")
-            .join(TOKEN.to_string())
-            .join("b_tas_3.zip"),
-    )
-    .unwrap();
+    std::fs::remove_file(cold_object(&fixture, "b_tas_3")).unwrap();
     let fixture = reopen(fixture);
     assert_eq!(state(&fixture.tier, "b_tas_3").state, State::Hot);
     assert_eq!(hot(&fixture, "tas/7.0"), Some(chunk(7)));
@@ -381,6 +385,12 @@ fn repair_cleans_only_this_databases_leftovers_and_adopts_an_unrecorded_only_cop
     let leftover = ObjectPath::from(format!("{TOKEN}/b_tas_1.zip"));
     tier.block_on(tier.cold.put(&leftover, PutPayload::from(vec![1u8; 10])))
         .unwrap();
+    // An earlier archive's object of an instance archived since: a leftover too, never
+    // taken for the instance's copy.
+    let earlier = ObjectPath::from(format!("{TOKEN}/b_tas_3.1.zip"));
+    tier.block_on(tier.cold.put(&earlier, PutPayload::from(vec![3u8; 10])))
+        .unwrap();
+    let archived = state(tier, "b_tas_3").cold_key;
     // The only copy of b_tas_2, whose record was lost (a database restored from a backup).
     let mut batch = Batch::default();
     batch.delete(cf::TIERS, scoped_key(TOKEN, "b_tas_2"));
@@ -395,8 +405,9 @@ fn repair_cleans_only_this_databases_leftovers_and_adopts_an_unrecorded_only_cop
     let fixture = reopen(fixture);
     let tier = &fixture.tier;
     let exists = |location: &ObjectPath| tier.block_on(tier.cold.head(location)).is_ok();
-    assert!(!exists(&leftover));
+    assert!(!exists(&leftover) && !exists(&earlier));
     assert!(exists(&stranger) && exists(&other));
+    assert_eq!(state(tier, "b_tas_3").cold_key, archived);
     let adopted = state(tier, "b_tas_2");
     assert_eq!(adopted.state, State::Archived);
     assert!(
@@ -422,11 +433,16 @@ fn forgetting_a_store_drops_its_listing_manifest_state_and_cold_objects() {
 #[test]
 fn blob_objects_are_named_by_token_and_instance_only() {
     let token = TOKEN.to_string();
-    assert_eq!(
-        blob_object(&format!("{token}/b_tas_3.zip")),
-        Some((TOKEN, "b_tas_3".to_string()))
-    );
     for name in [
+        format!("{token}/b_tas_3.zip"),
+        format!("{token}/b_tas_3.18b2c4a9f00d1e00.zip"),
+    ] {
+        assert_eq!(blob_object(&name), Some((TOKEN, "b_tas_3".to_string())));
+    }
+    for name in [
+        format!("{token}/b_tas_3..zip"),
+        format!("{token}/b_tas_3.1F.zip"),
+        format!("{token}/b_tas_3.1.2.zip"),
         format!("{token}/manifest.json"),
         format!("{token}/B_TAS.zip"),
         format!("{token}/.zip"),
