@@ -255,7 +255,7 @@ def restore_against_copy(svcd, token, keys, rounds):
     scratch.mkdir(exist_ok=True)
     log = svcd.data / "svcd.log"
     logged_from = log.stat().st_size
-    restore_rates, copy_rates = [], []
+    restore_rates, copy_rates, sizes = [], [], []
     for _ in range(rounds):
         svcd.cli("tier", "archive", "--scope", token)
         rows = svcd.tier(token)
@@ -264,6 +264,7 @@ def restore_against_copy(svcd, token, keys, rounds):
             key = by_blob[row["instance"]]
             cold = svcd.data / "cold" / row["cold_key"]
             size = cold.stat().st_size
+            sizes.append(size)
             drop_caches()
             started = time.perf_counter()
             subprocess.run(["cp", str(cold), str(scratch / "blob.zip")], check=True)
@@ -285,7 +286,7 @@ def restore_against_copy(svcd, token, keys, rounds):
         # The daemon's own time of each restore, from its log line ("restored ... ms=N").
         inside = [int(m) for m in re.findall(r"restored.*?ms\D*?(\d+)", re.sub(r"\x1b\[[0-9;]*m", "", handle.read()))]
     return {"restore": statistics.median(restore_rates), "cp": statistics.median(copy_rates), "blobs": len(rows),
-            "samples": len(restore_rates), "blob MiB": size / MIB, "daemon ms": statistics.median(inside) if inside else None}
+            "samples": len(restore_rates), "blob MiB": statistics.median(sizes) / MIB, "daemon ms": statistics.median(inside) if inside else None}
 
 
 def chunk_keys_by_blob(svcd, token, keys):
@@ -393,7 +394,7 @@ def main():
     restore = figures["restore"]
     print(f"{'restore of a blob (' + str(restore['samples']) + ' restores, median)':<44} {restore['restore']:>8.0f} MiB/s  {restore['restore'] / restore['cp']:.2f}x cp")
     print(f"{'cp of its archived object':<44} {restore['cp']:>8.0f} MiB/s")
-    print(f"{'a restore in the daemon (its log, median)':<44} {restore['daemon ms']:>8} ms     blobs of {restore['blob MiB']:.0f} MiB")
+    print(f"{'a restore in the daemon (its log, median)':<44} {restore['daemon ms']:>8} ms     blobs of {restore['blob MiB']:.0f} MiB (median)")
     opened = figures["open_zarr archived"]
     print(f"{'open_zarr of an archived store (mount)':<44} {opened['seconds'] * 1000:>8.0f} ms     {opened['restores']} restores, {opened['archived']}/{opened['blobs']} blobs archived")
     if args.json:
