@@ -782,6 +782,13 @@ impl Tier {
                 state.changed = now();
                 self.put_state(token, &instance, &state)?;
             }
+            // With no hot copy beside it there is nothing to decide, and the cold tier is not
+            // asked: a start asks nothing of it for blobs archived and left alone.
+            if !keys.iter().any(|(key, _)| dir.join(key).exists()) {
+                kept.insert(state.cold_key.clone());
+                self.count_archived(token, 1);
+                continue;
+            }
             let location = ObjectPath::from(state.cold_key.as_str());
             let answer = if cold_answers {
                 self.within(REPAIR_COLD_WAIT, self.cold.head(&location))
