@@ -343,6 +343,61 @@ fn unpack(
     Ok(())
 }
 
+/// The most bytes one entry takes in a central directory of ours: its 46-byte header, its
+/// name (a key) and its extra fields (ZIP64 sizes), generously.
+const DIRECTORY_ENTRY_BYTES: u64 = 4096;
+
+/// Whether the ZIP `file` of `size` bytes has the central directory an archive of `objects`
+/// keys has: its end record closes the file (no comment) and names `objects` entries in at
+/// most `objects` × [`DIRECTORY_ENTRY_BYTES`] bytes. Checked before the directory is parsed,
+/// as the object's checksum is known only once it was read whole: a damaged or forged
+/// object could otherwise have the parser hold millions of entries first.
+pub(super) fn directory_fits(
+    file: &std::fs::File,
+    size: u64,
+    objects: u64,
+) -> std::result::Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let read = |at: u64, len: usize| -> std::result::Result<Vec<u8>, String> {
+        let mut bytes = vec![0u8; len];
+        file.read_exact_at(&mut bytes, at)
+            .map_err(|e| format!("cannot read its central directory's end: {e}"))?;
+        Ok(bytes)
+    };
+    let le = |bytes: &[u8]| {
+        bytes
+            .iter()
+            .rev()
+            .fold(0u64, |n, b| (n << 8) | u64::from(*b))
+    };
+    let malformed = || "its central directory does not end it as an archive's does".to_string();
+    let end = read(size.checked_sub(22).ok_or_else(malformed)?, 22)?;
+    if end[..4] != [0x50, 0x4b, 0x05, 0x06] || le(&end[20..22]) != 0 {
+        return Err(malformed());
+    }
+    let (mut entries, mut directory) = (le(&end[10..12]), le(&end[12..16]));
+    if entries == 0xffff || directory == 0xffff_ffff {
+        // ZIP64: the locator before the end record says where its end record is.
+        let locator = read(size.checked_sub(42).ok_or_else(malformed)?, 20)?;
+        if locator[..4] != [0x50, 0x4b, 0x06, 0x07] {
+            return Err(malformed());
+        }
+        let zip64 = read(le(&locator[8..16]), 56)?;
+        if zip64[..4] != [0x50, 0x4b, 0x06, 0x06] {
+            return Err(malformed());
+        }
+        entries = le(&zip64[32..40]);
+        directory = le(&zip64[40..48]);
+    }
+    if entries != objects || directory > objects.saturating_mul(DIRECTORY_ENTRY_BYTES) {
+        return Err(format!(
+            "its central directory names {entries} entries in {directory} bytes; the blob has \
+             {objects} keys"
+        ));
+    }
+    Ok(())
+}
+
 /// Copies each entry of the ZIP at `zip` to its key's temporary name in `dir` (see
 /// [`unpack`]), starting each file's writeback as it is written.
 fn copy_entries(
@@ -363,6 +418,7 @@ fn copy_entries(
             expected.bytes
         )));
     }
+    directory_fits(file, size, expected.objects).map_err(|e| failed(&e))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| failed(&e))?;
     if archive.len() as u64 != expected.objects {
         return Err(failed(&format!(

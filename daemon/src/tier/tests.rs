@@ -475,3 +475,38 @@ fn an_archive_that_fails_while_packing_leaves_the_blob_hot_and_nothing_on_the_co
     assert_eq!(cold_files(&fixture), Vec::<String>::new());
     assert_eq!(hot(&fixture, &keys[0].0), Some(chunk(2)));
 }
+
+#[test]
+fn a_central_directory_is_sized_before_it_is_parsed() {
+    use super::restore::directory_fits;
+    let zipped = |entries: usize, comment: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blob.zip");
+        let file = std::fs::File::create(&path).unwrap();
+        let mut zip = zip::ZipWriter::new_stream(file);
+        zip.set_comment(comment);
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored);
+        for n in 0..entries {
+            zip.start_file(format!("tas/{n}.0"), options).unwrap();
+            std::io::Write::write_all(&mut zip, b"x").unwrap();
+        }
+        zip.finish().unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let size = file.metadata().unwrap().len();
+        (dir, file, size)
+    };
+    let (_dir, file, size) = zipped(3, "");
+    assert_eq!(directory_fits(&file, size, 3), Ok(()));
+    let fewer = directory_fits(&file, size, 2).unwrap_err();
+    assert!(fewer.contains("names 3 entries"), "{fewer}");
+    // More entries than a ZIP's end record counts: the ZIP64 end record says how many.
+    let (_dir, file, size) = zipped(70_000, "");
+    assert_eq!(directory_fits(&file, size, 70_000), Ok(()));
+    assert!(directory_fits(&file, size, 3).is_err());
+    // Not ended as an archive of ours is: a comment, or a cut.
+    let (_dir, file, size) = zipped(3, "hello");
+    assert!(directory_fits(&file, size, 3).is_err());
+    let (_dir, file, size) = zipped(3, "");
+    assert!(directory_fits(&file, size - 1, 3).is_err());
+}
