@@ -484,7 +484,7 @@ fn a_central_directory_is_sized_before_it_is_parsed() {
         let path = dir.path().join("blob.zip");
         let file = std::fs::File::create(&path).unwrap();
         let mut zip = zip::ZipWriter::new_stream(file);
-        zip.set_comment(comment);
+        zip.set_comment(comment).unwrap();
         let options = zip::write::SimpleFileOptions::default()
             .compression_method(zip::CompressionMethod::Stored);
         for n in 0..entries {
