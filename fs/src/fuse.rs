@@ -38,8 +38,10 @@ const ROOT_TTL: Duration = Duration::from_secs(1);
 /// The mount's filesystem over the tree of `B`.
 pub struct Fuse<B> {
     tree: Arc<Tree<B>>,
-    /// Runs the reads answered through the daemon.
+    /// Runs the reads answered through the daemon, first without waiting.
     readers: Readers,
+    /// Runs the reads that wait (for a restore from the cold tier).
+    waiting: Arc<Readers>,
     /// Whether opens may hand hot files to the kernel: asked for, offered by the kernel at
     /// init, and not refused since.
     passthrough: AtomicBool,
@@ -61,8 +63,11 @@ struct Backing {
     cached: HashMap<u64, usize>,
 }
 
-/// Threads that answer reads through the daemon.
+/// Threads that answer reads through the daemon that wait for their bytes (a restore).
 const READERS: usize = 32;
+
+/// Threads that answer reads through the daemon from the hot tier.
+const HOT_READERS: usize = 16;
 
 /// Background requests (reads, readahead, releases) the kernel may have outstanding.
 const MAX_BACKGROUND: u16 = 64;
@@ -79,13 +84,13 @@ struct Readers {
 }
 
 impl Readers {
-    fn start(threads: usize) -> Self {
+    fn start(name: &str, threads: usize) -> Self {
         let (queue, jobs) = std::sync::mpsc::channel::<ReadJob>();
         let jobs = Arc::new(Mutex::new(jobs));
         for n in 0..threads {
             let jobs = Arc::clone(&jobs);
             let started = std::thread::Builder::new()
-                .name(format!("mount-read-{n}"))
+                .name(format!("{name}-{n}"))
                 .spawn(move || {
                     loop {
                         // The queue's lock is held only while taking a job.
@@ -140,7 +145,8 @@ impl<B: Backend + 'static> Fuse<B> {
     pub fn new(backend: B, passthrough: bool) -> Self {
         Fuse {
             tree: Arc::new(Tree::new(backend)),
-            readers: Readers::start(READERS),
+            readers: Readers::start("mount-read", HOT_READERS),
+            waiting: Arc::new(Readers::start("mount-wait", READERS)),
             passthrough: AtomicBool::new(passthrough),
             backing: Mutex::default(),
             next_handle: AtomicU64::new(1),
@@ -372,19 +378,24 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
             asked: Instant::now(),
             may_wait: false,
         };
-        // A key on the hot tier is a local read: answered here. One that would wait (for a
-        // restore from the cold tier), or failed, goes to the reader threads, so that reads
-        // waiting for restores never hold up these threads, nor queue up hot reads.
-        if let Ok(bytes) = self.tree.read(ino.0, read) {
-            return reply.data(&bytes);
-        }
+        // First without waiting, on the threads of reads from the hot tier; a read that
+        // would wait (for a restore from the cold tier) goes on to the threads of reads that
+        // wait. So reads waiting for restores never queue up hot reads, and the FUSE threads
+        // (lookups, opens) never do I/O.
         let tree = Arc::clone(&self.tree);
-        let read = Read {
-            may_wait: true,
-            ..read
-        };
+        let waiting = Arc::clone(&self.waiting);
         self.readers
             .run(Box::new(move || match tree.read(ino.0, read) {
+                Err(libc::EAGAIN) => {
+                    let read = Read {
+                        may_wait: true,
+                        ..read
+                    };
+                    waiting.run(Box::new(move || match tree.read(ino.0, read) {
+                        Ok(bytes) => reply.data(&bytes),
+                        Err(code) => reply.error(errno(code)),
+                    }));
+                }
                 Ok(bytes) => reply.data(&bytes),
                 Err(code) => reply.error(errno(code)),
             }));

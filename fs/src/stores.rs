@@ -131,11 +131,8 @@ impl Backend for DaemonStores {
             may_wait,
         } = read;
         let token = Uuid::parse_str(&store.token).map_err(|_| libc::ENOENT)?;
-        let wait = if may_wait {
-            self.read_wait.saturating_sub(asked.elapsed())
-        } else {
-            Duration::ZERO
-        };
+        // `None`: it may not wait.
+        let wait = may_wait.then(|| self.read_wait.saturating_sub(asked.elapsed()));
         let bytes = self.served(token, key, store.generation, wait)?;
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
@@ -165,13 +162,13 @@ impl Backend for DaemonStores {
 impl DaemonStores {
     /// The bytes of `key` of store `token` as the read path serves them, read as its owner,
     /// while the store is complete and the conversion `generation` of it, waiting up to
-    /// `wait` for a restore.
+    /// `wait` for a restore; without a `wait`, a read that would wait fails with `EAGAIN`.
     fn served(
         &self,
         token: Uuid,
         key: &str,
         generation: i64,
-        wait: Duration,
+        wait: Option<Duration>,
     ) -> Result<bytes::Bytes, i32> {
         let stores = self.daemon.stores();
         let record = stores
@@ -189,10 +186,12 @@ impl DaemonStores {
             admin: false,
         };
         stores
-            .read(Some(&caller), token, key, now(), wait)
+            .read(Some(&caller), token, key, now(), wait.unwrap_or_default())
             .map(|read| read.bytes)
             .map_err(|e| match e.kind() {
                 ErrorKind::NotFound => libc::ENOENT,
+                // It would wait (for a restore), and may not: asked again by one that may.
+                ErrorKind::Unavailable if wait.is_none() => libc::EAGAIN,
                 kind => {
                     tracing::warn!(%token, %key, ?kind, error = %e, "a read through the mount failed");
                     libc::EIO

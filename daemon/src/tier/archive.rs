@@ -179,11 +179,13 @@ impl Tier {
             .block_on(self.cold.put_multipart(location))
             .map_err(|e| failed(format!("write cold object {location}"), &e))?;
         let poisoned = Rc::new(Cell::new(false));
+        let part_size = part_size(keys);
         let upload = Upload {
             tier: self,
             upload: Some(upload),
             parts: JoinSet::new(),
-            part: Vec::with_capacity(PART),
+            part_size,
+            part: Vec::with_capacity(part_size),
             hasher: Sha256::new(),
             bytes: 0,
             poisoned: Rc::clone(&poisoned),
@@ -269,7 +271,7 @@ impl Tier {
 }
 
 /// A multipart upload to the cold tier as a blocking writer that hashes what it sends, in
-/// parts of [`PART`] bytes, [`PARTS_AT_ONCE`] at a time. Anything that fails poisons it:
+/// parts of [`part_size`] bytes, [`PARTS_AT_ONCE`] at a time. Anything that fails poisons it:
 /// later writes go nowhere (the ZIP writer's own last words as it is dropped), and it is
 /// aborted as it is dropped, so no unfinished upload is left behind on an object store that
 /// keeps parts (a crash still can: an S3 bucket's lifecycle rule
@@ -280,6 +282,8 @@ struct Upload<'a> {
     upload: Option<Box<dyn MultipartUpload>>,
     /// The parts being sent.
     parts: JoinSet<ObjectResult<()>>,
+    /// The size of every part but the last.
+    part_size: usize,
     /// The part being filled.
     part: Vec<u8>,
     hasher: Sha256,
@@ -290,7 +294,7 @@ struct Upload<'a> {
 impl Upload<'_> {
     /// Sends the part filled so far, once fewer than [`PARTS_AT_ONCE`] are in flight.
     fn send_part(&mut self) -> ObjectResult<()> {
-        let part = std::mem::replace(&mut self.part, Vec::with_capacity(PART));
+        let part = std::mem::replace(&mut self.part, Vec::with_capacity(self.part_size));
         let upload = self.upload.as_mut().expect("sending until finished");
         let parts = &mut self.parts;
         // In the tier's runtime: a part is sent by a task of it.
@@ -343,12 +347,12 @@ impl Write for Upload<'_> {
         if self.poisoned.get() {
             return Ok(buf.len());
         }
-        let room = PART - self.part.len();
+        let room = self.part_size - self.part.len();
         let taken = &buf[..buf.len().min(room)];
         self.part.extend_from_slice(taken);
         self.hasher.update(taken);
         self.bytes += taken.len() as u64;
-        if self.part.len() == PART
+        if self.part.len() == self.part_size
             && let Err(e) = self.send_part()
         {
             self.poisoned.set(true);
@@ -375,6 +379,22 @@ impl Drop for Upload<'_> {
             }
         }
     }
+}
+
+/// The most parts an upload is cut into: S3 and most gateways take at most 10,000.
+const MOST_PARTS: u64 = 9_000;
+
+/// The part size of the upload of a ZIP of `keys`: [`PART`], or more for a blob so large
+/// that its parts would be more than [`MOST_PARTS`] (a whole MiB, from an estimate of the
+/// ZIP's size: the keys' bytes, and per key its headers, data descriptor and name twice).
+pub(super) fn part_size(keys: &[(String, u64)]) -> usize {
+    let estimate = keys.iter().fold(64 << 10, |total: u64, (key, size)| {
+        total
+            .saturating_add(*size)
+            .saturating_add(256 + 2 * key.len() as u64)
+    });
+    let needed = estimate.div_ceil(MOST_PARTS).div_ceil(1 << 20) << 20;
+    usize::try_from(needed).map_or(usize::MAX, |needed| needed.max(PART))
 }
 
 /// The name of a new cold object of `instance` of store `token`:

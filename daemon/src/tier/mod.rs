@@ -893,6 +893,11 @@ impl Tier {
                     return Ok(());
                 }
             };
+            let listed: std::collections::HashSet<String> =
+                objects.iter().map(|o| o.location.to_string()).collect();
+            // Newest archive first: an instance whose record was lost adopts its latest.
+            let mut objects = objects;
+            objects.sort_by_key(|o| std::cmp::Reverse(archive_stamp(o.location.as_ref())));
             for object in objects {
                 let name = object.location.as_ref();
                 if kept.contains(name) {
@@ -902,11 +907,22 @@ impl Tier {
                     foreign += 1;
                     continue;
                 };
-                // An instance recorded on the cold tier names its own object: this is an
-                // earlier one's.
-                let recorded = self
+                let named = self
                     .state(owner, &instance)?
-                    .is_some_and(|state| state.state != State::Hot);
+                    .filter(|state| state.state != State::Hot)
+                    .map(|state| state.cold_key);
+                if let Some(named) = &named
+                    && !listed.contains(named)
+                {
+                    // The record names an object that is not there (a database restored
+                    // from a backup older than this archive): this one may be the only copy.
+                    tracing::error!(%token, %instance, object = %name, recorded = %named,
+                        "an archived blob's recorded cold object is missing; another object of it is left alone");
+                    continue;
+                }
+                // An instance recorded on the cold tier names its own object, which is
+                // there: this is an earlier archive's.
+                let recorded = named.is_some();
                 if !recorded
                     && ready.contains(&owner)
                     && let Some(cut) = self.cut(owner)?
@@ -998,6 +1014,16 @@ fn blob_object(name: &str) -> Option<(Uuid, String)> {
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
     valid.then_some(())?;
     Some((Uuid::parse_str(token).ok()?, instance.to_string()))
+}
+
+/// When the cold object `name` was archived (the `<archive>` of its name; 0 for names
+/// without one).
+fn archive_stamp(name: &str) -> u128 {
+    name.strip_suffix(".zip")
+        .and_then(|stem| stem.rsplit_once('/'))
+        .and_then(|(_, file)| file.split_once('.'))
+        .and_then(|(_, archive)| u128::from_str_radix(archive, 16).ok())
+        .unwrap_or(0)
 }
 
 /// Where a key's file is written before it is renamed into place: `.<name>.partial` beside

@@ -376,12 +376,13 @@ pub(super) fn directory_fits(
         return Err(malformed());
     }
     let (mut entries, mut directory) = (le(&end[10..12]), le(&end[12..16]));
-    if entries == 0xffff || directory == 0xffff_ffff {
-        // ZIP64: the locator before the end record says where its end record is.
-        let locator = read(size.checked_sub(42).ok_or_else(malformed)?, 20)?;
-        if locator[..4] != [0x50, 0x4b, 0x06, 0x07] {
-            return Err(malformed());
-        }
+    // ZIP64 when the locator stands before the end record (which then holds saturated
+    // counts; 65,535 entries alone are written without ZIP64).
+    let locator = match size.checked_sub(42) {
+        Some(at) => read(at, 20)?,
+        None => Vec::new(),
+    };
+    if locator.starts_with(&[0x50, 0x4b, 0x06, 0x07]) {
         let zip64 = read(le(&locator[8..16]), 56)?;
         if zip64[..4] != [0x50, 0x4b, 0x06, 0x06] {
             return Err(malformed());

@@ -500,7 +500,10 @@ fn a_central_directory_is_sized_before_it_is_parsed() {
     assert_eq!(directory_fits(&file, size, 3), Ok(()));
     let fewer = directory_fits(&file, size, 2).unwrap_err();
     assert!(fewer.contains("names 3 entries"), "{fewer}");
-    // More entries than a ZIP's end record counts: the ZIP64 end record says how many.
+    // As many entries as a ZIP's end record counts (no ZIP64), and more: the ZIP64 end
+    // record says how many.
+    let (_dir, file, size) = zipped(65_535, "");
+    assert_eq!(directory_fits(&file, size, 65_535), Ok(()));
     let (_dir, file, size) = zipped(70_000, "");
     assert_eq!(directory_fits(&file, size, 70_000), Ok(()));
     assert!(directory_fits(&file, size, 3).is_err());
@@ -509,4 +512,45 @@ fn a_central_directory_is_sized_before_it_is_parsed() {
     assert!(directory_fits(&file, size, 3).is_err());
     let (_dir, file, size) = zipped(3, "");
     assert!(directory_fits(&file, size - 1, 3).is_err());
+}
+
+#[test]
+fn repair_never_deletes_an_object_of_a_blob_whose_recorded_object_is_missing() {
+    // A database restored from a backup older than the blob's latest archive: the record
+    // names an object gone since, and the latest one holds the keys.
+    let fixture = fixture();
+    archive_all(&fixture.tier);
+    let tier = &fixture.tier;
+    let recorded = cold_object(&fixture, "b_tas_0");
+    let bytes = std::fs::read(&recorded).unwrap();
+    let latest = ObjectPath::from(format!("{TOKEN}/b_tas_0.ffffffffffffffff.zip"));
+    tier.block_on(tier.cold.put(&latest, PutPayload::from(bytes)))
+        .unwrap();
+    std::fs::remove_file(&recorded).unwrap();
+    let fixture = reopen(fixture);
+    let tier = &fixture.tier;
+    assert!(tier.block_on(tier.cold.head(&latest)).is_ok());
+    assert_eq!(state(tier, "b_tas_0").state, State::Archived);
+}
+
+#[test]
+fn a_large_blob_is_uploaded_in_at_most_9000_parts() {
+    use super::archive::part_size;
+    let blob = |keys: u64, size: u64| -> Vec<(String, u64)> {
+        (0..keys).map(|n| (format!("tas/{n}.0.0"), size)).collect()
+    };
+    assert_eq!(part_size(&blob(128, 1 << 20)), 8 << 20);
+    for (keys, size) in [
+        (100 * 1024, 1 << 20),
+        (1_000_000, 64 << 10),
+        (10, 400 << 30),
+    ] {
+        let keys = blob(keys, size);
+        let part = part_size(&keys) as u64;
+        let zip: u64 = keys.iter().map(|(k, s)| s + 256 + 2 * k.len() as u64).sum();
+        assert!(
+            zip.div_ceil(part) <= 9_000 && part.is_multiple_of(1 << 20),
+            "{part}"
+        );
+    }
 }
