@@ -1001,6 +1001,20 @@ impl Tier {
 /// `<token>/<instance>.<archive>.zip` (see `archive::cold_key`), or `<token>/<instance>.zip`
 /// as versions before archive names wrote them.
 fn blob_object(name: &str) -> Option<(Uuid, String)> {
+    blob_name(name).map(|(token, instance, _)| (token, instance.to_string()))
+}
+
+/// When the cold object `name` was archived (the `<archive>` of its name; 0 for names
+/// without one, or not named like a blob's object).
+fn archive_stamp(name: &str) -> u128 {
+    blob_name(name)
+        .and_then(|(_, _, archive)| u128::from_str_radix(archive, 16).ok())
+        .unwrap_or(0)
+}
+
+/// The token, instance and archive (`"0"` for names without one) of a blob object's name:
+/// the one parser of those names.
+fn blob_name(name: &str) -> Option<(Uuid, &str, &str)> {
     let (token, file) = name.split_once('/')?;
     let stem = file.strip_suffix(".zip")?;
     let (instance, archive) = stem.split_once('.').unwrap_or((stem, "0"));
@@ -1013,17 +1027,7 @@ fn blob_object(name: &str) -> Option<(Uuid, String)> {
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
     valid.then_some(())?;
-    Some((Uuid::parse_str(token).ok()?, instance.to_string()))
-}
-
-/// When the cold object `name` was archived (the `<archive>` of its name; 0 for names
-/// without one).
-fn archive_stamp(name: &str) -> u128 {
-    name.strip_suffix(".zip")
-        .and_then(|stem| stem.rsplit_once('/'))
-        .and_then(|(_, file)| file.split_once('.'))
-        .and_then(|(_, archive)| u128::from_str_radix(archive, 16).ok())
-        .unwrap_or(0)
+    Some((Uuid::parse_str(token).ok()?, instance, archive))
 }
 
 /// Where a key's file is written before it is renamed into place: `.<name>.partial` beside
