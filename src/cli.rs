@@ -109,6 +109,11 @@ pub(crate) enum TierCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Clean the cold tier of every store (a start cleans only the stores archived,
+    /// restored or removed since the last one): after restoring the database from a
+    /// backup. Adopts an unrecorded cold object that holds the only copy of a blob.
+    /// Offline: stop the daemon first.
+    Repair,
 }
 
 #[derive(Debug, Subcommand)]

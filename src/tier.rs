@@ -1,4 +1,4 @@
-//! `svcd tier archive|restore|status`: the cold tier, for operators. Against a running
+//! `svcd tier archive|restore|status|repair`: the cold tier, for operators. Against a running
 //! daemon the work runs in it (through the control socket, so readers of the stores see one
 //! tier state); otherwise the store is opened here, as `svcd store` does.
 
@@ -59,6 +59,19 @@ pub(crate) fn run(config: &Config, command: &TierCommand) -> anyhow::Result<Exit
             } else {
                 print!("{}", status_table(&rows));
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        TierCommand::Repair => {
+            if Client::connect(&config.control_socket()).is_some() {
+                bail!(
+                    "a daemon serves {}: stop it first (the repair changes tier state that it reads)",
+                    config.data_dir.display()
+                );
+            }
+            Daemon::open(config.clone())?
+                .stores()
+                .clean_cold_of_every_store()?;
+            println!("cleaned the cold tier of every store; see the log for what was done");
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -185,17 +185,18 @@ impl DaemonStores {
             user: record.owner,
             admin: false,
         };
-        stores
-            .read(Some(&caller), token, key, now(), wait.unwrap_or_default())
-            .map(|read| read.bytes)
-            .map_err(|e| match e.kind() {
-                ErrorKind::NotFound => libc::ENOENT,
-                // It would wait (for a restore), and may not: asked again by one that may.
-                ErrorKind::Unavailable if wait.is_none() => libc::EAGAIN,
-                kind => {
-                    tracing::warn!(%token, %key, ?kind, error = %e, "a read through the mount failed");
-                    libc::EIO
-                }
-            })
+        let read = match wait {
+            Some(wait) => stores.read(Some(&caller), token, key, now(), wait),
+            None => stores.read_without_waiting(Some(&caller), token, key, now()),
+        };
+        read.map(|read| read.bytes).map_err(|e| match e.kind() {
+            ErrorKind::NotFound => libc::ENOENT,
+            // It would wait (for a restore), and may not: asked again by one that may.
+            ErrorKind::Unavailable if wait.is_none() => libc::EAGAIN,
+            kind => {
+                tracing::warn!(%token, %key, ?kind, error = %e, "a read through the mount failed");
+                libc::EIO
+            }
+        })
     }
 }

@@ -556,6 +556,34 @@ def test_archive_and_restore_without_a_running_daemon(tmp_path):
             assert answer.status_code == 200 and answer.content == content, key
 
 
+def test_repair_adopts_what_a_database_restored_from_a_backup_lost(tmp_path):
+    """A database restored from a backup made before an archive records the blobs hot,
+    but their keys are only on the cold tier: a start does not list that store's objects
+    (only stores archived, restored or removed since the last start), `svcd tier repair`
+    does and adopts them, and every key reads back the same. It refuses while a daemon
+    serves the data directory."""
+    with NoiseStore(tmp_path, 40, seed=6, max_bytes=20 << 20) as noise:
+        data, store = noise.data, noise.store
+        refused = svcd(data, "tier", "repair", check=False)
+        assert refused.returncode != 0 and "stop it first" in refused.stderr, refused.stderr
+        noise.stop()
+        shutil.copytree(data / "db", tmp_path / "backup")
+        svcd(data, "tier", "archive", "--scope", store)
+        archived = {r["instance"] for r in tier_rows(data, store) if r["state"] == "archived"}
+        assert archived, tier_rows(data, store)
+        shutil.rmtree(data / "db")
+        shutil.copytree(tmp_path / "backup", data / "db")
+        assert {r["state"] for r in tier_rows(data, store)} == {"hot"}
+        assert any(p.is_file() for p in (data / "cold").rglob("*.zip"))
+        repaired = svcd(data, "tier", "repair")
+        assert "cleaned the cold tier of every store" in repaired.stdout, repaired.stderr
+        assert {r["instance"] for r in tier_rows(data, store) if r["state"] == "archived"} == archived
+        noise.start()
+        for key, content in noise.served.items():
+            answer = requests.get(f"{noise.url}/{key}", headers=noise.headers, timeout=60)
+            assert answer.status_code == 200 and answer.content == content, key
+
+
 @pytest.fixture()
 def s3():
     """An S3 server (moto's, in this process) on a free port: its endpoint, and a boto3

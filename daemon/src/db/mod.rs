@@ -62,6 +62,12 @@ pub(crate) mod meta {
     pub(crate) const FREE_IDS: &[u8] = b"free_ids";
     /// Set once the built-in global flavours have been seeded.
     pub(crate) const FLAVOURS_SEEDED: &[u8] = b"flavours_seeded";
+    /// Prefix of the marks of stores whose prefix on the cold tier may hold objects no
+    /// record names (followed by the store's token, 16 bytes; the value is empty): the
+    /// startup repair lists only these prefixes (see `tier::Tier::repair`).
+    pub(crate) const COLD_CLEANUP: &[u8] = b"cold_cleanup/";
+    /// Set once every store recorded before marks were kept has been marked.
+    pub(crate) const COLD_CLEANUP_MARKED: &[u8] = b"cold_cleanup_marked";
 }
 
 /// The schema version this build reads and writes. Version 2 keys user data by owner and

@@ -133,6 +133,17 @@ impl Stores {
         self.tier.status(&tokens)
     }
 
+    /// Cleans the cold tier of every store the database records, as the startup repair
+    /// cleans those marked for it (see [`crate::tier`]): after the database was restored
+    /// from a backup. Offline only (no daemon may serve the database meanwhile). Blocking.
+    ///
+    /// # Errors
+    /// A read or write error of the database.
+    pub fn clean_cold_of_every_store(&self) -> Result<()> {
+        let (known, ready) = self.known_and_ready()?;
+        self.tier.clean_every_store(&known, &ready)
+    }
+
     /// The key listing of a complete store (empty for any other): what the mount shows.
     ///
     /// # Errors

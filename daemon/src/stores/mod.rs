@@ -236,13 +236,7 @@ impl Stores {
             on_demand: read::OnDemand::default(),
             tier,
         };
-        let records = stores.list()?;
-        let known = records.iter().map(|record| record.token).collect();
-        let ready: Vec<Uuid> = records
-            .iter()
-            .filter(|record| record.is_complete())
-            .map(|record| record.token)
-            .collect();
+        let (known, ready) = stores.known_and_ready()?;
         stores.tier.repair(&known, &ready, |token| {
             let record = stores
                 .record(token)?
@@ -250,6 +244,18 @@ impl Stores {
             stores.listing(&record)
         })?;
         Ok(stores)
+    }
+
+    /// The stores the database records, and those of them that are ready (complete).
+    fn known_and_ready(&self) -> Result<(std::collections::HashSet<Uuid>, Vec<Uuid>)> {
+        let records = self.list()?;
+        let known = records.iter().map(|record| record.token).collect();
+        let ready = records
+            .iter()
+            .filter(|record| record.is_complete())
+            .map(|record| record.token)
+            .collect();
+        Ok((known, ready))
     }
 
     /// A share of the store `token` that `caller` may read, valid for `ttl_seconds` from

@@ -40,6 +40,15 @@
 //! copy are deleted, and cold objects no record names are removed. What needs the cold tier
 //! is done only on its definite answers, each awaited at most [`REPAIR_COLD_WAIT`]: a cold
 //! tier that does not answer leaves it to the next start.
+//!
+//! Only the prefixes of stores marked for it are listed to find such objects, so a start
+//! costs a listing per store touched since the last one, not per store ever converted:
+//! every write of a tier state marks its store (in the same write), as does forgetting a
+//! store that had tier state, and a mark goes once the store's prefix was listed and
+//! everything in it settled. A database restored from a backup may miss marks (and
+//! records) of archives made since: `svcd tier repair` marks and cleans every store
+//! ([`Tier::clean_every_store`]), adopting an unrecorded object that holds the only copy
+//! of a blob.
 
 mod archive;
 mod restore;
@@ -173,6 +182,20 @@ fn scoped_key(token: Uuid, name: &str) -> Vec<u8> {
     let mut key = token.as_bytes().to_vec();
     key.extend_from_slice(name.as_bytes());
     key
+}
+
+/// The key of the mark that the store `token`'s prefix on the cold tier may hold objects no
+/// record names.
+fn cleaning_mark(token: Uuid) -> Vec<u8> {
+    let mut key = db::meta::COLD_CLEANUP.to_vec();
+    key.extend_from_slice(token.as_bytes());
+    key
+}
+
+/// Marks the store `token` for the next start's cleaning of the cold tier, in `batch`: put
+/// in the same write as whatever may leave an object behind, so a crash cannot lose it.
+fn mark_for_cleaning(batch: &mut Batch, token: Uuid) {
+    batch.put(cf::META, cleaning_mark(token), Vec::new());
 }
 
 /// The size a `keys` entry holds.
@@ -573,7 +596,8 @@ impl Tier {
         Ok(states)
     }
 
-    /// Records `state` for an instance.
+    /// Records `state` for an instance, and marks the store for the next start's cleaning of
+    /// the cold tier (an archive or a restore may leave an object no record names).
     fn put_state(&self, token: Uuid, instance: &str, state: &BlobState) -> Result<()> {
         let mut batch = Batch::default();
         batch.put(
@@ -581,7 +605,26 @@ impl Tier {
             scoped_key(token, instance),
             db::encode_json(FORMAT, state),
         );
+        mark_for_cleaning(&mut batch, token);
         self.db.write(batch)
+    }
+
+    /// The stores marked for cleaning the cold tier.
+    fn marked_for_cleaning(&self) -> Result<Vec<Uuid>> {
+        let mut marked = Vec::new();
+        self.db
+            .for_each_prefixed(cf::META, db::meta::COLD_CLEANUP, |key, _| {
+                let token =
+                    Uuid::from_slice(&key[db::meta::COLD_CLEANUP.len()..]).map_err(|_| {
+                        Error::Corrupt {
+                            family: cf::META,
+                            reason: "a cold cleaning mark without a token".into(),
+                        }
+                    })?;
+                marked.push(token);
+                Ok(())
+            })?;
+        Ok(marked)
     }
 
     /// The listed keys of `instance` of the store `token` (resolved with its manifest).
@@ -679,6 +722,9 @@ impl Tier {
         batch.delete_prefixed(cf::KEYS, token.as_bytes());
         batch.delete(cf::MANIFESTS, token.as_bytes().to_vec());
         batch.delete_prefixed(cf::TIERS, token.as_bytes());
+        if had_tier_state {
+            mark_for_cleaning(&mut batch, token);
+        }
         self.db.write(batch)?;
         self.cuts.lock().remove(&token);
         self.archived.lock().remove(&token);
@@ -697,8 +743,13 @@ impl Tier {
             }
             Ok::<_, svc_manifests::object_store::Error>(())
         });
-        if let Err(e) = deleted {
-            tracing::warn!(%token, error = %e, "cannot delete the store's cold objects");
+        match deleted {
+            Ok(()) => {
+                let mut batch = Batch::default();
+                batch.delete(cf::META, cleaning_mark(token));
+                self.db.write(batch)?;
+            }
+            Err(e) => tracing::warn!(%token, error = %e, "cannot delete the store's cold objects"),
         }
         Ok(())
     }
@@ -735,6 +786,19 @@ impl Tier {
                 tracing::info!(%token, keys = keys.len(), "listed a store completed earlier");
             }
         }
+        if self
+            .db
+            .get(cf::META, db::meta::COLD_CLEANUP_MARKED)?
+            .is_none()
+        {
+            // A database from before marks were kept: every store it records is marked once.
+            let mut batch = Batch::default();
+            for &token in known {
+                mark_for_cleaning(&mut batch, token);
+            }
+            batch.put(cf::META, db::meta::COLD_CLEANUP_MARKED, Vec::new());
+            self.db.write(batch)?;
+        }
         let ready: std::collections::HashSet<Uuid> = ready.iter().copied().collect();
         // A store gone or being converted again keeps no listing or manifest (a crash may
         // have come between its record and forgetting them).
@@ -754,6 +818,7 @@ impl Tier {
             if !ready.contains(&token) {
                 let mut batch = Batch::default();
                 batch.delete(cf::TIERS, scoped_key(token, &instance));
+                mark_for_cleaning(&mut batch, token);
                 self.db.write(batch)?;
                 continue;
             }
@@ -847,34 +912,66 @@ impl Tier {
             }
         }
         if cold_answers {
-            self.clean_cold(&kept, &ready, known)?;
+            let marked = self.marked_for_cleaning()?;
+            self.clean_cold(&kept, &ready, &marked)?;
         }
         Ok(())
     }
 
-    /// Cleans the cold objects no archived instance names, of the stores this database
-    /// records (`known`); objects of stores it does not know, and anything not named like a
-    /// blob's object (`<token>/<instance>.<archive>.zip`), are never touched, so a database that is new
-    /// or restored from a backup cannot empty a shared cold tier. Such an object of a ready
-    /// store whose instance is not whole on the hot tier is the only copy of its keys (the
-    /// database lost the record, say it was restored from a backup): it is verified and
-    /// recorded as archived. Any other is a leftover (of a restore or a store converted
-    /// again or removed) and is deleted, with the local object store's interrupted writes.
-    /// Only the known stores' prefixes are listed, one at a time, each within
-    /// [`REPAIR_COLD_WAIT`] (as is each deletion): a cold tier that does not answer in time
-    /// leaves the rest to the next start.
+    /// Marks every store the database records (`known`) for cleaning and cleans the cold
+    /// tier of them all now, as [`Tier::repair`] cleans the marked ones: after the database
+    /// was restored from a backup, whose marks and records may miss what was archived
+    /// since (an object holding the only copy of a blob is then adopted). Not while a
+    /// daemon serves the database. Blocking.
+    ///
+    /// # Errors
+    /// A read or write error of the database.
+    pub(crate) fn clean_every_store(
+        &self,
+        known: &std::collections::HashSet<Uuid>,
+        ready: &[Uuid],
+    ) -> Result<()> {
+        let mut batch = Batch::default();
+        for &token in known {
+            mark_for_cleaning(&mut batch, token);
+        }
+        self.db.write(batch)?;
+        let kept = self
+            .states()?
+            .into_iter()
+            .filter(|(_, _, state)| state.state != State::Hot)
+            .map(|(_, _, state)| state.cold_key)
+            .collect();
+        let ready = ready.iter().copied().collect();
+        let marked = self.marked_for_cleaning()?;
+        self.clean_cold(&kept, &ready, &marked)
+    }
+
+    /// Cleans the cold objects no archived instance names, below the prefixes of the stores
+    /// `marked` for it (stores of this database whose archives, restores or removal may have
+    /// left objects behind since they were last cleaned); a store is no longer marked once
+    /// its prefix was listed and everything in it settled. Objects of stores it does not
+    /// mark, and anything not named like a blob's object (`<token>/<instance>.<archive>.zip`),
+    /// are never touched, so a database that is new or restored from a backup cannot empty a
+    /// shared cold tier. Such an object of a ready store whose instance is not whole on the
+    /// hot tier is the only copy of its keys (the database lost the record, say it was
+    /// restored from a backup): it is verified and recorded as archived. Any other is a
+    /// leftover (of a restore or a store converted again or removed) and is deleted, with the
+    /// local object store's interrupted writes. The prefixes are listed one at a time, each
+    /// within [`REPAIR_COLD_WAIT`] (as is each deletion): a cold tier that does not answer in
+    /// time leaves the rest to the next start.
     fn clean_cold(
         &self,
         kept: &std::collections::HashSet<String>,
         ready: &std::collections::HashSet<Uuid>,
-        known: &std::collections::HashSet<Uuid>,
+        marked: &[Uuid],
     ) -> Result<()> {
         let mut removed = 0usize;
         let mut foreign = 0usize;
-        // Store by store: only this database's stores are listed, and each listing is short.
-        let mut tokens: Vec<&Uuid> = known.iter().collect();
-        tokens.sort();
-        for &token in tokens {
+        // Store by store: only marked stores are listed, and each listing is short.
+        for &token in marked {
+            // Whether everything below the prefix is settled (then the mark goes).
+            let mut settled = true;
             let prefix = ObjectPath::from(token.to_string());
             let listed = self.within(REPAIR_COLD_WAIT, async {
                 use futures::TryStreamExt;
@@ -883,7 +980,7 @@ impl Tier {
             let objects = match listed {
                 Some(Ok(objects)) => objects,
                 Some(Err(e)) => {
-                    tracing::warn!(%token, error = %e, "cannot list a store's cold objects to clean them");
+                    tracing::warn!(%token, error = %e, "cannot list a store's cold objects to clean them; tried again at the next start");
                     continue;
                 }
                 None => {
@@ -918,6 +1015,7 @@ impl Tier {
                     // from a backup older than this archive): this one may be the only copy.
                     tracing::error!(%token, %instance, object = %name, recorded = %named,
                         "an archived blob's recorded cold object is missing; another object of it is left alone");
+                    settled = false;
                     continue;
                 }
                 // An instance recorded on the cold tier names its own object, which is
@@ -933,7 +1031,7 @@ impl Tier {
                         std::fs::metadata(dir.join(key)).is_ok_and(|meta| meta.len() == *size)
                     });
                     if !keys.is_empty() && !whole {
-                        self.adopt(owner, &instance, &keys, &object.location)?;
+                        settled &= self.adopt(owner, &instance, &keys, &object.location)?;
                         continue;
                     }
                 }
@@ -941,6 +1039,7 @@ impl Tier {
                     Some(Ok(())) => removed += 1,
                     Some(Err(e)) => {
                         tracing::warn!(object = %name, error = %e, "cannot delete a cold object");
+                        settled = false;
                     }
                     None => {
                         tracing::warn!(
@@ -949,6 +1048,14 @@ impl Tier {
                         return Ok(());
                     }
                 }
+            }
+            if let Some(dir) = &self.cold_dir {
+                remove_partial_uploads(&dir.join(token.to_string()));
+            }
+            if settled {
+                let mut batch = Batch::default();
+                batch.delete(cf::META, cleaning_mark(token));
+                self.db.write(batch)?;
             }
         }
         if removed > 0 {
@@ -960,28 +1067,23 @@ impl Tier {
                 "left alone cold objects below this database's stores not named like blobs"
             );
         }
-        if let Some(dir) = &self.cold_dir {
-            for token in known {
-                remove_partial_uploads(&dir.join(token.to_string()));
-            }
-        }
         Ok(())
     }
 
     /// Records the cold object at `location` as the archived copy of `instance` after
-    /// reading it back whole (its checksum is taken then).
+    /// reading it back whole (its checksum is taken then); whether it could.
     fn adopt(
         &self,
         token: Uuid,
         instance: &str,
         keys: &[(String, u64)],
         location: &ObjectPath,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let (checksum, cold_bytes) = match self.read_back(location) {
             Ok(read) => read,
             Err(e) => {
                 tracing::error!(%token, %instance, error = %e, "an unrecorded cold object holds the only copy of a blob and cannot be read");
-                return Ok(());
+                return Ok(false);
             }
         };
         let mut state = BlobState::hot(keys.iter().map(|(_, size)| size).sum(), keys.len() as u64);
@@ -993,7 +1095,7 @@ impl Tier {
         self.put_state(token, instance, &state)?;
         self.count_archived(token, 1);
         tracing::warn!(%token, %instance, "recorded an unrecorded cold object as the archived copy of its blob");
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -27,8 +27,8 @@ const RETRY: Duration = Duration::from_secs(5);
 impl Tier {
     /// Makes `key` of the store `token` readable from the hot tier again if its blob
     /// instance is archived: restores the instance (or waits for the restore under way), up
-    /// to `wait`. `false` when the key is not in an archived instance (its hot copy is
-    /// simply not there). Blocking.
+    /// to `wait` (`None`: starts nothing and fails at once). `false` when the key is not in
+    /// an archived instance (its hot copy is simply not there). Blocking.
     ///
     /// # Errors
     /// [`Error::Restoring`] when the restore takes longer than `wait` (it goes on), or when
@@ -37,7 +37,7 @@ impl Tier {
         self: &Arc<Self>,
         token: Uuid,
         key: &str,
-        wait: Duration,
+        wait: Option<Duration>,
     ) -> Result<bool> {
         if !self.is_archived(token) {
             return Ok(false);
@@ -52,6 +52,14 @@ impl Tier {
             Some(state) if matches!(state.state, State::Archived | State::Restoring) => {}
             _ => return Ok(false),
         }
+        let Some(wait) = wait else {
+            return Err(Error::Restoring {
+                detail: format!(
+                    "The data is on the cold tier (blob {instance}); a read that waits restores it."
+                ),
+                retry: RETRY,
+            });
+        };
         self.restore_waiting(token, &instance, wait)?;
         Ok(true)
     }
@@ -348,8 +356,10 @@ fn unpack(
 const DIRECTORY_ENTRY_BYTES: u64 = 4096;
 
 /// Whether the ZIP `file` of `size` bytes has the central directory an archive of `objects`
-/// keys has: its end record closes the file (no comment) and names `objects` entries in at
-/// most `objects` × [`DIRECTORY_ENTRY_BYTES`] bytes. Checked before the directory is parsed,
+/// keys has: its end record closes the file (no comment, one disk), the directory ends
+/// where that record (or ZIP64's, right before its locator) begins, and it names `objects`
+/// entries in at most `objects` × [`DIRECTORY_ENTRY_BYTES`] bytes. So the record checked is
+/// the one the ZIP reader takes first. Checked before the directory is parsed,
 /// as the object's checksum is known only once it was read whole: a damaged or forged
 /// object could otherwise have the parser hold millions of entries first.
 pub(super) fn directory_fits(
@@ -371,24 +381,49 @@ pub(super) fn directory_fits(
             .fold(0u64, |n, b| (n << 8) | u64::from(*b))
     };
     let malformed = || "its central directory does not end it as an archive's does".to_string();
-    let end = read(size.checked_sub(22).ok_or_else(malformed)?, 22)?;
-    if end[..4] != [0x50, 0x4b, 0x05, 0x06] || le(&end[20..22]) != 0 {
+    let end_at = size.checked_sub(22).ok_or_else(malformed)?;
+    let end = read(end_at, 22)?;
+    // One disk, no comment, the entries on this disk are all entries.
+    if end[..4] != [0x50, 0x4b, 0x05, 0x06]
+        || le(&end[4..8]) != 0
+        || le(&end[8..10]) != le(&end[10..12])
+        || le(&end[20..22]) != 0
+    {
         return Err(malformed());
     }
-    let (mut entries, mut directory) = (le(&end[10..12]), le(&end[12..16]));
+    let (mut entries, mut directory, mut offset) =
+        (le(&end[10..12]), le(&end[12..16]), le(&end[16..20]));
+    // The record the directory ends at: the end record, or ZIP64's.
+    let mut directory_end = end_at;
     // ZIP64 when the locator stands before the end record (which then holds saturated
-    // counts; 65,535 entries alone are written without ZIP64).
+    // counts; 65,535 entries alone are written without ZIP64). Its record stands right
+    // before the locator, with nothing after its fixed fields.
     let locator = match size.checked_sub(42) {
         Some(at) => read(at, 20)?,
         None => Vec::new(),
     };
     if locator.starts_with(&[0x50, 0x4b, 0x06, 0x07]) {
-        let zip64 = read(le(&locator[8..16]), 56)?;
-        if zip64[..4] != [0x50, 0x4b, 0x06, 0x06] {
+        let record_at = le(&locator[8..16]);
+        if le(&locator[4..8]) != 0 || le(&locator[16..20]) != 1 || record_at + 56 != end_at - 20 {
+            return Err(malformed());
+        }
+        let zip64 = read(record_at, 56)?;
+        if zip64[..4] != [0x50, 0x4b, 0x06, 0x06]
+            || le(&zip64[4..12]) != 44
+            || le(&zip64[16..24]) != 0
+            || le(&zip64[24..32]) != le(&zip64[32..40])
+        {
             return Err(malformed());
         }
         entries = le(&zip64[32..40]);
         directory = le(&zip64[40..48]);
+        offset = le(&zip64[48..56]);
+        directory_end = record_at;
+    }
+    // The directory ends where its end record begins: no other record (a forged one among
+    // the data, say) is taken for it.
+    if offset.checked_add(directory) != Some(directory_end) {
+        return Err(malformed());
     }
     if entries != objects || directory > objects.saturating_mul(DIRECTORY_ENTRY_BYTES) {
         return Err(format!(

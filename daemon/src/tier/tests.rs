@@ -191,7 +191,7 @@ fn archive_then_restore_gives_back_every_byte() {
     assert_eq!(archived.checksum.len(), 64);
     // A key of an archived instance restores it (not the others) and reads back.
     assert!(
-        tier.restore_for_read(TOKEN, "tas/3.0", Duration::from_secs(30))
+        tier.restore_for_read(TOKEN, "tas/3.0", Some(Duration::from_secs(30)))
             .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/2.0"), Some(chunk(2)));
@@ -207,12 +207,12 @@ fn archive_then_restore_gives_back_every_byte() {
     // A key in no blob, or of a hot instance, restores nothing.
     assert!(
         !tier
-            .restore_for_read(TOKEN, "time/0", Duration::from_secs(1))
+            .restore_for_read(TOKEN, "time/0", Some(Duration::from_secs(1)))
             .unwrap()
     );
     assert!(
         !tier
-            .restore_for_read(TOKEN, "tas/2.0", Duration::from_secs(1))
+            .restore_for_read(TOKEN, "tas/2.0", Some(Duration::from_secs(1)))
             .unwrap()
     );
 }
@@ -235,7 +235,7 @@ fn a_failed_restore_reaches_every_waiter_and_the_next_read_tries_again() {
                     tier.restore_for_read(
                         TOKEN,
                         &format!("tas/{}.0", i % 2),
-                        Duration::from_secs(30),
+                        Some(Duration::from_secs(30)),
                     )
                 })
             })
@@ -256,7 +256,7 @@ fn a_failed_restore_reaches_every_waiter_and_the_next_read_tries_again() {
     // The damage mended, the next reader restores it.
     std::fs::write(&zip, &good).unwrap();
     assert!(
-        tier.restore_for_read(TOKEN, "tas/1.0", Duration::from_secs(30))
+        tier.restore_for_read(TOKEN, "tas/1.0", Some(Duration::from_secs(30)))
             .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/0.0"), Some(chunk(0)));
@@ -290,7 +290,7 @@ fn a_hostile_cold_object_with_a_matching_checksum_restores_nothing() {
     forged.cold_bytes = bytes.len() as u64;
     tier.put_state(TOKEN, "b_tas_0", &forged).unwrap();
     let error = tier
-        .restore_for_read(TOKEN, "tas/0.0", Duration::from_secs(30))
+        .restore_for_read(TOKEN, "tas/0.0", Some(Duration::from_secs(30)))
         .unwrap_err();
     assert!(
         error.to_string().contains("not a key of the store"),
@@ -356,7 +356,7 @@ fn repair_rolls_an_interrupted_restore_back_to_archived_without_partial_files() 
     assert!(
         fixture
             .tier
-            .restore_for_read(TOKEN, "tas/1.0", Duration::from_secs(30))
+            .restore_for_read(TOKEN, "tas/1.0", Some(Duration::from_secs(30)))
             .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/1.0"), Some(chunk(1)));
@@ -411,7 +411,7 @@ fn repair_cleans_only_this_databases_leftovers_and_adopts_an_unrecorded_only_cop
     let adopted = state(tier, "b_tas_2");
     assert_eq!(adopted.state, State::Archived);
     assert!(
-        tier.restore_for_read(TOKEN, "tas/5.0", Duration::from_secs(30))
+        tier.restore_for_read(TOKEN, "tas/5.0", Some(Duration::from_secs(30)))
             .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/5.0"), Some(chunk(5)));
@@ -512,6 +512,27 @@ fn a_central_directory_is_sized_before_it_is_parsed() {
     assert!(directory_fits(&file, size, 3).is_err());
     let (_dir, file, size) = zipped(3, "");
     assert!(directory_fits(&file, size - 1, 3).is_err());
+    // Forged: a field of an end record changed (`at` bytes before the end), so that the
+    // directory would not end where the record begins, or span disks.
+    let forged = |entries: usize, at: u64, value: &[u8]| {
+        let (dir, _, size) = zipped(entries, "");
+        let path = dir.path().join("blob.zip");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let start = usize::try_from(size - at).unwrap();
+        bytes[start..start + value.len()].copy_from_slice(value);
+        std::fs::write(&path, bytes).unwrap();
+        let result = directory_fits(&std::fs::File::open(&path).unwrap(), size, entries as u64);
+        assert!(result.is_err(), "{entries} entries, {at}: {result:?}");
+    };
+    // The end record's directory offset (at 16 of its 22 bytes), its disk number (4) and
+    // its entries on this disk (8).
+    forged(3, 6, &[0, 0, 0, 0]);
+    forged(3, 18, &[1, 0]);
+    forged(3, 14, &[2, 0]);
+    // ZIP64: the locator's record offset (at 8 of its 20 bytes, which end 22 before the
+    // end), and the record's directory offset (at 48 of its 56 bytes, which end 42 before).
+    forged(70_000, 34, &[0; 8]);
+    forged(70_000, 50, &[0; 8]);
 }
 
 #[test]
@@ -553,4 +574,85 @@ fn a_large_blob_is_uploaded_in_at_most_9000_parts() {
             "{part}"
         );
     }
+}
+
+#[test]
+fn a_start_lists_only_stores_marked_since_the_last_and_a_full_clean_reaches_every_store() {
+    let fixture = fixture();
+    archive_all(&fixture.tier);
+    let tier = &fixture.tier;
+    tier.restore_instance(TOKEN, "b_tas_1", None).unwrap();
+    assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
+    // A store removed before marks were kept, whose objects were never deleted.
+    let removed = Uuid::from_u128(9);
+    let orphan = ObjectPath::from(format!("{removed}/b_tas_0.1.zip"));
+    tier.block_on(tier.cold.put(&orphan, PutPayload::from(vec![9u8; 10])))
+        .unwrap();
+    let mut batch = Batch::default();
+    batch.delete(cf::META, db::meta::COLD_CLEANUP_MARKED);
+    tier.db.write(batch).unwrap();
+    let Fixture { _dir, data, tier } = fixture;
+    drop(tier);
+    let tier = open(&data);
+    let known: HashSet<Uuid> = [TOKEN, removed].into_iter().collect();
+    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
+        .unwrap();
+    let exists =
+        |tier: &Tier, location: &ObjectPath| tier.block_on(tier.cold.head(location)).is_ok();
+    // The first start marked every store the database knew, and cleaned them.
+    assert!(!exists(&tier, &orphan));
+    assert!(tier.marked_for_cleaning().unwrap().is_empty());
+
+    // Since then: a leftover nobody marked, and a record lost (a database restored from a
+    // backup older than the archive).
+    let leftover = ObjectPath::from(format!("{TOKEN}/b_tas_1.5.zip"));
+    tier.block_on(tier.cold.put(&leftover, PutPayload::from(vec![1u8; 10])))
+        .unwrap();
+    let mut batch = Batch::default();
+    batch.delete(cf::TIERS, scoped_key(TOKEN, "b_tas_2"));
+    tier.db.write(batch).unwrap();
+    drop(tier);
+    let tier = open(&data);
+    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
+        .unwrap();
+    // A start does not list an unmarked store.
+    assert!(exists(&tier, &leftover));
+    assert!(tier.state(TOKEN, "b_tas_2").unwrap().is_none());
+    // The full clean does, and adopts the only copy.
+    tier.clean_every_store(&known, &[TOKEN]).unwrap();
+    assert!(!exists(&tier, &leftover));
+    assert_eq!(
+        tier.state(TOKEN, "b_tas_2").unwrap().map(|s| s.state),
+        Some(State::Archived)
+    );
+    assert!(tier.marked_for_cleaning().unwrap().is_empty());
+    assert!(
+        tier.restore_for_read(TOKEN, "tas/5.0", Some(Duration::from_secs(30)))
+            .unwrap()
+    );
+    let store = data.join("stores").join(TOKEN.to_string());
+    assert_eq!(std::fs::read(store.join("tas/5.0")).unwrap(), chunk(5));
+    // Forgetting the store deletes its objects and leaves no mark.
+    tier.forget_store(TOKEN).unwrap();
+    assert!(tier.marked_for_cleaning().unwrap().is_empty());
+}
+
+#[test]
+fn a_read_that_may_not_wait_starts_no_restore() {
+    let fixture = fixture();
+    archive_all(&fixture.tier);
+    let tier = &fixture.tier;
+    let error = tier.restore_for_read(TOKEN, "tas/3.0", None).unwrap_err();
+    assert!(matches!(error, Error::Restoring { .. }), "{error}");
+    // Nothing runs in the background either.
+    std::thread::sleep(Duration::from_millis(300));
+    let after = state(tier, "b_tas_1");
+    assert_eq!((after.state, after.restores), (State::Archived, 0));
+    assert_eq!(hot(&fixture, "tas/3.0"), None);
+    // A read that may wait restores it.
+    assert!(
+        tier.restore_for_read(TOKEN, "tas/3.0", Some(Duration::from_secs(30)))
+            .unwrap()
+    );
+    assert_eq!(hot(&fixture, "tas/3.0"), Some(chunk(3)));
 }
