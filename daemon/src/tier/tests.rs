@@ -656,3 +656,167 @@ fn a_read_that_may_not_wait_starts_no_restore() {
     );
     assert_eq!(hot(&fixture, "tas/3.0"), Some(chunk(3)));
 }
+
+/// A cold tier whose multipart uploads fail, at their first part or at completion, and
+/// which counts the uploads aborted: what an S3 bucket bills for when they are not.
+#[derive(Debug)]
+struct FailingUploads {
+    inner: Arc<dyn ObjectStore>,
+    /// Whether the part fails (else the completion).
+    part_fails: bool,
+    aborted: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl std::fmt::Display for FailingUploads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FailingUploads({})", self.inner)
+    }
+}
+
+fn refused() -> ObjectError {
+    ObjectError::Generic {
+        store: "test",
+        source: "the tier refuses".into(),
+    }
+}
+
+#[derive(Debug)]
+struct FailingUpload {
+    inner: Box<dyn svc_manifests::object_store::MultipartUpload>,
+    part_fails: bool,
+    aborted: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl svc_manifests::object_store::MultipartUpload for FailingUpload {
+    fn put_part(
+        &mut self,
+        data: svc_manifests::object_store::PutPayload,
+    ) -> svc_manifests::object_store::UploadPart {
+        if self.part_fails {
+            Box::pin(async { Err(refused()) })
+        } else {
+            self.inner.put_part(data)
+        }
+    }
+
+    async fn complete(
+        &mut self,
+    ) -> svc_manifests::object_store::Result<svc_manifests::object_store::PutResult> {
+        Err(refused())
+    }
+
+    async fn abort(&mut self) -> svc_manifests::object_store::Result<()> {
+        self.aborted
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.abort().await
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for FailingUploads {
+    async fn put_opts(
+        &self,
+        location: &ObjectPath,
+        payload: PutPayload,
+        opts: svc_manifests::object_store::PutOptions,
+    ) -> svc_manifests::object_store::Result<svc_manifests::object_store::PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjectPath,
+        opts: svc_manifests::object_store::PutMultipartOptions,
+    ) -> svc_manifests::object_store::Result<Box<dyn svc_manifests::object_store::MultipartUpload>>
+    {
+        Ok(Box::new(FailingUpload {
+            inner: self.inner.put_multipart_opts(location, opts).await?,
+            part_fails: self.part_fails,
+            aborted: Arc::clone(&self.aborted),
+        }))
+    }
+
+    async fn get_opts(
+        &self,
+        location: &ObjectPath,
+        options: svc_manifests::object_store::GetOptions,
+    ) -> svc_manifests::object_store::Result<svc_manifests::object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            svc_manifests::object_store::Result<ObjectPath>,
+        >,
+    ) -> futures::stream::BoxStream<'static, svc_manifests::object_store::Result<ObjectPath>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> futures::stream::BoxStream<
+        'static,
+        svc_manifests::object_store::Result<svc_manifests::object_store::ObjectMeta>,
+    > {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> svc_manifests::object_store::Result<svc_manifests::object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &ObjectPath,
+        to: &ObjectPath,
+        options: svc_manifests::object_store::CopyOptions,
+    ) -> svc_manifests::object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+#[test]
+fn an_upload_that_fails_in_a_part_or_at_completion_is_aborted() {
+    for part_fails in [true, false] {
+        let Fixture { _dir, data, tier } = fixture();
+        let aborted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let Ok(mut tier) = Arc::try_unwrap(tier) else {
+            panic!("the fixture's tier has one handle");
+        };
+        tier.cold = Arc::new(FailingUploads {
+            inner: Arc::clone(&tier.cold),
+            part_fails,
+            aborted: Arc::clone(&aborted),
+        });
+        let fixture = Fixture {
+            _dir,
+            data,
+            tier: Arc::new(tier),
+        };
+        let tier = &fixture.tier;
+        let planned = tier
+            .archivable(candidate(), &ArchiveOptions::default())
+            .unwrap();
+        let (instance, keys) = &planned[0];
+        let error = tier
+            .archive_instance(candidate(), instance, keys, &|_, _| true)
+            .unwrap_err();
+        assert!(error.to_string().contains("the tier refuses"), "{error}");
+        assert_eq!(
+            aborted.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "part fails: {part_fails}"
+        );
+        let after = tier.state(TOKEN, instance).unwrap().unwrap();
+        assert_eq!(after.state, State::Hot);
+        assert_eq!(cold_files(&fixture), Vec::<String>::new());
+        assert_eq!(hot(&fixture, &keys[0].0), Some(chunk(0)));
+    }
+}
