@@ -209,8 +209,12 @@ async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<(
         Ok(request @ (Request::TierArchive(_) | Request::TierRestore { .. })) => {
             let (rows_tx, mut rows_rx) = tokio::sync::mpsc::unbounded_channel();
             let run = daemon.run(move |d| {
+                // Each row waits until it was sent: one that cannot be (the client is gone,
+                // an operator's Ctrl-C) stops the run before the next blob.
                 let progress = move |row: &svc_daemon::ArchiveRow, total: usize| {
-                    let _ = rows_tx.send((row.clone(), total));
+                    let (sent, delivered) = tokio::sync::oneshot::channel();
+                    rows_tx.send((row.clone(), total, sent)).is_ok()
+                        && delivered.blocking_recv().unwrap_or(false)
                 };
                 match request {
                     Request::TierArchive(options) => d.stores().archive(&options, &progress),
@@ -224,10 +228,12 @@ async fn handle(daemon: Arc<Daemon>, stream: tokio::net::UnixStream) -> Result<(
             let outcome = loop {
                 tokio::select! {
                     outcome = &mut run => break outcome,
-                    Some((row, total)) = rows_rx.recv() => {
+                    Some((row, total, sent)) = rows_rx.recv() => {
                         let msg = serde_json::to_string(&Reply::TierProgress { row, total })
                             .expect("replies serialise");
-                        write.write_all(format!("{msg}\n").as_bytes()).await.map_err(io)?;
+                        let written = write.write_all(format!("{msg}\n").as_bytes()).await;
+                        let _ = sent.send(written.is_ok());
+                        written.map_err(io)?;
                     }
                 }
             };

@@ -99,11 +99,14 @@ fn moved(
         if row.outcome.starts_with("failed") {
             bar.println(format!("{} {}: {}", row.scope, row.instance, row.outcome));
         }
+        true
     };
     let rows = match Client::connect(&config.control_socket()) {
         Some(mut client) => {
             client.send(request)?;
-            match client.finish_rows(step)? {
+            match client.finish_rows(|row, total| {
+                step(row, total);
+            })? {
                 Reply::TierDone { rows } => rows,
                 Reply::Error { detail } => bail!("{detail}"),
                 other => bail!("unexpected reply from the daemon: {other:?}"),

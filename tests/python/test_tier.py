@@ -660,6 +660,39 @@ def test_a_cold_tier_on_s3(tmp_path, s3):
         assert leftovers(data) == []
 
 
+def test_an_archive_run_stops_when_its_operator_goes(tmp_path, s3):
+    """Interrupting `svcd tier archive` against a running daemon stops the daemon's run
+    after the blob under way (it does not archive the rest on its own), and loses nothing:
+    every blob is hot or archived, and every key reads back the same."""
+    endpoint, client = s3
+    client.create_bucket(Bucket="cold")
+    env = {"SVCD_TIER_COLD": "s3://cold", "AWS_ENDPOINT": endpoint, "AWS_ALLOW_HTTP": "true",
+           "AWS_ACCESS_KEY_ID": "svcd", "AWS_SECRET_ACCESS_KEY": "svcd-secret", "AWS_REGION": "us-east-1"}
+    with NoiseStore(tmp_path, 48, seed=8, max_bytes=1 << 20, env=env) as noise:
+        data, store = noise.data, noise.store
+        total = len(tier_rows(data, store))
+        assert total >= 24
+
+        def archived():
+            return sum(r["state"] != "hot" for r in tier_rows(data, store))
+
+        run = subprocess.Popen([BINARY, "--data-dir", str(data), "tier", "archive", "--scope", store],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while archived() == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        run.send_signal(signal.SIGINT)
+        run.wait(timeout=30)
+        time.sleep(2)
+        stopped = archived()
+        time.sleep(3)
+        assert archived() == stopped < total, (stopped, total)
+        assert {r["state"] for r in tier_rows(data, store)} <= {"hot", "archived"}
+        for key, content in noise.served.items():
+            answer = requests.get(f"{noise.url}/{key}", headers=noise.headers, timeout=60)
+            assert answer.status_code == 200 and answer.content == content, key
+
+
 class Switch:
     """A TCP proxy to `port` on this host that can fall silent: from `silence()` on, it takes
     every request (on connections old and new) and answers nothing, as a stalled gateway

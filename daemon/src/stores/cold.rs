@@ -8,8 +8,9 @@ use crate::error::Result;
 use crate::tier::{ArchiveOptions, ArchiveRow, Candidate, InstanceRow};
 
 /// What an archive or restore run reports as it goes: the instance done and how many there
-/// are.
-pub type Progress<'a> = &'a (dyn Fn(&ArchiveRow, usize) + Sync);
+/// are; it answers whether the run goes on (`false`: whoever asked for it is gone, and it
+/// stops before the next instance).
+pub type Progress<'a> = &'a (dyn Fn(&ArchiveRow, usize) -> bool + Sync);
 
 impl Stores {
     /// The ready stores (the only ones whose blobs may be archived), as candidates.
@@ -73,8 +74,15 @@ impl Stores {
                         Err(e) => format!("failed: {e}"),
                     };
                 }
-                progress(&row, total);
+                let going_on = progress(&row, total);
                 rows.push(row);
+                if !going_on {
+                    tracing::warn!(
+                        blobs = rows.len(),
+                        "an archive run stopped: whoever asked for it is gone"
+                    );
+                    return Ok(rows);
+                }
             }
         }
         Ok(rows)
@@ -114,8 +122,15 @@ impl Stores {
                     Err(e) => format!("failed: {e}"),
                 };
             }
-            progress(&row, total);
+            let going_on = progress(&row, total);
             rows.push(row);
+            if !going_on {
+                tracing::warn!(
+                    blobs = rows.len(),
+                    "a restore run stopped: whoever asked for it is gone"
+                );
+                break;
+            }
         }
         Ok(rows)
     }
