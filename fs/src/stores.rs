@@ -143,17 +143,9 @@ impl Backend for DaemonStores {
 
     fn hot_file(&self, store: &StoreEntry, key: &str) -> Option<std::fs::File> {
         let token = Uuid::parse_str(&store.token).ok()?;
-        let stores = self.daemon.stores();
-        let record = stores.record(token).ok()??;
-        if !record.is_complete() || record.updated != store.generation {
-            return None;
-        }
-        let caller = Caller {
-            user: record.owner,
-            admin: false,
-        };
-        stores
-            .hot_file(Some(&caller), token, key, now())
+        self.daemon
+            .stores()
+            .hot_chunk(token, key, store.generation, now())
             .inspect_err(|e| tracing::warn!(%token, %key, error = %e, "cannot open a hot copy"))
             .ok()?
     }

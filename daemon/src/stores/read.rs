@@ -372,24 +372,31 @@ impl Stores {
         }
     }
 
-    /// The hot copy of chunk `key` of the complete store `token`, opened, for `caller` at
-    /// `now`: what the mount hands to the kernel to read directly (FUSE passthrough), whose
-    /// bytes are exactly what [`Stores::read`] serves. `None` for a key that is not a chunk
-    /// (documents are served as the daemon holds them, not as their files are written), a
-    /// store not complete, or a chunk not on the hot tier (archived: a read restores it).
-    /// The read counts as a user's read. Blocking.
+    /// The hot copy of chunk `key` of the complete store `token`, opened, while the store is
+    /// the conversion `generation` (its record's `updated`): what the mount hands to the
+    /// kernel to read directly (FUSE passthrough), whose bytes are exactly what
+    /// [`Stores::read`] serves. `None` for a key that is not a chunk (documents are served as
+    /// the daemon holds them, not as their files are written), a store not complete or
+    /// converted since, or a chunk not on the hot tier (archived: a read restores it). The
+    /// caller has checked who may read the store (the mount, against the same record). The
+    /// open counts as a user's read. Blocking.
     ///
     /// # Errors
-    /// As [`Stores::read`] for access and malformed keys; an I/O error opening the file.
-    pub fn hot_file(
+    /// [`Error::InvalidParameter`] for a malformed key; an I/O error opening the file.
+    pub fn hot_chunk(
         &self,
-        caller: Option<&Caller>,
         token: Uuid,
         key: &str,
+        generation: i64,
         now: i64,
     ) -> Result<Option<std::fs::File>> {
-        let record = self.readable(caller, token, now)?;
-        if !record.is_complete() || !matches!(parse_key(key)?, Key::Chunk { .. }) {
+        let Some(record) = self.record(token)? else {
+            return Ok(None);
+        };
+        if !record.is_complete()
+            || record.updated != generation
+            || !matches!(parse_key(key)?, Key::Chunk { .. })
+        {
             return Ok(None);
         }
         self.reads.note(token, now);
