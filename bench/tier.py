@@ -372,6 +372,12 @@ def main():
         if svcd:
             svcd.stop()
         shutil.rmtree(run, ignore_errors=True)
+    # A virtual machine's idle vCPUs that halt at once make every wake-up across vCPUs (each
+    # FUSE round trip has two) cost a trip through the hypervisor: this setting decides much
+    # of what a FUSE request costs there, so the figures are labelled with it.
+    halt_poll = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    if halt_poll.exists():
+        print(f"guest_halt_poll_ns = {halt_poll.read_text().strip()} (idle vCPUs poll this long before halting)")
     print(f"{'measurement':<44} {'figure':>12}  ratio")
     for mode in () if args.only_tier else ("passthrough", "fallback"):
         seq = figures[f"sequential, {mode}"]

@@ -68,11 +68,18 @@ pub(crate) fn run(config: &Config, command: &TierCommand) -> anyhow::Result<Exit
                     config.data_dir.display()
                 );
             }
-            Daemon::open(config.clone())?
+            let cleaned = Daemon::open(config.clone())?
                 .stores()
                 .clean_cold_of_every_store()?;
-            println!("cleaned the cold tier of every store; see the log for what was done");
-            Ok(ExitCode::SUCCESS)
+            if cleaned {
+                println!("cleaned the cold tier of every store; the log says what was done");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!(
+                    "the cold tier of some stores could not be cleaned (the log says why); they are tried again at the next start, or run this again"
+                );
+                Ok(ExitCode::from(1))
+            }
         }
     }
 }

@@ -131,9 +131,7 @@ impl Backend for DaemonStores {
             may_wait,
         } = read;
         let token = Uuid::parse_str(&store.token).map_err(|_| libc::ENOENT)?;
-        // `None`: it may not wait.
-        let wait = may_wait.then(|| self.read_wait.saturating_sub(asked.elapsed()));
-        let bytes = self.served(token, key, store.generation, wait)?;
+        let bytes = self.served(token, key, store.generation, may_wait, asked)?;
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
             .min(bytes.len());
@@ -153,14 +151,17 @@ impl Backend for DaemonStores {
 
 impl DaemonStores {
     /// The bytes of `key` of store `token` as the read path serves them, read as its owner,
-    /// while the store is complete and the conversion `generation` of it, waiting up to
-    /// `wait` for a restore; without a `wait`, a read that would wait fails with `EAGAIN`.
+    /// while the store is complete and the conversion `generation` of it, for a read asked
+    /// at `asked`: waiting for a restore until `read_timeout_seconds` after that when it
+    /// `may_wait`, else failing with `EAGAIN` when it would wait (the restore it needs is
+    /// started then, and the same read waiting for it later joins it, or gets its failure).
     fn served(
         &self,
         token: Uuid,
         key: &str,
         generation: i64,
-        wait: Option<Duration>,
+        may_wait: bool,
+        asked: Instant,
     ) -> Result<bytes::Bytes, i32> {
         let stores = self.daemon.stores();
         let record = stores
@@ -177,14 +178,17 @@ impl DaemonStores {
             user: record.owner,
             admin: false,
         };
-        let read = match wait {
-            Some(wait) => stores.read(Some(&caller), token, key, now(), wait),
-            None => stores.read_without_waiting(Some(&caller), token, key, now()),
+        let wait = if may_wait {
+            self.read_wait
+        } else {
+            Duration::ZERO
         };
-        read.map(|read| read.bytes).map_err(|e| match e.kind() {
+        stores
+            .read_asked(Some(&caller), token, key, now(), wait, asked)
+            .map(|read| read.bytes).map_err(|e| match e.kind() {
             ErrorKind::NotFound => libc::ENOENT,
             // It would wait (for a restore), and may not: asked again by one that may.
-            ErrorKind::Unavailable if wait.is_none() => libc::EAGAIN,
+            ErrorKind::Unavailable if !may_wait => libc::EAGAIN,
             kind => {
                 tracing::warn!(%token, %key, ?kind, error = %e, "a read through the mount failed");
                 libc::EIO

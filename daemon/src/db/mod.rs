@@ -68,6 +68,10 @@ pub(crate) mod meta {
     pub(crate) const COLD_CLEANUP: &[u8] = b"cold_cleanup/";
     /// Set once every store recorded before marks were kept has been marked.
     pub(crate) const COLD_CLEANUP_MARKED: &[u8] = b"cold_cleanup_marked";
+    /// When the last archive was recorded (Unix nanoseconds, u128 BE), as the tier clock
+    /// file outside the database says too: a database older than that file was restored
+    /// from a backup (see `tier::Tier::repair`).
+    pub(crate) const TIER_CLOCK: &[u8] = b"tier_clock";
 }
 
 /// The schema version this build reads and writes. Version 2 keys user data by owner and

@@ -150,11 +150,13 @@ impl Stores {
 
     /// Cleans the cold tier of every store the database records, as the startup repair
     /// cleans those marked for it (see [`crate::tier`]): after the database was restored
-    /// from a backup. Offline only (no daemon may serve the database meanwhile). Blocking.
+    /// from a backup. Offline only (no daemon may serve the database meanwhile). Whether
+    /// every store was cleaned (else the log says why; the rest is tried again at the next
+    /// start). Blocking.
     ///
     /// # Errors
     /// A read or write error of the database.
-    pub fn clean_cold_of_every_store(&self) -> Result<()> {
+    pub fn clean_cold_of_every_store(&self) -> Result<bool> {
         let (known, ready) = self.known_and_ready()?;
         self.tier.clean_every_store(&known, &ready)
     }

@@ -216,42 +216,31 @@ impl Stores {
         now: i64,
         wait: Duration,
     ) -> Result<KeyBytes> {
-        self.read_within(caller, token, key, now, Some(wait))
+        self.read_asked(caller, token, key, now, wait, Instant::now())
     }
 
-    /// As [`Stores::read`], for a reader that goes on elsewhere when it would wait: a key
-    /// being written fails with [`Error::NotReady`] at once, and one in an archived blob
-    /// with [`Error::Restoring`], without starting the restore (the reader that may wait
-    /// starts it; so a restore that fails at once is not run twice for one read). Blocking.
+    /// As [`Stores::read`], for a request asked at `asked`: it waits up to `wait` from then.
+    /// A reader that tries first without waiting (a `wait` of zero) and then again, waiting,
+    /// passes the same `asked` both times: a restore its first try started that failed since
+    /// is then its answer, not run again (see [`crate::tier::Tier::restore_for_read`]).
+    /// Blocking.
     ///
     /// # Errors
     /// As [`Stores::read`].
-    pub fn read_without_waiting(
+    pub fn read_asked(
         &self,
         caller: Option<&Caller>,
         token: Uuid,
         key: &str,
         now: i64,
+        wait: Duration,
+        asked: Instant,
     ) -> Result<KeyBytes> {
-        self.read_within(caller, token, key, now, None)
-    }
-
-    /// A read waiting up to `wait`; `None`: not at all, and starting no restore.
-    fn read_within(
-        &self,
-        caller: Option<&Caller>,
-        token: Uuid,
-        key: &str,
-        now: i64,
-        wait: Option<Duration>,
-    ) -> Result<KeyBytes> {
-        let may_restore = wait.is_some();
-        let wait = wait.unwrap_or_default();
         let mut record = self.readable(caller, token, now)?;
         let parsed = parse_key(key)?;
         // Only users' reads count: the sweep removes stores nobody reads.
         self.reads.note(token, now);
-        let deadline = Instant::now() + wait;
+        let deadline = asked + wait;
         let mut interval = FIRST_POLL;
         let served = loop {
             match record.status {
@@ -343,9 +332,8 @@ impl Stores {
                         // archive may take it again in between: then it is restored again,
                         // within the caller's bound). A chunk of a complete store that is in
                         // no blob and not on the hot tier was never written: it is missing.
-                        let left =
-                            may_restore.then(|| deadline.saturating_duration_since(Instant::now()));
-                        if self.tier.restore_for_read(token, key, left)? {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if self.tier.restore_for_read(token, key, left, asked)? {
                             continue;
                         }
                         // Not archived now: a restore may have renamed it into place since

@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::{BlobState, Keys, State, Tier, now, remove_file, tier_error};
+use crate::db::{self, cf};
 use crate::error::{Error, Result};
 
 /// Bytes read and uploaded at a time.
@@ -152,7 +153,15 @@ impl Tier {
         state.checksum = checksum;
         state.cold_bytes = cold_bytes;
         state.changed = now();
-        self.put_state(token, instance, &state)?;
+        // The tier clock, in the database (with the state) and in its file: a database
+        // restored from a backup older than this archive is then told at its start.
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        self.put_state_with(token, instance, &state, |batch| {
+            batch.put(cf::META, db::meta::TIER_CLOCK, clock.to_be_bytes().to_vec());
+        })?;
+        self.write_clock(clock);
         self.count_archived(token, 1);
         let dir = self.store_dir(token);
         for (key, _) in keys {

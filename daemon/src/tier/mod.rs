@@ -46,9 +46,12 @@
 //! every write of a tier state marks its store (in the same write), as does forgetting a
 //! store that had tier state, and a mark goes once the store's prefix was listed and
 //! everything in it settled. A database restored from a backup may miss marks (and
-//! records) of archives made since: `svcd tier repair` marks and cleans every store
-//! ([`Tier::clean_every_store`]), adopting an unrecorded object that holds the only copy
-//! of a blob.
+//! records) of archives made since: each archive records its time in the database and in
+//! the tier clock file beside it (`<data>/tier-clock`), and a start that finds the database
+//! older than the file marks every store. `svcd tier repair` marks and cleans every store
+//! too ([`Tier::clean_every_store`]), for a data directory restored with its clock file.
+//! Cleaning adopts an object that holds the only copy of a blob: one no record names, or
+//! the newest of a blob whose recorded object is gone, when its hot copies are not whole.
 
 mod archive;
 mod restore;
@@ -184,6 +187,12 @@ fn scoped_key(token: Uuid, name: &str) -> Vec<u8> {
     key
 }
 
+/// A tier clock (Unix nanoseconds) as the database and the clock file hold it (0 for
+/// anything else).
+fn decode_clock(bytes: &[u8]) -> u128 {
+    <[u8; 16]>::try_from(bytes).map_or(0, u128::from_be_bytes)
+}
+
 /// The key of the mark that the store `token`'s prefix on the cold tier may hold objects no
 /// record names.
 fn cleaning_mark(token: Uuid) -> Vec<u8> {
@@ -233,6 +242,9 @@ struct Flight {
 /// The cold tier and the tier state of the daemon's stores.
 pub struct Tier {
     db: Arc<Db>,
+    /// The tier clock file, beside the database: when the last archive was recorded (see
+    /// [`Tier::repair`]).
+    clock: PathBuf,
     /// The hot tier: one directory per store.
     hot: PathBuf,
     /// Where a cold object not on a local file system is fetched to be restored (on the hot
@@ -254,6 +266,8 @@ pub struct Tier {
     archived: Mutex<HashMap<Uuid, usize>>,
     /// Restores under way by (store, instance).
     flights: Mutex<HashMap<InstanceId, Arc<Flight>>>,
+    /// When the last restore of an instance failed, and why (until one succeeds).
+    failures: Mutex<HashMap<InstanceId, (std::time::Instant, String)>>,
     /// Per store: archives and restores of its instances hold it shared, forgetting the
     /// store (a conversion or removal) exclusively.
     store_locks: Mutex<HashMap<Uuid, Arc<parking_lot::RwLock<()>>>>,
@@ -313,6 +327,7 @@ impl Tier {
         };
         Ok(Tier {
             db,
+            clock: config.data_dir.join("tier-clock"),
             hot: config.stores_dir(),
             staging: config.staging_dir(),
             cold,
@@ -323,6 +338,7 @@ impl Tier {
             cuts: Mutex::default(),
             archived: Mutex::default(),
             flights: Mutex::default(),
+            failures: Mutex::default(),
             store_locks: Mutex::default(),
             instance_locks: Mutex::default(),
         })
@@ -599,7 +615,19 @@ impl Tier {
     /// Records `state` for an instance, and marks the store for the next start's cleaning of
     /// the cold tier (an archive or a restore may leave an object no record names).
     fn put_state(&self, token: Uuid, instance: &str, state: &BlobState) -> Result<()> {
+        self.put_state_with(token, instance, state, |_| {})
+    }
+
+    /// As [`Tier::put_state`], with what `more` adds to the same write.
+    fn put_state_with(
+        &self,
+        token: Uuid,
+        instance: &str,
+        state: &BlobState,
+        more: impl FnOnce(&mut Batch),
+    ) -> Result<()> {
         let mut batch = Batch::default();
+        more(&mut batch);
         batch.put(
             cf::TIERS,
             scoped_key(token, instance),
@@ -607,6 +635,30 @@ impl Tier {
         );
         mark_for_cleaning(&mut batch, token);
         self.db.write(batch)
+    }
+
+    /// When the last archive was recorded, as the tier clock file says (0 when there is
+    /// none).
+    fn last_archive(&self) -> u128 {
+        std::fs::read(&self.clock).map_or(0, |bytes| decode_clock(&bytes))
+    }
+
+    /// Records an archive at `clock` in the tier clock file (after the database recorded
+    /// it, and before any hot copy is deleted): written whole and flushed, then renamed into
+    /// place. A failure is logged: it only weakens the check for a database restored from
+    /// a backup.
+    fn write_clock(&self, clock: u128) {
+        let staged = self.clock.with_extension("new");
+        let written = (|| {
+            let mut file = std::fs::File::create(&staged)?;
+            std::io::Write::write_all(&mut file, &clock.to_be_bytes())?;
+            file.sync_all()?;
+            std::fs::rename(&staged, &self.clock)
+        })();
+        if let Err(e) = written {
+            tracing::error!(file = %self.clock.display(), error = %e,
+                "cannot write the tier clock; a database restored from a backup may go unnoticed (run svcd tier repair then)");
+        }
     }
 
     /// The stores marked for cleaning the cold tier.
@@ -786,17 +838,33 @@ impl Tier {
                 tracing::info!(%token, keys = keys.len(), "listed a store completed earlier");
             }
         }
-        if self
+        let unmarked = self
             .db
             .get(cf::META, db::meta::COLD_CLEANUP_MARKED)?
-            .is_none()
-        {
-            // A database from before marks were kept: every store it records is marked once.
+            .is_none();
+        let recorded = self.db.get(cf::META, db::meta::TIER_CLOCK)?;
+        let recorded = recorded.as_deref().map_or(0, decode_clock);
+        let last_archive = self.last_archive();
+        if unmarked || last_archive > recorded {
+            // A database from before marks were kept, or one older than the last archive
+            // (restored from a backup: its records and marks may miss archives made
+            // since, whose keys are only on the cold tier): every store it records is
+            // marked, and cleaned (an object that holds the only copy of a blob is adopted).
+            if !unmarked {
+                tracing::warn!(
+                    "the database is older than the last archive (restored from a backup?): the cold objects of every store are checked"
+                );
+            }
             let mut batch = Batch::default();
             for &token in known {
                 mark_for_cleaning(&mut batch, token);
             }
             batch.put(cf::META, db::meta::COLD_CLEANUP_MARKED, Vec::new());
+            batch.put(
+                cf::META,
+                db::meta::TIER_CLOCK,
+                last_archive.max(recorded).to_be_bytes().to_vec(),
+            );
             self.db.write(batch)?;
         }
         let ready: std::collections::HashSet<Uuid> = ready.iter().copied().collect();
@@ -825,8 +893,26 @@ impl Tier {
             match state.state {
                 State::Hot => continue,
                 State::Archiving => {
-                    // Its hot copies were never deleted; its cold object is removed below.
+                    // Its hot copies were never deleted. Its cold object is deleted by name
+                    // (an upload that completed after the crash is not missed by a listing
+                    // that came first), and below by the listing of its store, marked.
                     tracing::warn!(%token, %instance, "an archive was interrupted; the blob stays hot");
+                    if cold_answers {
+                        let location = ObjectPath::from(state.cold_key.as_str());
+                        match self.within(REPAIR_COLD_WAIT, self.cold.delete(&location)) {
+                            Some(Ok(()) | Err(ObjectError::NotFound { .. })) => {}
+                            Some(Err(e)) => {
+                                tracing::warn!(object = %location, error = %e, "cannot delete the object of an interrupted archive");
+                            }
+                            None => {
+                                tracing::warn!(
+                                    seconds = REPAIR_COLD_WAIT.as_secs(),
+                                    "the cold tier does not answer; archived blobs are left as they are until the next start"
+                                );
+                                cold_answers = false;
+                            }
+                        }
+                    }
                     state.forget_cold();
                     self.put_state(token, &instance, &state)?;
                     continue;
@@ -913,6 +999,7 @@ impl Tier {
         }
         if cold_answers {
             let marked = self.marked_for_cleaning()?;
+            // What is not settled stays marked for the next start.
             self.clean_cold(&kept, &ready, &marked)?;
         }
         Ok(())
@@ -924,13 +1011,16 @@ impl Tier {
     /// since (an object holding the only copy of a blob is then adopted). Not while a
     /// daemon serves the database. Blocking.
     ///
+    /// Whether every store was cleaned (else what was not stays marked, and the log says
+    /// why).
+    ///
     /// # Errors
     /// A read or write error of the database.
     pub(crate) fn clean_every_store(
         &self,
         known: &std::collections::HashSet<Uuid>,
         ready: &[Uuid],
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let mut batch = Batch::default();
         for &token in known {
             mark_for_cleaning(&mut batch, token);
@@ -954,19 +1044,22 @@ impl Tier {
     /// mark, and anything not named like a blob's object (`<token>/<instance>.<archive>.zip`),
     /// are never touched, so a database that is new or restored from a backup cannot empty a
     /// shared cold tier. Such an object of a ready store whose instance is not whole on the
-    /// hot tier is the only copy of its keys (the database lost the record, say it was
-    /// restored from a backup): it is verified and recorded as archived. Any other is a
+    /// hot tier, and which no record names or whose record names an object gone (the
+    /// newest such object comes first), is the only copy of its keys (the database lost
+    /// the record, or is older than the archive, say it was restored from a backup): it is
+    /// verified and recorded as archived. Any other is a
     /// leftover (of a restore or a store converted again or removed) and is deleted, with the
     /// local object store's interrupted writes. The prefixes are listed one at a time, each
     /// within [`REPAIR_COLD_WAIT`] (as is each deletion): a cold tier that does not answer in
-    /// time leaves the rest to the next start.
+    /// time leaves the rest to the next start. Whether every marked store was settled.
     fn clean_cold(
         &self,
         kept: &std::collections::HashSet<String>,
         ready: &std::collections::HashSet<Uuid>,
         marked: &[Uuid],
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let mut removed = 0usize;
+        let mut all_settled = true;
         let mut foreign = 0usize;
         // Store by store: only marked stores are listed, and each listing is short.
         for &token in marked {
@@ -981,13 +1074,14 @@ impl Tier {
                 Some(Ok(objects)) => objects,
                 Some(Err(e)) => {
                     tracing::warn!(%token, error = %e, "cannot list a store's cold objects to clean them; tried again at the next start");
+                    all_settled = false;
                     continue;
                 }
                 None => {
                     tracing::warn!(
                         "the cold tier does not list its objects in time; the rest is cleaned at the next start"
                     );
-                    return Ok(());
+                    return Ok(false);
                 }
             };
             let listed: std::collections::HashSet<String> =
@@ -1008,20 +1102,13 @@ impl Tier {
                     .state(owner, &instance)?
                     .filter(|state| state.state != State::Hot)
                     .map(|state| state.cold_key);
-                if let Some(named) = &named
-                    && !listed.contains(named)
-                {
-                    // The record names an object that is not there (a database restored
-                    // from a backup older than this archive): this one may be the only copy.
-                    tracing::error!(%token, %instance, object = %name, recorded = %named,
-                        "an archived blob's recorded cold object is missing; another object of it is left alone");
-                    settled = false;
-                    continue;
-                }
-                // An instance recorded on the cold tier names its own object, which is
+                // The record names an object that is not there (a database restored from a
+                // backup older than the blob's latest archive): this one, the newest left,
+                // may hold the only copy of its keys.
+                let lost = named.as_ref().is_some_and(|named| !listed.contains(named));
+                // Else an instance recorded on the cold tier names its own object, which is
                 // there: this is an earlier archive's.
-                let recorded = named.is_some();
-                if !recorded
+                if (named.is_none() || lost)
                     && ready.contains(&owner)
                     && let Some(cut) = self.cut(owner)?
                 {
@@ -1035,6 +1122,12 @@ impl Tier {
                         continue;
                     }
                 }
+                if lost {
+                    tracing::error!(%token, %instance, object = %name, recorded = ?named,
+                        "an archived blob's recorded cold object is missing; another object of it is left alone");
+                    settled = false;
+                    continue;
+                }
                 match self.within(REPAIR_COLD_WAIT, self.cold.delete(&object.location)) {
                     Some(Ok(())) => removed += 1,
                     Some(Err(e)) => {
@@ -1045,7 +1138,7 @@ impl Tier {
                         tracing::warn!(
                             "the cold tier does not delete in time; the rest is cleaned at the next start"
                         );
-                        return Ok(());
+                        return Ok(false);
                     }
                 }
             }
@@ -1057,6 +1150,7 @@ impl Tier {
                 batch.delete(cf::META, cleaning_mark(token));
                 self.db.write(batch)?;
             }
+            all_settled &= settled;
         }
         if removed > 0 {
             tracing::warn!(objects = removed, "removed cold objects no blob names");
@@ -1067,7 +1161,7 @@ impl Tier {
                 "left alone cold objects below this database's stores not named like blobs"
             );
         }
-        Ok(())
+        Ok(all_settled)
     }
 
     /// Records the cold object at `location` as the archived copy of `instance` after

@@ -24,20 +24,38 @@ use crate::error::{Error, Result};
 /// How long a reader that gave up waiting is told to wait before asking again.
 const RETRY: Duration = Duration::from_secs(5);
 
+/// The most failed restores whose reasons are kept (for readers that asked before they
+/// failed): past it, they are forgotten all at once (those readers then start anew).
+const MOST_FAILURES_KEPT: usize = 4096;
+
+/// The error of a read whose blob `instance` could not be restored, for `reason`.
+fn restore_failed(instance: &str, reason: &str) -> Error {
+    Error::Restoring {
+        detail: format!(
+            "The data could not be restored from the cold tier (blob {instance}): {reason}. \
+             The next read tries again."
+        ),
+        retry: RETRY,
+    }
+}
+
 impl Tier {
     /// Makes `key` of the store `token` readable from the hot tier again if its blob
-    /// instance is archived: restores the instance (or waits for the restore under way), up
-    /// to `wait` (`None`: starts nothing and fails at once). `false` when the key is not in
-    /// an archived instance (its hot copy is simply not there). Blocking.
+    /// instance is archived: restores the instance (or joins the restore under way) and
+    /// waits for it up to `wait`, for a reader that asked at `asked`. `false` when the key is
+    /// not in an archived instance (its hot copy is simply not there). Blocking.
     ///
     /// # Errors
     /// [`Error::Restoring`] when the restore takes longer than `wait` (it goes on), or when
-    /// it failed (the next read tries again; the reason is logged and given).
+    /// it failed (the reason is logged and given). A failed restore is the answer of every
+    /// reader that asked before it failed (one that tried without waiting and comes back to
+    /// wait does not run it again); a reader that asks after starts anew.
     pub(crate) fn restore_for_read(
         self: &Arc<Self>,
         token: Uuid,
         key: &str,
-        wait: Option<Duration>,
+        wait: Duration,
+        asked: Instant,
     ) -> Result<bool> {
         if !self.is_archived(token) {
             return Ok(false);
@@ -52,24 +70,19 @@ impl Tier {
             Some(state) if matches!(state.state, State::Archived | State::Restoring) => {}
             _ => return Ok(false),
         }
-        let Some(wait) = wait else {
-            return Err(Error::Restoring {
-                detail: format!(
-                    "The data is on the cold tier (blob {instance}); a read that waits restores it."
-                ),
-                retry: RETRY,
-            });
-        };
-        self.restore_waiting(token, &instance, wait)?;
+        self.restore_waiting(token, &instance, wait, asked)?;
         Ok(true)
     }
 
-    /// Restores `instance` of `token`, or joins the restore under way, and waits up to `wait`.
+    /// Restores `instance` of `token`, or joins the restore under way, and waits up to
+    /// `wait`; a restore of it that failed after `asked` is the answer (see
+    /// [`Tier::restore_for_read`]).
     pub(crate) fn restore_waiting(
         self: &Arc<Self>,
         token: Uuid,
         instance: &str,
         wait: Duration,
+        asked: Instant,
     ) -> Result<()> {
         let id = (token, instance.to_string());
         let flight = {
@@ -77,6 +90,11 @@ impl Tier {
             match flights.get(&id) {
                 Some(flight) => Arc::clone(flight),
                 None => {
+                    if let Some((failed, reason)) = self.failures.lock().get(&id)
+                        && *failed > asked
+                    {
+                        return Err(restore_failed(instance, reason));
+                    }
                     let flight = Arc::new(Flight::default());
                     flights.insert(id.clone(), Arc::clone(&flight));
                     let tier = Arc::clone(self);
@@ -89,9 +107,26 @@ impl Tier {
                             let finish = |outcome: std::result::Result<(), String>| {
                                 let mut slot = leading.outcome.lock();
                                 if slot.is_none() {
-                                    // Gone from the map first: a reader after a failure
-                                    // starts anew.
-                                    tier.flights.lock().remove(&id);
+                                    // Gone from the map first, its failure kept: a reader
+                                    // that asks after it starts anew.
+                                    let mut flights = tier.flights.lock();
+                                    flights.remove(&id);
+                                    let mut failures = tier.failures.lock();
+                                    match &outcome {
+                                        Ok(()) => {
+                                            failures.remove(&id);
+                                        }
+                                        Err(reason) => {
+                                            if failures.len() >= MOST_FAILURES_KEPT {
+                                                failures.clear();
+                                            }
+                                            failures.insert(
+                                                id.clone(),
+                                                (Instant::now(), reason.clone()),
+                                            );
+                                        }
+                                    }
+                                    drop((failures, flights));
                                     *slot = Some(outcome);
                                     leading.done.notify_all();
                                 }
@@ -131,13 +166,7 @@ impl Tier {
         }
         match outcome.as_ref().expect("set before notified") {
             Ok(()) => Ok(()),
-            Err(reason) => Err(Error::Restoring {
-                detail: format!(
-                    "The data could not be restored from the cold tier (blob {instance}): \
-                     {reason}. The next read tries again."
-                ),
-                retry: RETRY,
-            }),
+            Err(reason) => Err(restore_failed(instance, reason)),
         }
     }
 
@@ -395,16 +424,21 @@ pub(super) fn directory_fits(
         (le(&end[10..12]), le(&end[12..16]), le(&end[16..20]));
     // The record the directory ends at: the end record, or ZIP64's.
     let mut directory_end = end_at;
-    // ZIP64 when the locator stands before the end record (which then holds saturated
-    // counts; 65,535 entries alone are written without ZIP64). Its record stands right
-    // before the locator, with nothing after its fixed fields.
+    // ZIP64 when the end record holds a saturated field and the locator stands before it
+    // (65,535 entries alone are written without ZIP64; with no saturated field, bytes that
+    // look like a locator are the last entry's). Its record stands right before the
+    // locator, with nothing after its fixed fields.
+    let saturated = entries == 0xffff || directory == 0xffff_ffff || offset == 0xffff_ffff;
     let locator = match size.checked_sub(42) {
-        Some(at) => read(at, 20)?,
-        None => Vec::new(),
+        Some(at) if saturated => read(at, 20)?,
+        _ => Vec::new(),
     };
     if locator.starts_with(&[0x50, 0x4b, 0x06, 0x07]) {
         let record_at = le(&locator[8..16]);
-        if le(&locator[4..8]) != 0 || le(&locator[16..20]) != 1 || record_at + 56 != end_at - 20 {
+        if le(&locator[4..8]) != 0
+            || le(&locator[16..20]) != 1
+            || record_at.checked_add(56) != Some(end_at - 20)
+        {
             return Err(malformed());
         }
         let zip64 = read(record_at, 56)?;

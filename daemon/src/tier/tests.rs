@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use svc_manifests::object_store::{ObjectStoreExt, PutPayload, path::Path as ObjectPath};
 use uuid::Uuid;
@@ -191,7 +191,7 @@ fn archive_then_restore_gives_back_every_byte() {
     assert_eq!(archived.checksum.len(), 64);
     // A key of an archived instance restores it (not the others) and reads back.
     assert!(
-        tier.restore_for_read(TOKEN, "tas/3.0", Some(Duration::from_secs(30)))
+        tier.restore_for_read(TOKEN, "tas/3.0", Duration::from_secs(30), Instant::now())
             .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/2.0"), Some(chunk(2)));
@@ -207,12 +207,12 @@ fn archive_then_restore_gives_back_every_byte() {
     // A key in no blob, or of a hot instance, restores nothing.
     assert!(
         !tier
-            .restore_for_read(TOKEN, "time/0", Some(Duration::from_secs(1)))
+            .restore_for_read(TOKEN, "time/0", Duration::from_secs(1), Instant::now())
             .unwrap()
     );
     assert!(
         !tier
-            .restore_for_read(TOKEN, "tas/2.0", Some(Duration::from_secs(1)))
+            .restore_for_read(TOKEN, "tas/2.0", Duration::from_secs(1), Instant::now())
             .unwrap()
     );
 }
@@ -235,7 +235,8 @@ fn a_failed_restore_reaches_every_waiter_and_the_next_read_tries_again() {
                     tier.restore_for_read(
                         TOKEN,
                         &format!("tas/{}.0", i % 2),
-                        Some(Duration::from_secs(30)),
+                        Duration::from_secs(30),
+                        Instant::now(),
                     )
                 })
             })
@@ -256,7 +257,7 @@ fn a_failed_restore_reaches_every_waiter_and_the_next_read_tries_again() {
     // The damage mended, the next reader restores it.
     std::fs::write(&zip, &good).unwrap();
     assert!(
-        tier.restore_for_read(TOKEN, "tas/1.0", Some(Duration::from_secs(30)))
+        tier.restore_for_read(TOKEN, "tas/1.0", Duration::from_secs(30), Instant::now())
             .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/0.0"), Some(chunk(0)));
@@ -290,7 +291,7 @@ fn a_hostile_cold_object_with_a_matching_checksum_restores_nothing() {
     forged.cold_bytes = bytes.len() as u64;
     tier.put_state(TOKEN, "b_tas_0", &forged).unwrap();
     let error = tier
-        .restore_for_read(TOKEN, "tas/0.0", Some(Duration::from_secs(30)))
+        .restore_for_read(TOKEN, "tas/0.0", Duration::from_secs(30), Instant::now())
         .unwrap_err();
     assert!(
         error.to_string().contains("not a key of the store"),
@@ -356,7 +357,7 @@ fn repair_rolls_an_interrupted_restore_back_to_archived_without_partial_files() 
     assert!(
         fixture
             .tier
-            .restore_for_read(TOKEN, "tas/1.0", Some(Duration::from_secs(30)))
+            .restore_for_read(TOKEN, "tas/1.0", Duration::from_secs(30), Instant::now())
             .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/1.0"), Some(chunk(1)));
@@ -411,7 +412,7 @@ fn repair_cleans_only_this_databases_leftovers_and_adopts_an_unrecorded_only_cop
     let adopted = state(tier, "b_tas_2");
     assert_eq!(adopted.state, State::Archived);
     assert!(
-        tier.restore_for_read(TOKEN, "tas/5.0", Some(Duration::from_secs(30)))
+        tier.restore_for_read(TOKEN, "tas/5.0", Duration::from_secs(30), Instant::now())
             .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/5.0"), Some(chunk(5)));
@@ -521,22 +522,31 @@ fn a_central_directory_is_sized_before_it_is_parsed() {
         let start = usize::try_from(size - at).unwrap();
         bytes[start..start + value.len()].copy_from_slice(value);
         std::fs::write(&path, bytes).unwrap();
-        let result = directory_fits(&std::fs::File::open(&path).unwrap(), size, entries as u64);
-        assert!(result.is_err(), "{entries} entries, {at}: {result:?}");
+        directory_fits(&std::fs::File::open(&path).unwrap(), size, entries as u64)
     };
     // The end record's directory offset (at 16 of its 22 bytes), its disk number (4) and
     // its entries on this disk (8).
-    forged(3, 6, &[0, 0, 0, 0]);
-    forged(3, 18, &[1, 0]);
-    forged(3, 14, &[2, 0]);
-    // ZIP64: the locator's record offset (at 8 of its 20 bytes, which end 22 before the
-    // end), and the record's directory offset (at 48 of its 56 bytes, which end 42 before).
-    forged(70_000, 34, &[0; 8]);
-    forged(70_000, 50, &[0; 8]);
+    for (at, value) in [(6, &[0u8, 0, 0, 0][..]), (18, &[1, 0]), (14, &[2, 0])] {
+        assert!(forged(3, at, value).is_err(), "at {at}");
+    }
+    // ZIP64: the locator (20 bytes, ending 22 before the end) names two disks (at 16);
+    // the record (56 bytes, ending 42 before the end) is longer (at 4), on another disk (at
+    // 16), or its directory starts elsewhere (at 48).
+    for (at, value) in [
+        (26, &[2u8, 0, 0, 0][..]),
+        (94, &[45]),
+        (82, &[1]),
+        (50, &[0; 8]),
+    ] {
+        assert!(forged(70_000, at, value).is_err(), "at {at}");
+    }
+    // Bytes like a ZIP64 locator before an end record with no saturated field are the last
+    // directory entry's, not a locator.
+    assert_eq!(forged(3, 42, &[0x50, 0x4b, 0x06, 0x07]), Ok(()));
 }
 
 #[test]
-fn repair_never_deletes_an_object_of_a_blob_whose_recorded_object_is_missing() {
+fn repair_adopts_the_newest_object_of_a_blob_whose_recorded_object_is_missing() {
     // A database restored from a backup older than the blob's latest archive: the record
     // names an object gone since, and the latest one holds the keys.
     let fixture = fixture();
@@ -548,10 +558,25 @@ fn repair_never_deletes_an_object_of_a_blob_whose_recorded_object_is_missing() {
     tier.block_on(tier.cold.put(&latest, PutPayload::from(bytes)))
         .unwrap();
     std::fs::remove_file(&recorded).unwrap();
+    // An archive older than both.
+    let oldest = ObjectPath::from(format!("{TOKEN}/b_tas_0.1.zip"));
+    tier.block_on(tier.cold.put(&oldest, PutPayload::from(vec![0u8; 10])))
+        .unwrap();
     let fixture = reopen(fixture);
     let tier = &fixture.tier;
     assert!(tier.block_on(tier.cold.head(&latest)).is_ok());
-    assert_eq!(state(tier, "b_tas_0").state, State::Archived);
+    assert!(tier.block_on(tier.cold.head(&oldest)).is_err());
+    // It is recorded as the blob's copy, and restores.
+    let adopted = state(tier, "b_tas_0");
+    assert_eq!(
+        (adopted.state, adopted.cold_key),
+        (State::Archived, latest.to_string())
+    );
+    assert!(
+        tier.restore_for_read(TOKEN, "tas/0.0", Duration::from_secs(30), Instant::now())
+            .unwrap()
+    );
+    assert_eq!(hot(&fixture, "tas/0.0"), Some(chunk(0)));
 }
 
 #[test]
@@ -627,7 +652,7 @@ fn a_start_lists_only_stores_marked_since_the_last_and_a_full_clean_reaches_ever
     );
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
     assert!(
-        tier.restore_for_read(TOKEN, "tas/5.0", Some(Duration::from_secs(30)))
+        tier.restore_for_read(TOKEN, "tas/5.0", Duration::from_secs(30), Instant::now())
             .unwrap()
     );
     let store = data.join("stores").join(TOKEN.to_string());
@@ -638,20 +663,37 @@ fn a_start_lists_only_stores_marked_since_the_last_and_a_full_clean_reaches_ever
 }
 
 #[test]
-fn a_read_that_may_not_wait_starts_no_restore() {
+fn a_reader_gets_the_failure_of_the_restore_it_started_and_a_later_reader_starts_anew() {
     let fixture = fixture();
     archive_all(&fixture.tier);
     let tier = &fixture.tier;
-    let error = tier.restore_for_read(TOKEN, "tas/3.0", None).unwrap_err();
+    let object = cold_object(&fixture, "b_tas_1");
+    let hidden = object.with_extension("hidden");
+    std::fs::rename(&object, &hidden).unwrap();
+    let asked = Instant::now();
+    // Tried without waiting: the restore starts, and the reader goes on.
+    let error = tier
+        .restore_for_read(TOKEN, "tas/3.0", Duration::ZERO, asked)
+        .unwrap_err();
     assert!(matches!(error, Error::Restoring { .. }), "{error}");
-    // Nothing runs in the background either.
-    std::thread::sleep(Duration::from_millis(300));
-    let after = state(tier, "b_tas_1");
-    assert_eq!((after.state, after.restores), (State::Archived, 0));
-    assert_eq!(hot(&fixture, "tas/3.0"), None);
-    // A read that may wait restores it.
+    let id = (TOKEN, "b_tas_1".to_string());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tier.flights.lock().contains_key(&id) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::rename(&hidden, &object).unwrap();
+    // The same reader, now waiting: the restore it started failed, and is not run again.
+    let error = tier
+        .restore_for_read(TOKEN, "tas/3.0", Duration::from_secs(30), asked)
+        .unwrap_err();
     assert!(
-        tier.restore_for_read(TOKEN, "tas/3.0", Some(Duration::from_secs(30)))
+        error.to_string().contains("could not be restored"),
+        "{error}"
+    );
+    assert_eq!(hot(&fixture, "tas/3.0"), None);
+    // A reader that asks after the failure starts anew.
+    assert!(
+        tier.restore_for_read(TOKEN, "tas/3.0", Duration::from_secs(30), Instant::now())
             .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/3.0"), Some(chunk(3)));
@@ -819,4 +861,36 @@ fn an_upload_that_fails_in_a_part_or_at_completion_is_aborted() {
         assert_eq!(cold_files(&fixture), Vec::<String>::new());
         assert_eq!(hot(&fixture, &keys[0].0), Some(chunk(0)));
     }
+}
+
+#[test]
+fn a_database_older_than_the_last_archive_is_told_and_every_store_is_cleaned() {
+    let fixture = fixture();
+    archive_all(&fixture.tier);
+    let tier = &fixture.tier;
+    assert!(fixture.data.join("tier-clock").exists());
+    // The database as a backup made before the archive of b_tas_2 left it: no record of
+    // it, no mark, an older clock.
+    let mut batch = Batch::default();
+    batch.delete(cf::TIERS, scoped_key(TOKEN, "b_tas_2"));
+    batch.delete(cf::META, cleaning_mark(TOKEN));
+    batch.put(cf::META, db::meta::TIER_CLOCK, 1u128.to_be_bytes().to_vec());
+    batch.put(cf::META, db::meta::COLD_CLEANUP_MARKED, Vec::new());
+    tier.db.write(batch).unwrap();
+    let fixture = reopen(fixture);
+    let tier = &fixture.tier;
+    assert_eq!(state(tier, "b_tas_2").state, State::Archived);
+    assert!(tier.marked_for_cleaning().unwrap().is_empty());
+    assert!(
+        tier.restore_for_read(TOKEN, "tas/5.0", Duration::from_secs(30), Instant::now())
+            .unwrap()
+    );
+    assert_eq!(hot(&fixture, "tas/5.0"), Some(chunk(5)));
+    // Told once: the clocks agree again.
+    let recorded = tier
+        .db
+        .get(cf::META, db::meta::TIER_CLOCK)
+        .unwrap()
+        .unwrap();
+    assert_eq!(decode_clock(&recorded), tier.last_archive());
 }
