@@ -706,6 +706,8 @@ struct FailingUploads {
     inner: Arc<dyn ObjectStore>,
     /// Whether the part fails (else the completion).
     part_fails: bool,
+    /// Whether every deletion fails too.
+    deletes_fail: bool,
     aborted: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -794,7 +796,12 @@ impl ObjectStore for FailingUploads {
             svc_manifests::object_store::Result<ObjectPath>,
         >,
     ) -> futures::stream::BoxStream<'static, svc_manifests::object_store::Result<ObjectPath>> {
-        self.inner.delete_stream(locations)
+        if self.deletes_fail {
+            use futures::StreamExt;
+            locations.map(|_| Err(refused())).boxed()
+        } else {
+            self.inner.delete_stream(locations)
+        }
     }
 
     fn list(
@@ -835,6 +842,7 @@ fn an_upload_that_fails_in_a_part_or_at_completion_is_aborted() {
         tier.cold = Arc::new(FailingUploads {
             inner: Arc::clone(&tier.cold),
             part_fails,
+            deletes_fail: false,
             aborted: Arc::clone(&aborted),
         });
         let fixture = Fixture {
@@ -893,4 +901,35 @@ fn a_database_older_than_the_last_archive_is_told_and_every_store_is_cleaned() {
         .unwrap()
         .unwrap();
     assert_eq!(decode_clock(&recorded), tier.last_archive());
+}
+
+#[test]
+fn a_store_stays_marked_until_its_leftovers_are_deleted() {
+    let Fixture { _dir, tier, .. } = fixture();
+    archive_all(&tier);
+    tier.restore_instance(TOKEN, "b_tas_1", None).unwrap();
+    let leftover = ObjectPath::from(format!("{TOKEN}/b_tas_1.5.zip"));
+    tier.block_on(tier.cold.put(&leftover, PutPayload::from(vec![1u8; 10])))
+        .unwrap();
+    let Ok(mut tier) = Arc::try_unwrap(tier) else {
+        panic!("the fixture's tier has one handle");
+    };
+    let cold = Arc::clone(&tier.cold);
+    tier.cold = Arc::new(FailingUploads {
+        inner: Arc::clone(&cold),
+        part_fails: false,
+        deletes_fail: true,
+        aborted: Arc::default(),
+    });
+    let known: HashSet<Uuid> = [TOKEN].into_iter().collect();
+    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
+        .unwrap();
+    assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
+    assert!(tier.block_on(tier.cold.head(&leftover)).is_ok());
+    // The next start, with a cold tier that deletes.
+    tier.cold = cold;
+    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
+        .unwrap();
+    assert!(tier.marked_for_cleaning().unwrap().is_empty());
+    assert!(tier.block_on(tier.cold.head(&leftover)).is_err());
 }
