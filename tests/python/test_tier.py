@@ -560,8 +560,8 @@ def test_a_database_restored_from_a_backup_finds_what_was_archived_since(tmp_pat
     """A database restored from a backup made before an archive records the blobs hot,
     while their keys are only on the cold tier. Put back alone, the next start sees it is
     older than the last archive (the tier clock beside it) and adopts the blobs' objects;
-    put back with the clock (a whole data directory restored), `svcd tier repair` does.
-    Every key then reads back the same. The repair refuses while a daemon serves the data
+    put back with the clock (a whole data directory restored), `svcd tier repair` does
+    (until then its keys answer 503, not 404). Every key then reads back the same. The repair refuses while a daemon serves the data
     directory."""
     with NoiseStore(tmp_path, 40, seed=6, max_bytes=20 << 20) as noise:
         data, store = noise.data, noise.store
@@ -583,6 +583,12 @@ def test_a_database_restored_from_a_backup_finds_what_was_archived_since(tmp_pat
         put_back_the_backup()
         (data / "tier-clock").unlink()
         assert {r["state"] for r in tier_rows(data, store)} == {"hot"}
+        # Until the repair: its keys are not "missing" (readers would take the fill value).
+        gone = next(k for k in noise.served if k.startswith("tas/") and not (data / "stores" / store / k).exists())
+        noise.start()
+        answer = requests.get(f"{noise.url}/{gone}", headers=noise.headers, timeout=60)
+        assert answer.status_code == 503 and "svcd tier repair" in answer.json()["detail"], answer.text
+        noise.stop()
         repaired = svcd(data, "tier", "repair")
         assert "cleaned the cold tier of every store" in repaired.stdout, repaired.stderr
         assert {r["instance"] for r in tier_rows(data, store) if r["state"] == "archived"} == archived

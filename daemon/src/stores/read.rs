@@ -342,6 +342,20 @@ impl Stores {
                             looked_again = true;
                             continue;
                         }
+                        // A listed key was written: neither hot nor archived, its record was
+                        // lost (a database restored from a backup, before the repair found
+                        // its cold object). Not "missing", which readers take for the fill
+                        // value.
+                        if self.tier.listed_size(token, key)?.is_some() {
+                            return Err(Error::Restoring {
+                                detail: format!(
+                                    "The key {key} was written but is neither on the hot tier \
+                                     nor recorded on the cold tier; the next start's repair (or \
+                                     `svcd tier repair`) looks for it there."
+                                ),
+                                retry: Duration::from_secs(60),
+                            });
+                        }
                         return Err(missing(key));
                     }
                     if current.status != Status::Preparing {

@@ -431,7 +431,7 @@ impl Tier {
     }
 
     /// The listed size of `key` of the store `token`, if it is a listed key.
-    fn listed_size(&self, token: Uuid, key: &str) -> Result<Option<u64>> {
+    pub(crate) fn listed_size(&self, token: Uuid, key: &str) -> Result<Option<u64>> {
         self.db
             .get(cf::KEYS, &scoped_key(token, key))?
             .map(|value| decode_size(token, key, &value))
@@ -648,7 +648,11 @@ impl Tier {
     /// place. A failure is logged: it only weakens the check for a database restored from
     /// a backup.
     fn write_clock(&self, clock: u128) {
-        let staged = self.clock.with_extension("new");
+        // Named for this write: archives run at once (a daemon's and an offline CLI's do
+        // not, as one database has one user; a daemon's own runs may) do not share it.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let staged = self.clock.with_extension(format!("{write}.new"));
         let written = (|| {
             let mut file = std::fs::File::create(&staged)?;
             std::io::Write::write_all(&mut file, &clock.to_be_bytes())?;
@@ -845,6 +849,11 @@ impl Tier {
         let recorded = self.db.get(cf::META, db::meta::TIER_CLOCK)?;
         let recorded = recorded.as_deref().map_or(0, decode_clock);
         let last_archive = self.last_archive();
+        if last_archive < recorded {
+            // A crash (or a full disk) came between the database's write and the file's:
+            // the file catches up, so that a backup put back later is told.
+            self.write_clock(recorded);
+        }
         if unmarked || last_archive > recorded {
             // A database from before marks were kept, or one older than the last archive
             // (restored from a backup: its records and marks may miss archives made
@@ -893,11 +902,26 @@ impl Tier {
             match state.state {
                 State::Hot => continue,
                 State::Archiving => {
-                    // Its hot copies were never deleted. Its cold object is deleted by name
+                    // Its hot copies are deleted only after `archived` is recorded: whole,
+                    // the archive was interrupted, and its cold object is deleted by name
                     // (an upload that completed after the crash is not missed by a listing
-                    // that came first), and below by the listing of its store, marked.
+                    // that came first), and by the listing of its store, marked. Not whole,
+                    // this record is older than the archive (a database restored from a
+                    // backup taken while it ran): the object may be the only copy, and the
+                    // listing adopts it.
+                    let hot_whole = match self.cut(token)? {
+                        Some(cut) => {
+                            let keys = self.instance_keys(token, &cut, &instance)?;
+                            let dir = self.store_dir(token);
+                            keys.iter().all(|(key, size)| {
+                                std::fs::metadata(dir.join(key))
+                                    .is_ok_and(|meta| meta.len() == *size)
+                            })
+                        }
+                        None => false,
+                    };
                     tracing::warn!(%token, %instance, "an archive was interrupted; the blob stays hot");
-                    if cold_answers {
+                    if cold_answers && hot_whole {
                         let location = ObjectPath::from(state.cold_key.as_str());
                         match self.within(REPAIR_COLD_WAIT, self.cold.delete(&location)) {
                             Some(Ok(()) | Err(ObjectError::NotFound { .. })) => {}
@@ -1065,6 +1089,9 @@ impl Tier {
         for &token in marked {
             // Whether everything below the prefix is settled (then the mark goes).
             let mut settled = true;
+            // Instances whose newest object could not be adopted: their older objects are
+            // neither adopted nor deleted (the newest may be the only good copy).
+            let mut unadopted = std::collections::HashSet::new();
             let prefix = ObjectPath::from(token.to_string());
             let listed = self.within(REPAIR_COLD_WAIT, async {
                 use futures::TryStreamExt;
@@ -1118,7 +1145,12 @@ impl Tier {
                         std::fs::metadata(dir.join(key)).is_ok_and(|meta| meta.len() == *size)
                     });
                     if !keys.is_empty() && !whole {
-                        settled &= self.adopt(owner, &instance, &keys, &object.location)?;
+                        if unadopted.contains(&instance)
+                            || !self.adopt(owner, &instance, &keys, &object.location)?
+                        {
+                            unadopted.insert(instance);
+                            settled = false;
+                        }
                         continue;
                     }
                 }
@@ -1180,6 +1212,9 @@ impl Tier {
                 return Ok(false);
             }
         };
+        let counted = self
+            .state(token, instance)?
+            .is_some_and(|state| state.state == State::Archived);
         let mut state = BlobState::hot(keys.iter().map(|(_, size)| size).sum(), keys.len() as u64);
         state.state = State::Archived;
         state.checksum = checksum;
@@ -1187,7 +1222,9 @@ impl Tier {
         state.cold_key = location.to_string();
         state.changed = now();
         self.put_state(token, instance, &state)?;
-        self.count_archived(token, 1);
+        if !counted {
+            self.count_archived(token, 1);
+        }
         tracing::warn!(%token, %instance, "recorded an unrecorded cold object as the archived copy of its blob");
         Ok(true)
     }

@@ -116,6 +116,18 @@ fn hot(fixture: &Fixture, key: &str) -> Option<Vec<u8>> {
     .ok()
 }
 
+/// A read of chunk `step` of `tas` restores its blob, and the hot copy has its bytes.
+fn assert_restores(fixture: &Fixture, step: usize) {
+    let key = format!("tas/{step}.0");
+    assert!(
+        fixture
+            .tier
+            .restore_for_read(TOKEN, &key, Duration::from_secs(30), Instant::now())
+            .unwrap()
+    );
+    assert_eq!(hot(fixture, &key), Some(chunk(step)));
+}
+
 /// The files on the cold tier below the store, by name: a blob's object as its instance
 /// (`b_tas_0` for `b_tas_0.<archive>.zip`).
 fn cold_files(fixture: &Fixture) -> Vec<String> {
@@ -411,11 +423,7 @@ fn repair_cleans_only_this_databases_leftovers_and_adopts_an_unrecorded_only_cop
     assert_eq!(state(tier, "b_tas_3").cold_key, archived);
     let adopted = state(tier, "b_tas_2");
     assert_eq!(adopted.state, State::Archived);
-    assert!(
-        tier.restore_for_read(TOKEN, "tas/5.0", Duration::from_secs(30), Instant::now())
-            .unwrap()
-    );
-    assert_eq!(hot(&fixture, "tas/5.0"), Some(chunk(5)));
+    assert_restores(&fixture, 5);
 }
 
 #[test]
@@ -572,11 +580,7 @@ fn repair_adopts_the_newest_object_of_a_blob_whose_recorded_object_is_missing() 
         (adopted.state, adopted.cold_key),
         (State::Archived, latest.to_string())
     );
-    assert!(
-        tier.restore_for_read(TOKEN, "tas/0.0", Duration::from_secs(30), Instant::now())
-            .unwrap()
-    );
-    assert_eq!(hot(&fixture, "tas/0.0"), Some(chunk(0)));
+    assert_restores(&fixture, 0);
 }
 
 #[test]
@@ -692,11 +696,7 @@ fn a_reader_gets_the_failure_of_the_restore_it_started_and_a_later_reader_starts
     );
     assert_eq!(hot(&fixture, "tas/3.0"), None);
     // A reader that asks after the failure starts anew.
-    assert!(
-        tier.restore_for_read(TOKEN, "tas/3.0", Duration::from_secs(30), Instant::now())
-            .unwrap()
-    );
-    assert_eq!(hot(&fixture, "tas/3.0"), Some(chunk(3)));
+    assert_restores(&fixture, 3);
 }
 
 /// A cold tier whose multipart uploads fail, at their first part or at completion, and
@@ -708,6 +708,8 @@ struct FailingUploads {
     part_fails: bool,
     /// Whether every deletion fails too.
     deletes_fail: bool,
+    /// An object that cannot be read.
+    unreadable: Option<ObjectPath>,
     aborted: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -786,6 +788,9 @@ impl ObjectStore for FailingUploads {
         location: &ObjectPath,
         options: svc_manifests::object_store::GetOptions,
     ) -> svc_manifests::object_store::Result<svc_manifests::object_store::GetResult> {
+        if self.unreadable.as_ref() == Some(location) {
+            return Err(refused());
+        }
         self.inner.get_opts(location, options).await
     }
 
@@ -843,6 +848,7 @@ fn an_upload_that_fails_in_a_part_or_at_completion_is_aborted() {
             inner: Arc::clone(&tier.cold),
             part_fails,
             deletes_fail: false,
+            unreadable: None,
             aborted: Arc::clone(&aborted),
         });
         let fixture = Fixture {
@@ -889,11 +895,7 @@ fn a_database_older_than_the_last_archive_is_told_and_every_store_is_cleaned() {
     let tier = &fixture.tier;
     assert_eq!(state(tier, "b_tas_2").state, State::Archived);
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
-    assert!(
-        tier.restore_for_read(TOKEN, "tas/5.0", Duration::from_secs(30), Instant::now())
-            .unwrap()
-    );
-    assert_eq!(hot(&fixture, "tas/5.0"), Some(chunk(5)));
+    assert_restores(&fixture, 5);
     // Told once: the clocks agree again.
     let recorded = tier
         .db
@@ -919,6 +921,7 @@ fn a_store_stays_marked_until_its_leftovers_are_deleted() {
         inner: Arc::clone(&cold),
         part_fails: false,
         deletes_fail: true,
+        unreadable: None,
         aborted: Arc::default(),
     });
     let known: HashSet<Uuid> = [TOKEN].into_iter().collect();
@@ -932,4 +935,76 @@ fn a_store_stays_marked_until_its_leftovers_are_deleted() {
         .unwrap();
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
     assert!(tier.block_on(tier.cold.head(&leftover)).is_err());
+}
+
+#[test]
+fn a_backup_taken_while_a_blob_was_archived_keeps_its_only_copy() {
+    // The database put back recorded b_tas_2 `archiving` (the backup was taken while its
+    // archive ran); the archive then finished and deleted the hot copies.
+    let fixture = fixture();
+    archive_all(&fixture.tier);
+    let tier = &fixture.tier;
+    let object = cold_object(&fixture, "b_tas_2");
+    let mut stale = state(tier, "b_tas_2");
+    stale.state = State::Archiving;
+    let mut batch = Batch::default();
+    batch.put(
+        cf::TIERS,
+        scoped_key(TOKEN, "b_tas_2"),
+        db::encode_json(FORMAT, &stale),
+    );
+    batch.put(cf::META, db::meta::TIER_CLOCK, 1u128.to_be_bytes().to_vec());
+    tier.db.write(batch).unwrap();
+    let fixture = reopen(fixture);
+    let tier = &fixture.tier;
+    assert!(object.exists(), "the only copy was deleted");
+    assert_eq!(state(tier, "b_tas_2").state, State::Archived);
+    assert_restores(&fixture, 5);
+}
+
+#[test]
+fn an_older_object_is_not_adopted_while_the_newest_cannot_be_read() {
+    let Fixture { _dir, data, tier } = fixture();
+    archive_all(&tier);
+    let recorded = data.join("cold").join(state(&tier, "b_tas_0").cold_key);
+    let bytes = std::fs::read(&recorded).unwrap();
+    let older = ObjectPath::from(format!("{TOKEN}/b_tas_0.1.zip"));
+    let newest = ObjectPath::from(format!("{TOKEN}/b_tas_0.ffffffffffffffff.zip"));
+    tier.block_on(tier.cold.put(&older, PutPayload::from(vec![7u8; 10])))
+        .unwrap();
+    tier.block_on(tier.cold.put(&newest, PutPayload::from(bytes)))
+        .unwrap();
+    std::fs::remove_file(&recorded).unwrap();
+    let Ok(mut tier) = Arc::try_unwrap(tier) else {
+        panic!("the fixture's tier has one handle");
+    };
+    let cold = Arc::clone(&tier.cold);
+    tier.cold = Arc::new(FailingUploads {
+        inner: Arc::clone(&cold),
+        part_fails: false,
+        deletes_fail: false,
+        unreadable: Some(newest.clone()),
+        aborted: Arc::default(),
+    });
+    let known: HashSet<Uuid> = [TOKEN].into_iter().collect();
+    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
+        .unwrap();
+    // Neither adopted nor deleted; the store stays marked.
+    assert_ne!(state(&tier, "b_tas_0").cold_key, older.to_string());
+    for object in [&older, &newest] {
+        assert!(tier.block_on(cold.head(object)).is_ok(), "{object}");
+    }
+    assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
+    // The next start reads the newest: it is adopted, and the older one deleted.
+    drop((tier, cold));
+    let tier = open(&data);
+    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
+        .unwrap();
+    assert_eq!(state(&tier, "b_tas_0").cold_key, newest.to_string());
+    assert!(tier.block_on(tier.cold.head(&older)).is_err());
+    // Counted once: with every blob restored, the store is no longer archived.
+    for instance in ["b_tas_0", "b_tas_1", "b_tas_2", "b_tas_3"] {
+        tier.restore_instance(TOKEN, instance, None).unwrap();
+    }
+    assert!(!tier.is_archived(TOKEN));
 }
