@@ -155,9 +155,7 @@ impl Tier {
         state.changed = now();
         // The tier clock, in the database (with the state) and in its file: a database
         // restored from a backup older than this archive is then told at its start.
-        let clock = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+        let clock = self.next_clock()?;
         self.put_state_with(token, instance, &state, |batch| {
             batch.put(cf::META, db::meta::TIER_CLOCK, clock.to_be_bytes().to_vec());
         })?;

@@ -638,9 +638,32 @@ impl Tier {
     }
 
     /// When the last archive was recorded, as the tier clock file says (0 when there is
-    /// none).
+    /// none; a file that does not hold a clock is taken as one from later than any, so
+    /// that every store is checked once, and is logged).
     fn last_archive(&self) -> u128 {
-        std::fs::read(&self.clock).map_or(0, |bytes| decode_clock(&bytes))
+        match std::fs::read(&self.clock) {
+            Ok(bytes) if bytes.len() == 16 => decode_clock(&bytes),
+            Ok(_) => {
+                tracing::warn!(file = %self.clock.display(), "the tier clock file is damaged; every store's cold objects are checked");
+                u128::MAX
+            }
+            Err(_) => 0,
+        }
+    }
+
+    /// The clock of an archive recorded now: the time (Unix nanoseconds), or one past the
+    /// last clock when the host's clock stands earlier, so that clocks only grow.
+    fn next_clock(&self) -> Result<u128> {
+        let recorded = self.db.get(cf::META, db::meta::TIER_CLOCK)?;
+        let file = Some(self.last_archive()).filter(|&clock| clock != u128::MAX);
+        let last = recorded
+            .as_deref()
+            .map_or(0, decode_clock)
+            .max(file.unwrap_or(0));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        Ok(now.max(last.saturating_add(1)))
     }
 
     /// Records an archive at `clock` in the tier clock file (after the database recorded
@@ -869,12 +892,18 @@ impl Tier {
                 mark_for_cleaning(&mut batch, token);
             }
             batch.put(cf::META, db::meta::COLD_CLEANUP_MARKED, Vec::new());
-            batch.put(
-                cf::META,
-                db::meta::TIER_CLOCK,
-                last_archive.max(recorded).to_be_bytes().to_vec(),
-            );
+            // The clocks agree again (a damaged file is written anew).
+            let damaged = last_archive == u128::MAX;
+            let clock = if damaged {
+                self.next_clock()?
+            } else {
+                last_archive.max(recorded)
+            };
+            batch.put(cf::META, db::meta::TIER_CLOCK, clock.to_be_bytes().to_vec());
             self.db.write(batch)?;
+            if damaged {
+                self.write_clock(clock);
+            }
         }
         let ready: std::collections::HashSet<Uuid> = ready.iter().copied().collect();
         // A store gone or being converted again keeps no listing or manifest (a crash may

@@ -128,6 +128,12 @@ fn assert_restores(fixture: &Fixture, step: usize) {
     assert_eq!(hot(fixture, &key), Some(chunk(step)));
 }
 
+/// The tier clock in the database is the clock file's.
+fn assert_clocks_agree(tier: &Tier) {
+    let recorded = tier.db.get(cf::META, db::meta::TIER_CLOCK).unwrap();
+    assert_eq!(decode_clock(&recorded.unwrap()), tier.last_archive());
+}
+
 /// The files on the cold tier below the store, by name: a blob's object as its instance
 /// (`b_tas_0` for `b_tas_0.<archive>.zip`).
 fn cold_files(fixture: &Fixture) -> Vec<String> {
@@ -897,12 +903,7 @@ fn a_database_older_than_the_last_archive_is_told_and_every_store_is_cleaned() {
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
     assert_restores(&fixture, 5);
     // Told once: the clocks agree again.
-    let recorded = tier
-        .db
-        .get(cf::META, db::meta::TIER_CLOCK)
-        .unwrap()
-        .unwrap();
-    assert_eq!(decode_clock(&recorded), tier.last_archive());
+    assert_clocks_agree(tier);
 }
 
 #[test]
@@ -1007,4 +1008,30 @@ fn an_older_object_is_not_adopted_while_the_newest_cannot_be_read() {
         tier.restore_instance(TOKEN, instance, None).unwrap();
     }
     assert!(!tier.is_archived(TOKEN));
+}
+
+#[test]
+fn tier_clocks_only_grow_and_a_damaged_clock_file_has_every_store_checked() {
+    let fixture = fixture();
+    let tier = &fixture.tier;
+    // A clock from a host clock that stood far ahead.
+    let ahead = u128::from(u64::MAX) << 8;
+    let mut batch = Batch::default();
+    batch.put(cf::META, db::meta::TIER_CLOCK, ahead.to_be_bytes().to_vec());
+    tier.db.write(batch).unwrap();
+    archive_all(tier);
+    assert!(tier.last_archive() > ahead);
+    // A damaged file, and a record lost meanwhile: it is found.
+    std::fs::write(fixture.data.join("tier-clock"), b"x").unwrap();
+    let mut batch = Batch::default();
+    batch.delete(cf::TIERS, scoped_key(TOKEN, "b_tas_2"));
+    batch.delete(cf::META, cleaning_mark(TOKEN));
+    batch.put(cf::META, db::meta::COLD_CLEANUP_MARKED, Vec::new());
+    tier.db.write(batch).unwrap();
+    let fixture = reopen(fixture);
+    let tier = &fixture.tier;
+    assert_eq!(state(tier, "b_tas_2").state, State::Archived);
+    // The file is written anew, and the clocks agree.
+    assert_clocks_agree(tier);
+    assert!(tier.last_archive() > ahead && tier.last_archive() < u128::MAX);
 }
