@@ -438,6 +438,14 @@ impl Tier {
             .transpose()
     }
 
+    /// Whether every one of `keys` of the store `token` is on the hot tier at its listed size.
+    fn hot_whole(&self, token: Uuid, keys: &[(String, u64)]) -> bool {
+        let dir = self.store_dir(token);
+        keys.iter().all(|(key, size)| {
+            std::fs::metadata(dir.join(key)).is_ok_and(|meta| meta.len() == *size)
+        })
+    }
+
     /// Whether the store `token` has a key listing.
     fn has_listing(&self, token: Uuid) -> Result<bool> {
         self.db.any_prefixed(cf::KEYS, token.as_bytes())
@@ -940,12 +948,7 @@ impl Tier {
                     // listing adopts it.
                     let hot_whole = match self.cut(token)? {
                         Some(cut) => {
-                            let keys = self.instance_keys(token, &cut, &instance)?;
-                            let dir = self.store_dir(token);
-                            keys.iter().all(|(key, size)| {
-                                std::fs::metadata(dir.join(key))
-                                    .is_ok_and(|meta| meta.len() == *size)
-                            })
+                            self.hot_whole(token, &self.instance_keys(token, &cut, &instance)?)
                         }
                         None => false,
                     };
@@ -1024,9 +1027,7 @@ impl Tier {
                     continue;
                 }
             };
-            let hot_whole = keys.iter().all(|(key, size)| {
-                std::fs::metadata(dir.join(key)).is_ok_and(|meta| meta.len() == *size)
-            });
+            let hot_whole = self.hot_whole(token, &keys);
             match cold {
                 Some(size) if size == state.cold_bytes => {
                     // Verified before it was recorded: hot copies beside it are extra.
@@ -1169,10 +1170,7 @@ impl Tier {
                     && let Some(cut) = self.cut(owner)?
                 {
                     let keys = self.instance_keys(owner, &cut, &instance)?;
-                    let dir = self.store_dir(owner);
-                    let whole = keys.iter().all(|(key, size)| {
-                        std::fs::metadata(dir.join(key)).is_ok_and(|meta| meta.len() == *size)
-                    });
+                    let whole = self.hot_whole(owner, &keys);
                     if !keys.is_empty() && !whole {
                         if unadopted.contains(&instance)
                             || !self.adopt(owner, &instance, &keys, &object.location)?

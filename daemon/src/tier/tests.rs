@@ -105,6 +105,13 @@ fn archive_all(tier: &Tier) -> Vec<String> {
     archived
 }
 
+/// The fixture with every blob instance archived.
+fn archived() -> Fixture {
+    let fixture = fixture();
+    archive_all(&fixture.tier);
+    fixture
+}
+
 fn hot(fixture: &Fixture, key: &str) -> Option<Vec<u8>> {
     std::fs::read(
         fixture
@@ -335,8 +342,7 @@ fn reopen(fixture: Fixture) -> Fixture {
 
 #[test]
 fn repair_rolls_an_interrupted_archive_back_to_hot_and_deletes_its_cold_object() {
-    let fixture = fixture();
-    archive_all(&fixture.tier);
+    let fixture = archived();
     // As if killed after packing and uploading b_tas_2 but before recording it archived:
     // its hot copies are back (never deleted), its state says archiving.
     let tier = &fixture.tier;
@@ -358,8 +364,7 @@ fn repair_rolls_an_interrupted_archive_back_to_hot_and_deletes_its_cold_object()
 
 #[test]
 fn repair_rolls_an_interrupted_restore_back_to_archived_without_partial_files() {
-    let fixture = fixture();
-    archive_all(&fixture.tier);
+    let fixture = archived();
     let tier = &fixture.tier;
     let mut interrupted = state(tier, "b_tas_0");
     interrupted.state = State::Restoring;
@@ -383,8 +388,7 @@ fn repair_rolls_an_interrupted_restore_back_to_archived_without_partial_files() 
 
 #[test]
 fn repair_keeps_whole_hot_copies_when_the_cold_copy_is_gone() {
-    let fixture = fixture();
-    archive_all(&fixture.tier);
+    let fixture = archived();
     let store = fixture.data.join("stores").join(TOKEN.to_string());
     std::fs::write(store.join("tas/6.0"), chunk(6)).unwrap();
     std::fs::write(store.join("tas/7.0"), chunk(7)).unwrap();
@@ -396,8 +400,7 @@ fn repair_keeps_whole_hot_copies_when_the_cold_copy_is_gone() {
 
 #[test]
 fn repair_cleans_only_this_databases_leftovers_and_adopts_an_unrecorded_only_copy() {
-    let fixture = fixture();
-    archive_all(&fixture.tier);
+    let fixture = archived();
     let tier = &fixture.tier;
     // A leftover: a cold object of an instance that is hot and whole.
     tier.restore_instance(TOKEN, "b_tas_1", None).unwrap();
@@ -563,8 +566,7 @@ fn a_central_directory_is_sized_before_it_is_parsed() {
 fn repair_adopts_the_newest_object_of_a_blob_whose_recorded_object_is_missing() {
     // A database restored from a backup older than the blob's latest archive: the record
     // names an object gone since, and the latest one holds the keys.
-    let fixture = fixture();
-    archive_all(&fixture.tier);
+    let fixture = archived();
     let tier = &fixture.tier;
     let recorded = cold_object(&fixture, "b_tas_0");
     let bytes = std::fs::read(&recorded).unwrap();
@@ -613,8 +615,7 @@ fn a_large_blob_is_uploaded_in_at_most_9000_parts() {
 
 #[test]
 fn a_start_lists_only_stores_marked_since_the_last_and_a_full_clean_reaches_every_store() {
-    let fixture = fixture();
-    archive_all(&fixture.tier);
+    let fixture = archived();
     let tier = &fixture.tier;
     tier.restore_instance(TOKEN, "b_tas_1", None).unwrap();
     assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
@@ -674,8 +675,7 @@ fn a_start_lists_only_stores_marked_since_the_last_and_a_full_clean_reaches_ever
 
 #[test]
 fn a_reader_gets_the_failure_of_the_restore_it_started_and_a_later_reader_starts_anew() {
-    let fixture = fixture();
-    archive_all(&fixture.tier);
+    let fixture = archived();
     let tier = &fixture.tier;
     let object = cold_object(&fixture, "b_tas_1");
     let hidden = object.with_extension("hidden");
@@ -885,8 +885,7 @@ fn an_upload_that_fails_in_a_part_or_at_completion_is_aborted() {
 
 #[test]
 fn a_database_older_than_the_last_archive_is_told_and_every_store_is_cleaned() {
-    let fixture = fixture();
-    archive_all(&fixture.tier);
+    let fixture = archived();
     let tier = &fixture.tier;
     assert!(fixture.data.join("tier-clock").exists());
     // The database as a backup made before the archive of b_tas_2 left it: no record of
@@ -942,8 +941,7 @@ fn a_store_stays_marked_until_its_leftovers_are_deleted() {
 fn a_backup_taken_while_a_blob_was_archived_keeps_its_only_copy() {
     // The database put back recorded b_tas_2 `archiving` (the backup was taken while its
     // archive ran); the archive then finished and deleted the hot copies.
-    let fixture = fixture();
-    archive_all(&fixture.tier);
+    let fixture = archived();
     let tier = &fixture.tier;
     let object = cold_object(&fixture, "b_tas_2");
     let mut stale = state(tier, "b_tas_2");
