@@ -161,6 +161,21 @@ impl Stores {
         self.tier.clean_every_store(&known, &ready)
     }
 
+    /// Cleans the cold tier of the stores marked for it while the daemon serves, as the
+    /// startup repair does (see [`crate::tier::Tier::clean_marked`]). Whether every marked
+    /// store was settled (else the log says why; the rest is tried at the next cleaning).
+    /// Blocking.
+    ///
+    /// # Errors
+    /// A read or write error of the database.
+    pub fn clean_cold_marked(&self) -> Result<bool> {
+        self.tier.clean_marked(&|token| {
+            Ok(self
+                .record(token)?
+                .is_some_and(|record| record.is_complete()))
+        })
+    }
+
     /// The key listing of a complete store (empty for any other): what the mount shows.
     ///
     /// # Errors

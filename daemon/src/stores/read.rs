@@ -343,15 +343,15 @@ impl Stores {
                             continue;
                         }
                         // A listed key was written: neither hot nor archived, its record was
-                        // lost (a database restored from a backup, before the repair found
+                        // lost (a database restored from a backup, before the cleaning found
                         // its cold object). Not "missing", which readers take for the fill
                         // value.
                         if self.tier.listed_size(token, key)?.is_some() {
                             return Err(Error::Restoring {
                                 detail: format!(
                                     "The key {key} was written but is neither on the hot tier \
-                                     nor recorded on the cold tier; the next start's repair (or \
-                                     `svcd tier repair`) looks for it there."
+                                     nor recorded on the cold tier (a database restored from a \
+                                     backup?); `svcd tier repair` looks for it there."
                                 ),
                                 retry: Duration::from_secs(60),
                             });

@@ -1,9 +1,11 @@
 //! The sweep: stores nobody has read for `stores.unread_expiry_seconds` are removed (status 4,
 //! data deleted), so the hot tier does not fill with forgotten stores. Reads are counted in
 //! memory ([`Reads`]) and written to the records by the sweep, not on every read; a crash
-//! loses at most the reads since the last sweep, which only delays a removal.
+//! loses at most the reads since the last sweep, which only delays a removal. The same
+//! thread cleans the cold tier of the stores marked for it ([`Stores::clean_cold_marked`]).
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use uuid::Uuid;
@@ -13,22 +15,39 @@ use crate::db::{Batch, cf};
 use crate::error::Result;
 
 /// How often the daemon sweeps.
-const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
+const SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 
-/// Sweeps every [`SWEEP_INTERVAL`] until `stop` is requested (checked every second).
+/// How often the daemon cleans the cold tier of the stores marked for it (see
+/// [`crate::tier`]): what a start could not clean (its cold tier did not answer) and what
+/// archives, restores and removals left behind since are cleaned within this, not at the
+/// next start.
+const COLD_CLEANING_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Sweeps every [`SWEEP_INTERVAL`] and cleans the cold tier every [`COLD_CLEANING_INTERVAL`]
+/// until `stop` is requested (checked every second).
 pub(crate) fn sweep_until(stores: &Stores, stop: &crate::jobs::Stop) {
+    let mut next_sweep = Instant::now() + SWEEP_INTERVAL;
+    let mut next_cleaning = Instant::now() + COLD_CLEANING_INTERVAL;
     loop {
-        let next = std::time::Instant::now() + SWEEP_INTERVAL;
-        while std::time::Instant::now() < next {
+        while Instant::now() < next_sweep.min(next_cleaning) {
             if stop.requested() {
                 return;
             }
-            std::thread::sleep(std::time::Duration::from_secs(1));
+            std::thread::sleep(Duration::from_secs(1));
         }
-        match stores.sweep(super::job::now()) {
-            Ok(0) => {}
-            Ok(removed) => tracing::info!(removed, "removed stores nobody read"),
-            Err(e) => tracing::error!(error = %e.chain(), "the store sweep failed"),
+        if Instant::now() >= next_cleaning {
+            if let Err(e) = stores.clean_cold_marked() {
+                tracing::error!(error = %e.chain(), "the cleaning of the cold tier failed");
+            }
+            next_cleaning = Instant::now() + COLD_CLEANING_INTERVAL;
+        }
+        if Instant::now() >= next_sweep {
+            match stores.sweep(super::job::now()) {
+                Ok(0) => {}
+                Ok(removed) => tracing::info!(removed, "removed stores nobody read"),
+                Err(e) => tracing::error!(error = %e.chain(), "the store sweep failed"),
+            }
+            next_sweep = Instant::now() + SWEEP_INTERVAL;
         }
     }
 }

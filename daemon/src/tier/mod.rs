@@ -52,6 +52,10 @@
 //! too ([`Tier::clean_every_store`]), for a data directory restored with its clock file.
 //! Cleaning adopts an object that holds the only copy of a blob: one no record names, or
 //! the newest of a blob whose recorded object is gone, when its hot copies are not whole.
+//! A serving daemon also cleans the marked stores every ten minutes
+//! ([`Tier::clean_marked`]), each under the store's exclusive lock, so what a start could
+//! not clean (a cold tier that did not answer) and what a restore or removal could not
+//! delete is cleaned without a restart.
 
 mod archive;
 mod restore;
@@ -201,7 +205,7 @@ fn cleaning_mark(token: Uuid) -> Vec<u8> {
     key
 }
 
-/// Marks the store `token` for the next start's cleaning of the cold tier, in `batch`: put
+/// Marks the store `token` for the next cleaning of the cold tier, in `batch`: put
 /// in the same write as whatever may leave an object behind, so a crash cannot lose it.
 fn mark_for_cleaning(batch: &mut Batch, token: Uuid) {
     batch.put(cf::META, cleaning_mark(token), Vec::new());
@@ -620,7 +624,7 @@ impl Tier {
         Ok(states)
     }
 
-    /// Records `state` for an instance, and marks the store for the next start's cleaning of
+    /// Records `state` for an instance, and marks the store for the next cleaning of
     /// the cold tier (an archive or a restore may leave an object no record names).
     fn put_state(&self, token: Uuid, instance: &str, state: &BlobState) -> Result<()> {
         self.put_state_with(token, instance, state, |_| {})
@@ -800,7 +804,7 @@ impl Tier {
     ///
     /// # Errors
     /// A write error (then nothing was forgotten). A cold object that cannot be deleted is
-    /// logged and removed by the next [`Tier::repair`].
+    /// logged and removed by the next cleaning (see [`Tier::clean_marked`]).
     pub(crate) fn forget_store(&self, token: Uuid) -> Result<()> {
         let store_lock = self.store_lock(token);
         let _exclusive = store_lock.write();
@@ -924,7 +928,6 @@ impl Tier {
                 self.db.write(batch)?;
             }
         }
-        let mut kept = std::collections::HashSet::new();
         // Whether the cold tier answers: once it has not in time, nothing more is asked of
         // it at this start.
         let mut cold_answers = true;
@@ -992,7 +995,6 @@ impl Tier {
             // With no hot copy beside it there is nothing to decide, and the cold tier is not
             // asked: a start asks nothing of it for blobs archived and left alone.
             if !keys.iter().any(|(key, _)| dir.join(key).exists()) {
-                kept.insert(state.cold_key.clone());
                 self.count_archived(token, 1);
                 continue;
             }
@@ -1022,7 +1024,6 @@ impl Tier {
                         }
                         _ => {}
                     }
-                    kept.insert(state.cold_key.clone());
                     self.count_archived(token, 1);
                     continue;
                 }
@@ -1034,7 +1035,6 @@ impl Tier {
                     for (key, _) in &keys {
                         remove_file(&dir.join(key));
                     }
-                    kept.insert(state.cold_key.clone());
                     self.count_archived(token, 1);
                 }
                 _ if hot_whole && !keys.is_empty() => {
@@ -1046,15 +1046,14 @@ impl Tier {
                 _ => {
                     tracing::error!(%token, %instance, cold_key = %state.cold_key,
                         "the cold copy of an archived blob is missing or damaged and its hot copies are not whole: its keys cannot be read");
-                    kept.insert(state.cold_key.clone());
                     self.count_archived(token, 1);
                 }
             }
         }
         if cold_answers {
             let marked = self.marked_for_cleaning()?;
-            // What is not settled stays marked for the next start.
-            self.clean_cold(&kept, &ready, &marked)?;
+            // What is not settled stays marked for the next cleaning.
+            self.clean_cold(&marked, &|token| Ok(ready.contains(&token)))?;
         }
         Ok(())
     }
@@ -1080,21 +1079,50 @@ impl Tier {
             mark_for_cleaning(&mut batch, token);
         }
         self.db.write(batch)?;
-        let kept = self
-            .states()?
-            .into_iter()
-            .filter(|(_, _, state)| state.state != State::Hot)
-            .map(|(_, _, state)| state.cold_key)
-            .collect();
-        let ready = ready.iter().copied().collect();
+        let ready: std::collections::HashSet<Uuid> = ready.iter().copied().collect();
         let marked = self.marked_for_cleaning()?;
-        self.clean_cold(&kept, &ready, &marked)
+        self.clean_cold(&marked, &|token| Ok(ready.contains(&token)))
     }
 
-    /// Cleans the cold objects no archived instance names, below the prefixes of the stores
+    /// Cleans the cold tier of the stores marked for it, as [`Tier::repair`] does at start,
+    /// while the daemon serves: a cold tier that did not answer at start, a restored object
+    /// or a removed store's objects that could not be deleted then, are cleaned without a
+    /// restart (and a blob whose only copy is an object its record lost is adopted). Each
+    /// store is cleaned under its exclusive lock, so no archive, restore or removal of it
+    /// runs meanwhile; `is_ready` says whether a store is ready (complete). Whether every
+    /// marked store was settled. Blocking.
+    ///
+    /// # Errors
+    /// A read or write error of the database.
+    pub(crate) fn clean_marked(&self, is_ready: &dyn Fn(Uuid) -> Result<bool>) -> Result<bool> {
+        let marked = self.marked_for_cleaning()?;
+        if marked.is_empty() {
+            return Ok(true);
+        }
+        self.clean_cold(&marked, is_ready)
+    }
+
+    /// The cold keys the records of the store `token` name: those of its instances that are
+    /// not hot (archiving, archived, restoring).
+    fn recorded_objects(&self, token: Uuid) -> Result<std::collections::HashSet<String>> {
+        let mut recorded = std::collections::HashSet::new();
+        self.db
+            .for_each_prefixed(cf::TIERS, token.as_bytes(), |key, value| {
+                let instance = String::from_utf8_lossy(&key[token.as_bytes().len()..]);
+                let state: BlobState = db::decode_json(cf::TIERS, FORMAT, &instance, value)?;
+                if state.state != State::Hot {
+                    recorded.insert(state.cold_key);
+                }
+                Ok(())
+            })?;
+        Ok(recorded)
+    }
+
+    /// Cleans the cold objects no instance's record names, below the prefixes of the stores
     /// `marked` for it (stores of this database whose archives, restores or removal may have
-    /// left objects behind since they were last cleaned); a store is no longer marked once
-    /// its prefix was listed and everything in it settled. Objects of stores it does not
+    /// left objects behind since they were last cleaned), each under the store's exclusive
+    /// lock; a store is no longer marked once its prefix was listed and everything in it
+    /// settled. `is_ready` says whether a store is ready (its tier state counts). Objects of stores it does not
     /// mark, and anything not named like a blob's object (`<token>/<instance>.<archive>.zip`),
     /// are never touched, so a database that is new or restored from a backup cannot empty a
     /// shared cold tier. Such an object of a ready store whose instance is not whole on the
@@ -1105,18 +1133,19 @@ impl Tier {
     /// leftover (of a restore or a store converted again or removed) and is deleted, with the
     /// local object store's interrupted writes. The prefixes are listed one at a time, each
     /// within [`REPAIR_COLD_WAIT`] (as is each deletion): a cold tier that does not answer in
-    /// time leaves the rest to the next start. Whether every marked store was settled.
-    fn clean_cold(
-        &self,
-        kept: &std::collections::HashSet<String>,
-        ready: &std::collections::HashSet<Uuid>,
-        marked: &[Uuid],
-    ) -> Result<bool> {
+    /// time leaves the rest to the next cleaning. Whether every marked store was settled.
+    fn clean_cold(&self, marked: &[Uuid], is_ready: &dyn Fn(Uuid) -> Result<bool>) -> Result<bool> {
         let mut removed = 0usize;
         let mut all_settled = true;
         let mut foreign = 0usize;
         // Store by store: only marked stores are listed, and each listing is short.
         for &token in marked {
+            // No archive, restore or removal of the store changes its records or objects
+            // while they are compared.
+            let store_lock = self.store_lock(token);
+            let _exclusive = store_lock.write();
+            let ready = is_ready(token)?;
+            let kept = self.recorded_objects(token)?;
             // Whether everything below the prefix is settled (then the mark goes).
             let mut settled = true;
             // Instances whose newest object could not be adopted: their older objects are
@@ -1130,13 +1159,13 @@ impl Tier {
             let objects = match listed {
                 Some(Ok(objects)) => objects,
                 Some(Err(e)) => {
-                    tracing::warn!(%token, error = %e, "cannot list a store's cold objects to clean them; tried again at the next start");
+                    tracing::warn!(%token, error = %e, "cannot list a store's cold objects to clean them; tried again at the next cleaning");
                     all_settled = false;
                     continue;
                 }
                 None => {
                     tracing::warn!(
-                        "the cold tier does not list its objects in time; the rest is cleaned at the next start"
+                        "the cold tier does not list its objects in time; the rest is cleaned at the next cleaning"
                     );
                     return Ok(false);
                 }
@@ -1166,7 +1195,7 @@ impl Tier {
                 // Else an instance recorded on the cold tier names its own object, which is
                 // there: this is an earlier archive's.
                 if (named.is_none() || lost)
-                    && ready.contains(&owner)
+                    && ready
                     && let Some(cut) = self.cut(owner)?
                 {
                     let keys = self.instance_keys(owner, &cut, &instance)?;
@@ -1195,7 +1224,7 @@ impl Tier {
                     }
                     None => {
                         tracing::warn!(
-                            "the cold tier does not delete in time; the rest is cleaned at the next start"
+                            "the cold tier does not delete in time; the rest is cleaned at the next cleaning"
                         );
                         return Ok(false);
                     }

@@ -249,7 +249,7 @@ impl Tier {
         // Under the instance's lock still: an archive of it after the restore writes its
         // cold object under the same name.
         if let Err(e) = self.block_on(self.cold.delete(&location)) {
-            // Named by no record now: the next start removes it.
+            // Named by no record now: the next cleaning removes it.
             tracing::warn!(%token, %instance, error = %e, "cannot delete a restored cold object");
         }
         tracing::info!(

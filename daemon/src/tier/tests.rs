@@ -328,15 +328,20 @@ fn a_hostile_cold_object_with_a_matching_checksum_restores_nothing() {
     assert_eq!(state(tier, "b_tas_0").state, State::Archived);
 }
 
+/// What a start runs: the repair, with the fixture's store the one known and ready.
+fn start(tier: &Tier) {
+    let known: HashSet<Uuid> = [TOKEN].into_iter().collect();
+    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
+        .unwrap();
+}
+
 /// The tier opened again on the same data: what a start after a crash runs.
 fn reopen(fixture: Fixture) -> Fixture {
     let Fixture { _dir, data, tier } = fixture;
     // The database is closed with the old tier, as a process that died closes it.
     drop(tier);
     let tier = open(&data);
-    let known: HashSet<Uuid> = [TOKEN].into_iter().collect();
-    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
-        .unwrap();
+    start(&tier);
     Fixture { _dir, data, tier }
 }
 
@@ -714,9 +719,25 @@ struct FailingUploads {
     part_fails: bool,
     /// Whether every deletion fails too.
     deletes_fail: bool,
+    /// Whether every listing fails too.
+    lists_fail: bool,
     /// An object that cannot be read.
     unreadable: Option<ObjectPath>,
     aborted: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl FailingUploads {
+    /// `inner`, failing nothing.
+    fn over(inner: &Arc<dyn ObjectStore>) -> Self {
+        FailingUploads {
+            inner: Arc::clone(inner),
+            part_fails: false,
+            deletes_fail: false,
+            lists_fail: false,
+            unreadable: None,
+            aborted: Arc::default(),
+        }
+    }
 }
 
 impl std::fmt::Display for FailingUploads {
@@ -822,7 +843,12 @@ impl ObjectStore for FailingUploads {
         'static,
         svc_manifests::object_store::Result<svc_manifests::object_store::ObjectMeta>,
     > {
-        self.inner.list(prefix)
+        if self.lists_fail {
+            use futures::StreamExt;
+            futures::stream::once(async { Err(refused()) }).boxed()
+        } else {
+            self.inner.list(prefix)
+        }
     }
 
     async fn list_with_delimiter(
@@ -854,6 +880,7 @@ fn an_upload_that_fails_in_a_part_or_at_completion_is_aborted() {
             inner: Arc::clone(&tier.cold),
             part_fails,
             deletes_fail: false,
+            lists_fail: false,
             unreadable: None,
             aborted: Arc::clone(&aborted),
         });
@@ -918,21 +945,15 @@ fn a_store_stays_marked_until_its_leftovers_are_deleted() {
     };
     let cold = Arc::clone(&tier.cold);
     tier.cold = Arc::new(FailingUploads {
-        inner: Arc::clone(&cold),
-        part_fails: false,
         deletes_fail: true,
-        unreadable: None,
-        aborted: Arc::default(),
+        ..FailingUploads::over(&cold)
     });
-    let known: HashSet<Uuid> = [TOKEN].into_iter().collect();
-    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
-        .unwrap();
+    start(&tier);
     assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
     assert!(tier.block_on(tier.cold.head(&leftover)).is_ok());
     // The next start, with a cold tier that deletes.
     tier.cold = cold;
-    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
-        .unwrap();
+    start(&tier);
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
     assert!(tier.block_on(tier.cold.head(&leftover)).is_err());
 }
@@ -979,15 +1000,10 @@ fn an_older_object_is_not_adopted_while_the_newest_cannot_be_read() {
     };
     let cold = Arc::clone(&tier.cold);
     tier.cold = Arc::new(FailingUploads {
-        inner: Arc::clone(&cold),
-        part_fails: false,
-        deletes_fail: false,
         unreadable: Some(newest.clone()),
-        aborted: Arc::default(),
+        ..FailingUploads::over(&cold)
     });
-    let known: HashSet<Uuid> = [TOKEN].into_iter().collect();
-    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
-        .unwrap();
+    start(&tier);
     // Neither adopted nor deleted; the store stays marked.
     assert_ne!(state(&tier, "b_tas_0").cold_key, older.to_string());
     for object in [&older, &newest] {
@@ -997,8 +1013,7 @@ fn an_older_object_is_not_adopted_while_the_newest_cannot_be_read() {
     // The next start reads the newest: it is adopted, and the older one deleted.
     drop((tier, cold));
     let tier = open(&data);
-    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
-        .unwrap();
+    start(&tier);
     assert_eq!(state(&tier, "b_tas_0").cold_key, newest.to_string());
     assert!(tier.block_on(tier.cold.head(&older)).is_err());
     // Counted once: with every blob restored, the store is no longer archived.
@@ -1032,4 +1047,84 @@ fn tier_clocks_only_grow_and_a_damaged_clock_file_has_every_store_checked() {
     // The file is written anew, and the clocks agree.
     assert_clocks_agree(tier);
     assert!(tier.last_archive() > ahead && tier.last_archive() < u128::MAX);
+}
+
+#[test]
+fn a_store_the_start_could_not_clean_is_cleaned_while_the_daemon_serves() {
+    let fixture = archived();
+    // The database as a backup made before the archive of b_tas_2 left it.
+    let mut batch = Batch::default();
+    batch.delete(cf::TIERS, scoped_key(TOKEN, "b_tas_2"));
+    batch.delete(cf::META, cleaning_mark(TOKEN));
+    batch.put(cf::META, db::meta::TIER_CLOCK, 1u128.to_be_bytes().to_vec());
+    fixture.tier.db.write(batch).unwrap();
+    let Fixture { _dir, data, tier } = fixture;
+    drop(tier);
+    let Ok(mut tier) = Arc::try_unwrap(open(&data)) else {
+        panic!("a tier just opened has one handle");
+    };
+    // The start finds the database older than the last archive, and its cold tier does
+    // not list: the store stays marked, b_tas_2 unrecorded.
+    let cold = Arc::clone(&tier.cold);
+    tier.cold = Arc::new(FailingUploads {
+        lists_fail: true,
+        ..FailingUploads::over(&cold)
+    });
+    start(&tier);
+    assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
+    assert!(tier.state(TOKEN, "b_tas_2").unwrap().is_none());
+    let listing_fails = tier.clean_marked(&|_| Ok(true)).unwrap();
+    assert!(
+        !listing_fails,
+        "a cleaning whose listing fails settles nothing"
+    );
+    assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
+    // The cold tier answers again: the daemon's next cleaning adopts the only copy.
+    tier.cold = cold;
+    let fixture = Fixture {
+        _dir,
+        data,
+        tier: Arc::new(tier),
+    };
+    assert!(fixture.tier.clean_marked(&|_| Ok(true)).unwrap());
+    assert_eq!(state(&fixture.tier, "b_tas_2").state, State::Archived);
+    assert!(fixture.tier.marked_for_cleaning().unwrap().is_empty());
+    assert_restores(&fixture, 5);
+}
+
+#[test]
+fn the_cleaning_while_serving_waits_for_an_archive_under_way_and_keeps_its_object() {
+    let fixture = fixture();
+    let tier = Arc::clone(&fixture.tier);
+    let object = ObjectPath::from(format!("{TOKEN}/b_tas_1.5.zip"));
+    let (started, uploaded) = std::sync::mpsc::channel();
+    // An archive of b_tas_1 holds the store's lock (shared, as archives do): its object
+    // is on the cold tier, and its record not written yet.
+    let archive = std::thread::spawn({
+        let tier = Arc::clone(&tier);
+        let object = object.clone();
+        move || {
+            let store_lock = tier.store_lock(TOKEN);
+            let _shared = store_lock.read();
+            tier.block_on(tier.cold.put(&object, PutPayload::from(vec![1u8; 10])))
+                .unwrap();
+            started.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+            let mut state = BlobState::hot(2 * CHUNK as u64, 2);
+            state.state = State::Archived;
+            state.cold_key = object.to_string();
+            tier.put_state(TOKEN, "b_tas_1", &state).unwrap();
+        }
+    });
+    uploaded.recv().unwrap();
+    let mut batch = Batch::default();
+    mark_for_cleaning(&mut batch, TOKEN);
+    tier.db.write(batch).unwrap();
+    assert!(tier.clean_marked(&|_| Ok(true)).unwrap());
+    archive.join().unwrap();
+    assert!(
+        tier.block_on(tier.cold.head(&object)).is_ok(),
+        "the object of the archive under way was deleted"
+    );
+    assert!(tier.marked_for_cleaning().unwrap().is_empty());
 }
