@@ -861,3 +861,46 @@ def test_an_archived_chunk_can_be_mapped_through_the_mount(tmp_path):
         for key in (archived, hot):
             assert mapped_bytes(directory / key) == noise.served[key], key
         assert (data / "stores" / store / archived).exists()
+
+
+def test_a_restore_that_fails_at_once_fails_a_read_through_the_mount_once(tmp_path):
+    """A read through the mount first asks without waiting (which starts the restore) and
+    then waits for that restore: when it fails at once (its cold object is gone), the read
+    gets EIO from that one restore, well before `mount.read_timeout_seconds`, and does not
+    run a second. The next read tries again, and reads the bytes once the object is back."""
+    mountpoint = tmp_path / "mount"
+    mountpoint.mkdir()
+    timeout = 120
+    with NoiseStore(tmp_path, 8, seed=8, max_bytes=4 << 20, mount=mountpoint,
+                    env={"SVCD_MOUNT_READ_TIMEOUT_SECONDS": str(timeout)}) as noise:
+        data, store = noise.data, noise.store
+        svcd(data, "tier", "archive", "--scope", store)
+        assert {r["state"] for r in tier_rows(data, store)} == {"archived"}
+        cold, aside = data / "cold" / store, tmp_path / "cold-aside"
+        shutil.move(cold, aside)
+        log = data / "svcd.log"
+
+        def failed_restores():
+            return log.read_text().count("a restore failed")
+
+        def first_page(key):
+            descriptor = os.open(mountpoint / f"{store}.zarr" / key, os.O_RDONLY)
+            try:
+                return os.pread(descriptor, 4096, 0)
+            finally:
+                os.close(descriptor)
+
+        key = "tas/0.0.0"
+        for attempt in (1, 2):
+            asked = time.monotonic()
+            with pytest.raises(OSError) as failure:
+                first_page(key)
+            assert failure.value.errno == errno.EIO
+            assert time.monotonic() - asked < timeout / 2
+            # One restore per read: the read that waits got the failure of the one its
+            # first try started.
+            assert eventually(lambda: failed_restores() == attempt), (attempt, failed_restores())
+        assert not (data / "stores" / store / key).exists()
+        shutil.move(aside, cold)
+        assert first_page(key) == noise.served[key][:4096]
+        assert failed_restores() == 2
