@@ -45,7 +45,9 @@
 //! costs a listing per store touched since the last one, not per store ever converted:
 //! every write of a tier state marks its store (in the same write), as does forgetting a
 //! store that had tier state, and a mark goes once the store's prefix was listed and
-//! everything in it settled. A database restored from a backup may miss marks (and
+//! everything in it settled, an hour or more after the mark was put (an object that
+//! appears late, such as an upload the object store completes after its client gave up,
+//! is found within that hour; [`CLEANING_GRACE_SECONDS`]). A database restored from a backup may miss marks (and
 //! records) of archives made since: each archive records its time in the database and in
 //! the tier clock file beside it (`<data>/tier-clock`), and a start that finds the database
 //! older than the file marks every store. `svcd tier repair` marks and cleans every store
@@ -89,6 +91,12 @@ const FORMAT: u8 = 1;
 /// come leaves what needs the cold tier to the next start, which is then not held up (the
 /// object store client itself retries for minutes).
 const REPAIR_COLD_WAIT: Duration = Duration::from_secs(10);
+
+/// How long after it was last marked a store stays marked for cleaning, however clean its
+/// listings: an object that appears on the cold tier after a listing (a multipart upload
+/// the object store completes after its client gave up on it, a listing that lags behind
+/// the writes) is still found and deleted by a cleaning within this.
+const CLEANING_GRACE_SECONDS: i64 = 3600;
 
 /// Where a blob instance is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,8 +215,9 @@ fn cleaning_mark(token: Uuid) -> Vec<u8> {
 
 /// Marks the store `token` for the next cleaning of the cold tier, in `batch`: put
 /// in the same write as whatever may leave an object behind, so a crash cannot lose it.
+/// The mark holds when it was put (Unix seconds; see [`CLEANING_GRACE_SECONDS`]).
 fn mark_for_cleaning(batch: &mut Batch, token: Uuid) {
-    batch.put(cf::META, cleaning_mark(token), Vec::new());
+    batch.put(cf::META, cleaning_mark(token), now().to_be_bytes().to_vec());
 }
 
 /// The size a `keys` entry holds.
@@ -277,6 +286,8 @@ pub struct Tier {
     store_locks: Mutex<HashMap<Uuid, Arc<parking_lot::RwLock<()>>>>,
     /// Per instance: one archive or restore of it at a time.
     instance_locks: Mutex<HashMap<InstanceId, Arc<Mutex<()>>>>,
+    /// [`CLEANING_GRACE_SECONDS`] (tests set it to 0).
+    cleaning_grace: i64,
 }
 
 impl Drop for Tier {
@@ -345,6 +356,7 @@ impl Tier {
             failures: Mutex::default(),
             store_locks: Mutex::default(),
             instance_locks: Mutex::default(),
+            cleaning_grace: CLEANING_GRACE_SECONDS,
         })
     }
 
@@ -718,6 +730,15 @@ impl Tier {
         Ok(marked)
     }
 
+    /// When the store `token` was last marked for cleaning (Unix seconds; 0 for a mark from
+    /// before marks held it), if it is.
+    fn marked_at(&self, token: Uuid) -> Result<Option<i64>> {
+        Ok(self
+            .db
+            .get(cf::META, &cleaning_mark(token))?
+            .map(|at| <[u8; 8]>::try_from(at.as_slice()).map_or(0, i64::from_be_bytes)))
+    }
+
     /// The listed keys of `instance` of the store `token` (resolved with its manifest).
     fn instance_keys(&self, token: Uuid, cut: &Cut, instance: &str) -> Result<Vec<(String, u64)>> {
         let Some((id, _)) = instance.rsplit_once('_') else {
@@ -834,13 +855,10 @@ impl Tier {
             }
             Ok::<_, svc_manifests::object_store::Error>(())
         });
-        match deleted {
-            Ok(()) => {
-                let mut batch = Batch::default();
-                batch.delete(cf::META, cleaning_mark(token));
-                self.db.write(batch)?;
-            }
-            Err(e) => tracing::warn!(%token, error = %e, "cannot delete the store's cold objects"),
+        // The store stays marked: the cleaning lists it again within the grace (an upload
+        // may still complete), and then unmarks it.
+        if let Err(e) = deleted {
+            tracing::warn!(%token, error = %e, "cannot delete the store's cold objects");
         }
         Ok(())
     }
@@ -1152,6 +1170,7 @@ impl Tier {
             // neither adopted nor deleted (the newest may be the only good copy).
             let mut unadopted = std::collections::HashSet::new();
             let prefix = ObjectPath::from(token.to_string());
+            let listed_at = now();
             let listed = self.within(REPAIR_COLD_WAIT, async {
                 use futures::TryStreamExt;
                 self.cold.list(Some(&prefix)).try_collect::<Vec<_>>().await
@@ -1233,7 +1252,11 @@ impl Tier {
             if let Some(dir) = &self.cold_dir {
                 remove_partial_uploads(&dir.join(token.to_string()));
             }
-            if settled {
+            // A store marked within the grace stays marked: an object may still appear.
+            let past_grace = self
+                .marked_at(token)?
+                .is_some_and(|at| at <= listed_at.saturating_sub(self.cleaning_grace));
+            if settled && past_grace {
                 let mut batch = Batch::default();
                 batch.delete(cf::META, cleaning_mark(token));
                 self.db.write(batch)?;

@@ -36,7 +36,10 @@ fn open(data: &std::path::Path) -> Arc<Tier> {
     };
     let config = Config::from_sources(None, &env, &overrides).unwrap();
     let db = Arc::new(Db::open(&config.store_dir()).unwrap());
-    Arc::new(Tier::open(&config, db).unwrap())
+    let mut tier = Tier::open(&config, db).unwrap();
+    // A clean store is unmarked at once (one test checks the grace).
+    tier.cleaning_grace = 0;
+    Arc::new(tier)
 }
 
 /// A complete store of `tas(time=8, x=150)` float32 chunked by time step, listed and cut.
@@ -673,8 +676,10 @@ fn a_start_lists_only_stores_marked_since_the_last_and_a_full_clean_reaches_ever
     );
     let store = data.join("stores").join(TOKEN.to_string());
     assert_eq!(std::fs::read(store.join("tas/5.0")).unwrap(), chunk(5));
-    // Forgetting the store deletes its objects and leaves no mark.
+    // Forgetting the store deletes its objects, and leaves it marked for the cleaning.
     tier.forget_store(TOKEN).unwrap();
+    assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
+    assert!(tier.clean_marked(&|_| Ok(false)).unwrap());
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
 }
 
@@ -1127,4 +1132,46 @@ fn the_cleaning_while_serving_waits_for_an_archive_under_way_and_keeps_its_objec
         "the object of the archive under way was deleted"
     );
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
+}
+
+#[test]
+fn a_store_stays_marked_for_the_grace_and_an_object_that_appears_late_is_deleted() {
+    let Fixture { _dir, data, tier } = archived();
+    let Ok(mut tier) = Arc::try_unwrap(tier) else {
+        panic!("the fixture's tier has one handle");
+    };
+    tier.cleaning_grace = CLEANING_GRACE_SECONDS;
+    let fixture = Fixture {
+        _dir,
+        data,
+        tier: Arc::new(tier),
+    };
+    let tier = &fixture.tier;
+    tier.restore_instance(TOKEN, "b_tas_1", None).unwrap();
+    assert!(tier.clean_marked(&|_| Ok(true)).unwrap());
+    assert_eq!(
+        tier.marked_for_cleaning().unwrap(),
+        [TOKEN],
+        "a store marked a moment ago stays marked"
+    );
+    // An archive's upload the object store completed after the archive had given up.
+    let late = ObjectPath::from(format!("{TOKEN}/b_tas_1.5.zip"));
+    tier.block_on(tier.cold.put(&late, PutPayload::from(vec![1u8; 10])))
+        .unwrap();
+    assert!(tier.clean_marked(&|_| Ok(true)).unwrap());
+    assert!(tier.block_on(tier.cold.head(&late)).is_err());
+    assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
+    // Once the grace has passed, a clean listing unmarks the store.
+    let mut batch = Batch::default();
+    let marked = now() - CLEANING_GRACE_SECONDS - 1;
+    batch.put(
+        cf::META,
+        cleaning_mark(TOKEN),
+        marked.to_be_bytes().to_vec(),
+    );
+    tier.db.write(batch).unwrap();
+    assert!(tier.clean_marked(&|_| Ok(true)).unwrap());
+    assert!(tier.marked_for_cleaning().unwrap().is_empty());
+    // The archived blobs' objects were kept all along.
+    assert_restores(&fixture, 5);
 }
