@@ -76,7 +76,7 @@ pub(crate) fn run(config: &Config, command: &TierCommand) -> anyhow::Result<Exit
                 Ok(ExitCode::SUCCESS)
             } else {
                 println!(
-                    "the cold tier of some stores could not be cleaned (the log says why); they are tried again at the next start, or run this again"
+                    "the cold tier of some stores could not be cleaned (the log says why); a serving daemon tries them again every tier.cleaning_interval_seconds, or run this again"
                 );
                 Ok(ExitCode::from(1))
             }

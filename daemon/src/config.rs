@@ -99,6 +99,9 @@ pub struct TierConfig {
     pub t_max_bytes: u64,
     /// Arrays under this many bytes stay hot (default 16 MiB, the manifests' default).
     pub t_hot_bytes: u64,
+    /// How often a serving daemon cleans the cold tier of the stores marked for it, in
+    /// seconds (default 600).
+    pub cleaning_interval_seconds: u64,
 }
 
 /// The `[mount]` section.
@@ -277,6 +280,11 @@ impl Config {
         }
         if self.tier.t_max_bytes == 0 {
             return Err(Error::Config("tier.t_max_bytes must be at least 1".into()));
+        }
+        if self.tier.cleaning_interval_seconds == 0 {
+            return Err(Error::Config(
+                "tier.cleaning_interval_seconds must be at least 1".into(),
+            ));
         }
         if self.mount.read_timeout_seconds == 0 {
             return Err(Error::Config(

@@ -128,8 +128,9 @@ impl Daemon {
     }
 
     /// Starts the conversion workers (`stores.workers` threads): queued conversions, and
-    /// those a crash or a stop interrupted, resume; and the hourly sweep of stores nobody
-    /// reads. Only a serving daemon runs them.
+    /// those a crash or a stop interrupted, resume; the hourly sweep of stores nobody
+    /// reads, and the cleaning of the cold tier every `tier.cleaning_interval_seconds`. Only
+    /// a serving daemon runs them.
     ///
     /// # Errors
     /// When a worker thread cannot be started.
@@ -140,9 +141,10 @@ impl Daemon {
         self.queue.start(self.config.stores.workers, &handler)?;
         let stop = Stop::default();
         let sweeping = (Arc::clone(&self.stores), stop.clone());
+        let cleaning = std::time::Duration::from_secs(self.config.tier.cleaning_interval_seconds);
         let sweeper = std::thread::Builder::new()
             .name("store-sweep".into())
-            .spawn(move || stores::sweep::sweep_until(&sweeping.0, &sweeping.1))
+            .spawn(move || stores::sweep::sweep_until(&sweeping.0, &sweeping.1, cleaning))
             .map_err(|e| Error::io("start the store sweep", e))?;
         *self.sweeper.lock() = Some((stop, sweeper));
         Ok(())
@@ -154,8 +156,10 @@ impl Daemon {
         self.queue.wait_idle();
     }
 
-    /// Stops the conversion workers and the sweep: running conversions stop at their next
-    /// chunk and stay queued for the next start. Blocking (up to a second for the sweep).
+    /// Stops the conversion workers, the sweep and the cleaning of the cold tier: running
+    /// conversions stop at their next chunk and stay queued for the next start. Blocking (up
+    /// to a second for the sweep; a cleaning stops after the store it cleans, whose cold-tier
+    /// calls are bounded by 10 s each, and an adoption's read of a whole object is not).
     pub fn stop_jobs(&self) {
         self.queue.stop();
         if let Some((stop, sweeper)) = self.sweeper.lock().take() {

@@ -151,8 +151,8 @@ impl Stores {
     /// Cleans the cold tier of every store the database records, as the startup repair
     /// cleans those marked for it (see [`crate::tier`]): after the database was restored
     /// from a backup. Offline only (no daemon may serve the database meanwhile). Whether
-    /// every store was cleaned (else the log says why; the rest is tried again at the next
-    /// start). Blocking.
+    /// every store was cleaned (else the log says why; what is left stays marked, for the
+    /// next start and a serving daemon's cleanings). Blocking.
     ///
     /// # Errors
     /// A read or write error of the database.
@@ -162,18 +162,21 @@ impl Stores {
     }
 
     /// Cleans the cold tier of the stores marked for it while the daemon serves, as the
-    /// startup repair does (see [`crate::tier::Tier::clean_marked`]). Whether every marked
-    /// store was settled (else the log says why; the rest is tried at the next cleaning).
-    /// Blocking.
+    /// startup repair does (see [`crate::tier::Tier::clean_marked`]), until `stop` is
+    /// requested (checked between stores). Whether every marked store was settled (else the
+    /// log says why; the rest is tried at the next cleaning). Blocking.
     ///
     /// # Errors
     /// A read or write error of the database.
-    pub fn clean_cold_marked(&self) -> Result<bool> {
-        self.tier.clean_marked(&|token| {
-            Ok(self
-                .record(token)?
-                .is_some_and(|record| record.is_complete()))
-        })
+    pub fn clean_cold_marked(&self, stop: &crate::jobs::Stop) -> Result<bool> {
+        self.tier.clean_marked(
+            &|token| {
+                Ok(self
+                    .record(token)?
+                    .is_some_and(|record| record.is_complete()))
+            },
+            &|| stop.requested(),
+        )
     }
 
     /// The key listing of a complete store (empty for any other): what the mount shows.

@@ -351,7 +351,9 @@ impl Stores {
                                 detail: format!(
                                     "The key {key} was written but is neither on the hot tier \
                                      nor recorded on the cold tier (a database restored from a \
-                                     backup?); `svcd tier repair` looks for it there."
+                                     backup?). The daemon's cleaning of the cold tier adopts \
+                                     its object when the store is marked for it; `svcd tier \
+                                     repair` looks in every store."
                                 ),
                                 retry: Duration::from_secs(60),
                             });

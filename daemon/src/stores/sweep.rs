@@ -17,17 +17,14 @@ use crate::error::Result;
 /// How often the daemon sweeps.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 
-/// How often the daemon cleans the cold tier of the stores marked for it (see
-/// [`crate::tier`]): what a start could not clean (its cold tier did not answer) and what
-/// archives, restores and removals left behind since are cleaned within this, not at the
-/// next start.
-const COLD_CLEANING_INTERVAL: Duration = Duration::from_secs(600);
-
-/// Sweeps every [`SWEEP_INTERVAL`] and cleans the cold tier every [`COLD_CLEANING_INTERVAL`]
-/// until `stop` is requested (checked every second).
-pub(crate) fn sweep_until(stores: &Stores, stop: &crate::jobs::Stop) {
+/// Sweeps every [`SWEEP_INTERVAL`] and cleans the cold tier of the stores marked for it
+/// every `cleaning` (`tier.cleaning_interval_seconds`; see [`crate::tier`]: what a start
+/// could not clean, its cold tier silent, and what archives, restores and removals left
+/// behind since are cleaned then, not at the next start) until `stop` is requested
+/// (checked every second, and between the stores a cleaning lists).
+pub(crate) fn sweep_until(stores: &Stores, stop: &crate::jobs::Stop, cleaning: Duration) {
     let mut next_sweep = Instant::now() + SWEEP_INTERVAL;
-    let mut next_cleaning = Instant::now() + COLD_CLEANING_INTERVAL;
+    let mut next_cleaning = Instant::now() + cleaning;
     loop {
         while Instant::now() < next_sweep.min(next_cleaning) {
             if stop.requested() {
@@ -36,10 +33,10 @@ pub(crate) fn sweep_until(stores: &Stores, stop: &crate::jobs::Stop) {
             std::thread::sleep(Duration::from_secs(1));
         }
         if Instant::now() >= next_cleaning {
-            if let Err(e) = stores.clean_cold_marked() {
+            if let Err(e) = stores.clean_cold_marked(stop) {
                 tracing::error!(error = %e.chain(), "the cleaning of the cold tier failed");
             }
-            next_cleaning = Instant::now() + COLD_CLEANING_INTERVAL;
+            next_cleaning = Instant::now() + cleaning;
         }
         if Instant::now() >= next_sweep {
             match stores.sweep(super::job::now()) {

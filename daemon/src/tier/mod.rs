@@ -33,13 +33,15 @@
 //! was recorded; a restored file appears only by a rename after it was written whole and
 //! flushed to disk; a cold object appears only once its multipart upload completes (an
 //! upload that fails is aborted; one a crash interrupts is left to the object store: the
-//! local one's files are removed at the next start, an S3 bucket needs a lifecycle rule).
+//! local one's files are removed by the next cleaning of the store, an S3 bucket needs a
+//! lifecycle rule).
 //! [`Tier::repair`], run whenever the database is opened, finishes or rolls back what a crash
 //! interrupted: `archiving` goes back to hot (its cold object is deleted), `restoring` goes
 //! back to archived (its partial files are deleted), hot copies left beside a verified cold
 //! copy are deleted, and cold objects no record names are removed. What needs the cold tier
 //! is done only on its definite answers, each awaited at most [`REPAIR_COLD_WAIT`]: a cold
-//! tier that does not answer leaves it to the next start.
+//! tier that does not answer leaves it to the next start (the cleaning of marked stores
+//! also to the serving daemon's next cleaning).
 //!
 //! Only the prefixes of stores marked for it are listed to find such objects, so a start
 //! costs a listing per store touched since the last one, not per store ever converted:
@@ -87,9 +89,10 @@ pub use archive::{ArchiveOptions, ArchiveRow};
 /// Format byte of a tier state record and of a stored manifest.
 const FORMAT: u8 = 1;
 
-/// How long the repair at start waits for one answer of the cold tier. One that does not
-/// come leaves what needs the cold tier to the next start, which is then not held up (the
-/// object store client itself retries for minutes).
+/// How long the repair at start, and a cleaning of the cold tier, wait for one answer of the
+/// cold tier. One that does not come leaves the rest to the next start or cleaning, which
+/// is then not held up (the object store client itself retries for minutes), nor is a
+/// store's lock held longer (a cleaning holds it).
 const REPAIR_COLD_WAIT: Duration = Duration::from_secs(10);
 
 /// How long after it was last marked a store stays marked for cleaning, however clean its
@@ -97,6 +100,14 @@ const REPAIR_COLD_WAIT: Duration = Duration::from_secs(10);
 /// the object store completes after its client gave up on it, a listing that lags behind
 /// the writes) is still found and deleted by a cleaning within this.
 const CLEANING_GRACE_SECONDS: i64 = 3600;
+
+/// The most failed restores (or adoptions) kept, with when and why (for readers that asked
+/// before a restore failed): past it, they are forgotten all at once (those readers then
+/// start anew; those objects are tried again).
+const MOST_FAILURES_KEPT: usize = 4096;
+
+/// How long after a cold object could not be read back to be adopted it is not tried again.
+const ADOPTION_RETRY: Duration = Duration::from_secs(3600);
 
 /// Where a blob instance is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -288,6 +299,10 @@ pub struct Tier {
     instance_locks: Mutex<HashMap<InstanceId, Arc<Mutex<()>>>>,
     /// [`CLEANING_GRACE_SECONDS`] (tests set it to 0).
     cleaning_grace: i64,
+    /// The cleanings of marked stores run so far (each starts one store further).
+    cleanings: std::sync::atomic::AtomicUsize,
+    /// Cold objects whose adoption failed, and when.
+    adoption_failures: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 impl Drop for Tier {
@@ -357,6 +372,8 @@ impl Tier {
             store_locks: Mutex::default(),
             instance_locks: Mutex::default(),
             cleaning_grace: CLEANING_GRACE_SECONDS,
+            cleanings: std::sync::atomic::AtomicUsize::new(0),
+            adoption_failures: Mutex::default(),
         })
     }
 
@@ -917,10 +934,8 @@ impl Tier {
                     "the database is older than the last archive (restored from a backup?): the cold objects of every store are checked"
                 );
             }
+            self.mark_every_store(known)?;
             let mut batch = Batch::default();
-            for &token in known {
-                mark_for_cleaning(&mut batch, token);
-            }
             batch.put(cf::META, db::meta::COLD_CLEANUP_MARKED, Vec::new());
             // The clocks agree again (a damaged file is written anew).
             let damaged = last_archive == u128::MAX;
@@ -1071,7 +1086,7 @@ impl Tier {
         if cold_answers {
             let marked = self.marked_for_cleaning()?;
             // What is not settled stays marked for the next cleaning.
-            self.clean_cold(&marked, &|token| Ok(ready.contains(&token)))?;
+            self.clean_cold(&marked, &|token| Ok(ready.contains(&token)), &|| false)?;
         }
         Ok(())
     }
@@ -1092,14 +1107,23 @@ impl Tier {
         known: &std::collections::HashSet<Uuid>,
         ready: &[Uuid],
     ) -> Result<bool> {
-        let mut batch = Batch::default();
-        for &token in known {
-            mark_for_cleaning(&mut batch, token);
-        }
-        self.db.write(batch)?;
+        self.mark_every_store(known)?;
         let ready: std::collections::HashSet<Uuid> = ready.iter().copied().collect();
         let marked = self.marked_for_cleaning()?;
-        self.clean_cold(&marked, &|token| Ok(ready.contains(&token)))
+        self.clean_cold(&marked, &|token| Ok(ready.contains(&token)), &|| false)
+    }
+
+    /// Marks every store in `known` for cleaning that is not marked yet, as marked long
+    /// ago: such a mark follows no archive or restore whose object may still appear, and
+    /// the first clean listing removes it (a mark already there keeps its time).
+    fn mark_every_store(&self, known: &std::collections::HashSet<Uuid>) -> Result<()> {
+        let mut batch = Batch::default();
+        for &token in known {
+            if self.marked_at(token)?.is_none() {
+                batch.put(cf::META, cleaning_mark(token), 0i64.to_be_bytes().to_vec());
+            }
+        }
+        self.db.write(batch)
     }
 
     /// Cleans the cold tier of the stores marked for it, as [`Tier::repair`] does at start,
@@ -1112,12 +1136,23 @@ impl Tier {
     ///
     /// # Errors
     /// A read or write error of the database.
-    pub(crate) fn clean_marked(&self, is_ready: &dyn Fn(Uuid) -> Result<bool>) -> Result<bool> {
-        let marked = self.marked_for_cleaning()?;
+    pub(crate) fn clean_marked(
+        &self,
+        is_ready: &dyn Fn(Uuid) -> Result<bool>,
+        stopped: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        let mut marked = self.marked_for_cleaning()?;
         if marked.is_empty() {
             return Ok(true);
         }
-        self.clean_cold(&marked, is_ready)
+        // Each cleaning starts one store further: a store whose cold tier keeps timing out
+        // (which ends a cleaning) does not keep the stores after it from ever being cleaned.
+        let first = self
+            .cleanings
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let first = first % marked.len();
+        marked.rotate_left(first);
+        self.clean_cold(&marked, is_ready, stopped)
     }
 
     /// The cold keys the records of the store `token` name: those of its instances that are
@@ -1138,145 +1173,160 @@ impl Tier {
 
     /// Cleans the cold objects no instance's record names, below the prefixes of the stores
     /// `marked` for it (stores of this database whose archives, restores or removal may have
-    /// left objects behind since they were last cleaned), each under the store's exclusive
-    /// lock; a store is no longer marked once its prefix was listed and everything in it
-    /// settled. `is_ready` says whether a store is ready (its tier state counts). Objects of stores it does not
-    /// mark, and anything not named like a blob's object (`<token>/<instance>.<archive>.zip`),
-    /// are never touched, so a database that is new or restored from a backup cannot empty a
-    /// shared cold tier. Such an object of a ready store whose instance is not whole on the
-    /// hot tier, and which no record names or whose record names an object gone (the
-    /// newest such object comes first), is the only copy of its keys (the database lost
-    /// the record, or is older than the archive, say it was restored from a backup): it is
-    /// verified and recorded as archived. Any other is a
-    /// leftover (of a restore or a store converted again or removed) and is deleted, with the
-    /// local object store's interrupted writes. The prefixes are listed one at a time, each
-    /// within [`REPAIR_COLD_WAIT`] (as is each deletion): a cold tier that does not answer in
-    /// time leaves the rest to the next cleaning. Whether every marked store was settled.
-    fn clean_cold(&self, marked: &[Uuid], is_ready: &dyn Fn(Uuid) -> Result<bool>) -> Result<bool> {
-        let mut removed = 0usize;
+    /// left objects behind since they were last cleaned), one store at a time under its
+    /// exclusive lock, until `stopped`. A store whose lock is held (an archive or restore of
+    /// it under way) is left for the next cleaning: waiting for it would hold up every
+    /// other restore of the store, as a waiting writer holds off new readers. Whether every
+    /// marked store was settled (see [`Tier::clean_store`]).
+    fn clean_cold(
+        &self,
+        marked: &[Uuid],
+        is_ready: &dyn Fn(Uuid) -> Result<bool>,
+        stopped: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        let mut tally = Tally::default();
         let mut all_settled = true;
-        let mut foreign = 0usize;
-        // Store by store: only marked stores are listed, and each listing is short.
         for &token in marked {
-            // No archive, restore or removal of the store changes its records or objects
-            // while they are compared.
+            if stopped() {
+                return Ok(false);
+            }
             let store_lock = self.store_lock(token);
-            let _exclusive = store_lock.write();
-            let ready = is_ready(token)?;
-            let kept = self.recorded_objects(token)?;
-            // Whether everything below the prefix is settled (then the mark goes).
-            let mut settled = true;
-            // Instances whose newest object could not be adopted: their older objects are
-            // neither adopted nor deleted (the newest may be the only good copy).
-            let mut unadopted = std::collections::HashSet::new();
-            let prefix = ObjectPath::from(token.to_string());
-            let listed_at = now();
-            let listed = self.within(REPAIR_COLD_WAIT, async {
-                use futures::TryStreamExt;
-                self.cold.list(Some(&prefix)).try_collect::<Vec<_>>().await
-            });
-            let objects = match listed {
-                Some(Ok(objects)) => objects,
-                Some(Err(e)) => {
-                    tracing::warn!(%token, error = %e, "cannot list a store's cold objects to clean them; tried again at the next cleaning");
-                    all_settled = false;
-                    continue;
-                }
-                None => {
-                    tracing::warn!(
-                        "the cold tier does not list its objects in time; the rest is cleaned at the next cleaning"
-                    );
-                    return Ok(false);
-                }
+            let Some(_exclusive) = store_lock.try_write() else {
+                tally.busy += 1;
+                all_settled = false;
+                continue;
             };
-            let listed: std::collections::HashSet<String> =
-                objects.iter().map(|o| o.location.to_string()).collect();
-            // Newest archive first: an instance whose record was lost adopts its latest.
-            let mut objects = objects;
-            objects.sort_by_key(|o| std::cmp::Reverse(archive_stamp(o.location.as_ref())));
-            for object in objects {
-                let name = object.location.as_ref();
-                if kept.contains(name) {
-                    continue;
-                }
-                let Some((owner, instance)) = blob_object(name).filter(|(t, _)| *t == token) else {
-                    foreign += 1;
-                    continue;
-                };
-                let named = self
-                    .state(owner, &instance)?
-                    .filter(|state| state.state != State::Hot)
-                    .map(|state| state.cold_key);
-                // The record names an object that is not there (a database restored from a
-                // backup older than the blob's latest archive): this one, the newest left,
-                // may hold the only copy of its keys.
-                let lost = named.as_ref().is_some_and(|named| !listed.contains(named));
-                // Else an instance recorded on the cold tier names its own object, which is
-                // there: this is an earlier archive's.
-                if (named.is_none() || lost)
-                    && ready
-                    && let Some(cut) = self.cut(owner)?
-                {
-                    let keys = self.instance_keys(owner, &cut, &instance)?;
-                    let whole = self.hot_whole(owner, &keys);
-                    if !keys.is_empty() && !whole {
-                        if unadopted.contains(&instance)
-                            || !self.adopt(owner, &instance, &keys, &object.location)?
-                        {
-                            unadopted.insert(instance);
-                            settled = false;
-                        }
-                        continue;
-                    }
-                }
-                if lost {
-                    tracing::error!(%token, %instance, object = %name, recorded = ?named,
-                        "an archived blob's recorded cold object is missing; another object of it is left alone");
-                    settled = false;
-                    continue;
-                }
-                match self.within(REPAIR_COLD_WAIT, self.cold.delete(&object.location)) {
-                    Some(Ok(())) => removed += 1,
-                    Some(Err(e)) => {
-                        tracing::warn!(object = %name, error = %e, "cannot delete a cold object");
-                        settled = false;
-                    }
-                    None => {
-                        tracing::warn!(
-                            "the cold tier does not delete in time; the rest is cleaned at the next cleaning"
-                        );
-                        return Ok(false);
-                    }
+            match self.clean_store(token, is_ready(token)?, &mut tally)? {
+                Cleaned::Settled => {}
+                Cleaned::Unsettled => all_settled = false,
+                Cleaned::Silent => {
+                    tracing::warn!(
+                        seconds = REPAIR_COLD_WAIT.as_secs(),
+                        "the cold tier does not answer in time; the rest is cleaned at the next cleaning"
+                    );
+                    all_settled = false;
+                    break;
                 }
             }
-            if let Some(dir) = &self.cold_dir {
-                remove_partial_uploads(&dir.join(token.to_string()));
-            }
-            // A store marked within the grace stays marked: an object may still appear.
-            let past_grace = self
-                .marked_at(token)?
-                .is_some_and(|at| at <= listed_at.saturating_sub(self.cleaning_grace));
-            if settled && past_grace {
-                let mut batch = Batch::default();
-                batch.delete(cf::META, cleaning_mark(token));
-                self.db.write(batch)?;
-            }
-            all_settled &= settled;
         }
-        if removed > 0 {
-            tracing::warn!(objects = removed, "removed cold objects no blob names");
-        }
-        if foreign > 0 {
-            tracing::info!(
-                objects = foreign,
-                "left alone cold objects below this database's stores not named like blobs"
-            );
-        }
+        tally.log();
         Ok(all_settled)
     }
 
+    /// Cleans the cold objects of the store `token` (`ready`: complete, its tier state
+    /// counts); its exclusive lock is held. Objects of other stores, and anything not named
+    /// like a blob's object (`<token>/<instance>.<archive>.zip`), are never touched, so a
+    /// database that is new or restored from a backup cannot empty a shared cold tier. Such
+    /// an object of a ready store whose instance is not whole on the hot tier, and which no
+    /// record names or whose record names an object gone (the newest such object comes
+    /// first), is the only copy of its keys (the database lost the record, or is older than
+    /// the archive, say it was restored from a backup): it is read back whole, verified and
+    /// recorded as archived (under the lock: restores of the store wait meanwhile; an object
+    /// that cannot be read is tried again only after [`ADOPTION_RETRY`]). Any other is a
+    /// leftover (of a restore or a store converted again or removed) and is deleted, with
+    /// the local object store's interrupted writes. The listing and each deletion are
+    /// awaited at most [`REPAIR_COLD_WAIT`]. The store's mark goes once everything below
+    /// its prefix is settled, by a listing [`CLEANING_GRACE_SECONDS`] or more after the mark
+    /// was put.
+    fn clean_store(&self, token: Uuid, ready: bool, tally: &mut Tally) -> Result<Cleaned> {
+        let kept = self.recorded_objects(token)?;
+        // Nothing else marks the store while its lock is held; an adoption below marks it
+        // again, which leaves nothing behind.
+        let marked_at = self.marked_at(token)?;
+        // Whether everything below the prefix is settled (then the mark goes).
+        let mut settled = true;
+        // Instances whose newest object could not be adopted: their older objects are
+        // neither adopted nor deleted (the newest may be the only good copy).
+        let mut unadopted = std::collections::HashSet::new();
+        let prefix = ObjectPath::from(token.to_string());
+        let listed_at = now();
+        let listed = self.within(REPAIR_COLD_WAIT, async {
+            use futures::TryStreamExt;
+            self.cold.list(Some(&prefix)).try_collect::<Vec<_>>().await
+        });
+        let mut objects = match listed {
+            Some(Ok(objects)) => objects,
+            Some(Err(e)) => {
+                tally.unlisted.note(e);
+                return Ok(Cleaned::Unsettled);
+            }
+            None => return Ok(Cleaned::Silent),
+        };
+        let listed: std::collections::HashSet<String> =
+            objects.iter().map(|o| o.location.to_string()).collect();
+        // Newest archive first: an instance whose record was lost adopts its latest.
+        objects.sort_by_key(|o| std::cmp::Reverse(archive_stamp(o.location.as_ref())));
+        for object in objects {
+            let name = object.location.as_ref();
+            if kept.contains(name) {
+                continue;
+            }
+            let Some((owner, instance)) = blob_object(name).filter(|(t, _)| *t == token) else {
+                tally.foreign += 1;
+                continue;
+            };
+            let named = self
+                .state(owner, &instance)?
+                .filter(|state| state.state != State::Hot)
+                .map(|state| state.cold_key);
+            // The record names an object that is not there (a database restored from a
+            // backup older than the blob's latest archive): this one, the newest left, may
+            // hold the only copy of its keys.
+            let lost = named.as_ref().is_some_and(|named| !listed.contains(named));
+            // Else an instance recorded on the cold tier names its own object, which is
+            // there: this is an earlier archive's.
+            if (named.is_none() || lost)
+                && ready
+                && let Some(cut) = self.cut(owner)?
+            {
+                let keys = self.instance_keys(owner, &cut, &instance)?;
+                let whole = self.hot_whole(owner, &keys);
+                if !keys.is_empty() && !whole {
+                    if unadopted.contains(&instance)
+                        || !self.adopt(owner, &instance, &keys, &object.location)?
+                    {
+                        unadopted.insert(instance);
+                        settled = false;
+                    }
+                    continue;
+                }
+            }
+            if lost {
+                tally.left_alone.note(format!(
+                    "{name} (the record of its blob names {})",
+                    named.unwrap_or_default()
+                ));
+                settled = false;
+                continue;
+            }
+            match self.within(REPAIR_COLD_WAIT, self.cold.delete(&object.location)) {
+                Some(Ok(())) => tally.removed += 1,
+                Some(Err(e)) => {
+                    tally.undeleted.note(format!("{name}: {e}"));
+                    settled = false;
+                }
+                None => return Ok(Cleaned::Silent),
+            }
+        }
+        if let Some(dir) = &self.cold_dir {
+            remove_partial_uploads(&dir.join(token.to_string()));
+        }
+        if !settled {
+            return Ok(Cleaned::Unsettled);
+        }
+        // A store marked within the grace stays marked: an object may still appear.
+        if marked_at.is_some_and(|at| at <= listed_at.saturating_sub(self.cleaning_grace)) {
+            let mut batch = Batch::default();
+            batch.delete(cf::META, cleaning_mark(token));
+            self.db.write(batch)?;
+        }
+        Ok(Cleaned::Settled)
+    }
+
     /// Records the cold object at `location` as the archived copy of `instance` after
-    /// reading it back whole (its checksum is taken then); whether it could.
+    /// reading it back whole (its checksum is taken then); whether it could. An object that
+    /// could not be read is not read again for [`ADOPTION_RETRY`] (each try may download
+    /// the whole blob).
     fn adopt(
         &self,
         token: Uuid,
@@ -1284,21 +1334,37 @@ impl Tier {
         keys: &[(String, u64)],
         location: &ObjectPath,
     ) -> Result<bool> {
+        let name = location.to_string();
+        if self
+            .adoption_failures
+            .lock()
+            .get(&name)
+            .is_some_and(|failed| failed.elapsed() < ADOPTION_RETRY)
+        {
+            return Ok(false);
+        }
         let (checksum, cold_bytes) = match self.read_back(location) {
             Ok(read) => read,
             Err(e) => {
                 tracing::error!(%token, %instance, error = %e, "an unrecorded cold object holds the only copy of a blob and cannot be read");
+                let mut failures = self.adoption_failures.lock();
+                if failures.len() >= MOST_FAILURES_KEPT {
+                    failures.clear();
+                }
+                failures.insert(name, std::time::Instant::now());
                 return Ok(false);
             }
         };
+        self.adoption_failures.lock().remove(&name);
+        // A restoring record is counted as an archived one.
         let counted = self
             .state(token, instance)?
-            .is_some_and(|state| state.state == State::Archived);
+            .is_some_and(|state| matches!(state.state, State::Archived | State::Restoring));
         let mut state = BlobState::hot(keys.iter().map(|(_, size)| size).sum(), keys.len() as u64);
         state.state = State::Archived;
         state.checksum = checksum;
         state.cold_bytes = cold_bytes;
-        state.cold_key = location.to_string();
+        state.cold_key = name;
         state.changed = now();
         self.put_state(token, instance, &state)?;
         if !counted {
@@ -1306,6 +1372,82 @@ impl Tier {
         }
         tracing::warn!(%token, %instance, "recorded an unrecorded cold object as the archived copy of its blob");
         Ok(true)
+    }
+}
+
+/// How the cleaning of one store went.
+enum Cleaned {
+    /// Everything below its prefix is settled.
+    Settled,
+    /// Something is left for the next cleaning (the log says what).
+    Unsettled,
+    /// The cold tier did not answer in time: the cleaning stops.
+    Silent,
+}
+
+/// What a cleaning did and could not do, logged once at its end (a cleaning runs every few
+/// minutes: one line per object would repeat for as long as it cannot be settled).
+#[derive(Default)]
+struct Tally {
+    /// Leftovers deleted.
+    removed: usize,
+    /// Objects not named like a blob's, left alone.
+    foreign: usize,
+    /// Stores busy with an archive or restore, left for the next cleaning.
+    busy: usize,
+    /// Stores whose listing failed.
+    unlisted: Problems,
+    /// Leftovers that could not be deleted.
+    undeleted: Problems,
+    /// Objects of blobs whose recorded object is gone, left alone.
+    left_alone: Problems,
+}
+
+/// How many of a kind of problem, and the first.
+#[derive(Default)]
+struct Problems {
+    count: usize,
+    first: Option<String>,
+}
+
+impl Problems {
+    fn note(&mut self, problem: impl std::fmt::Display) {
+        self.count += 1;
+        if self.first.is_none() {
+            self.first = Some(problem.to_string());
+        }
+    }
+}
+
+impl Tally {
+    fn log(&self) {
+        if self.removed > 0 {
+            tracing::warn!(objects = self.removed, "removed cold objects no blob names");
+        }
+        if self.foreign > 0 {
+            tracing::info!(
+                objects = self.foreign,
+                "left alone cold objects below this database's stores not named like blobs"
+            );
+        }
+        if self.busy > 0 {
+            tracing::info!(
+                stores = self.busy,
+                "stores being archived or restored are cleaned at the next cleaning"
+            );
+        }
+        if let Some(first) = &self.unlisted.first {
+            tracing::warn!(stores = self.unlisted.count, first = %first,
+                "cannot list stores' cold objects to clean them; tried again at the next cleaning");
+        }
+        if let Some(first) = &self.undeleted.first {
+            tracing::warn!(objects = self.undeleted.count, first = %first,
+                "cannot delete cold objects no blob names; tried again at the next cleaning");
+        }
+        if let Some(first) = &self.left_alone.first {
+            tracing::error!(objects = self.left_alone.count, first = %first,
+                "archived blobs' recorded cold objects are missing; other objects of them are left alone");
+        }
     }
 }
 

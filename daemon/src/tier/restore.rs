@@ -18,15 +18,11 @@ use svc_manifests::object_store::{ObjectStoreExt, path::Path as ObjectPath};
 use uuid::Uuid;
 
 use super::archive::hex;
-use super::{Flight, State, Tier, now, partial_path, remove_file, tier_error};
+use super::{Flight, MOST_FAILURES_KEPT, State, Tier, now, partial_path, remove_file, tier_error};
 use crate::error::{Error, Result};
 
 /// How long a reader that gave up waiting is told to wait before asking again.
 const RETRY: Duration = Duration::from_secs(5);
-
-/// The most failed restores whose reasons are kept (for readers that asked before they
-/// failed): past it, they are forgotten all at once (those readers then start anew).
-const MOST_FAILURES_KEPT: usize = 4096;
 
 /// The error of a read whose blob `instance` could not be restored, for `reason`.
 fn restore_failed(instance: &str, reason: &str) -> Error {
