@@ -27,6 +27,9 @@ pub(crate) const SYSTEM_CONFIG: &str = "/etc/svc-nextgen/svcd.toml";
 /// The API path prefix.
 pub const API_PREFIX: &str = "/api/svc-nextgen";
 
+/// The longest `tier.cleaning_interval_seconds`: a week.
+const MAX_CLEANING_INTERVAL_SECONDS: u64 = 7 * 86_400;
+
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -100,7 +103,7 @@ pub struct TierConfig {
     /// Arrays under this many bytes stay hot (default 16 MiB, the manifests' default).
     pub t_hot_bytes: u64,
     /// How often a serving daemon cleans the cold tier of the stores marked for it, in
-    /// seconds (default 600).
+    /// seconds (default 600, at most a week).
     pub cleaning_interval_seconds: u64,
 }
 
@@ -281,10 +284,10 @@ impl Config {
         if self.tier.t_max_bytes == 0 {
             return Err(Error::Config("tier.t_max_bytes must be at least 1".into()));
         }
-        if self.tier.cleaning_interval_seconds == 0 {
-            return Err(Error::Config(
-                "tier.cleaning_interval_seconds must be at least 1".into(),
-            ));
+        if !(1..=MAX_CLEANING_INTERVAL_SECONDS).contains(&self.tier.cleaning_interval_seconds) {
+            return Err(Error::Config(format!(
+                "tier.cleaning_interval_seconds must be 1 to {MAX_CLEANING_INTERVAL_SECONDS} (a week)"
+            )));
         }
         if self.mount.read_timeout_seconds == 0 {
             return Err(Error::Config(
@@ -488,5 +491,24 @@ mod tests {
         assert_eq!(c.ignored_env, ["SVCD_NOPE"]);
         let env = vec![("SVCD_HTTP_LISTEN".to_string(), "nonsense".to_string())];
         assert!(Config::from_sources(None, &env, &Overrides::default()).is_err());
+    }
+
+    #[test]
+    fn the_cleaning_interval_is_a_second_to_a_week() {
+        let with = |seconds: &str| {
+            let env = vec![(
+                "SVCD_TIER_CLEANING_INTERVAL_SECONDS".to_string(),
+                seconds.to_string(),
+            )];
+            Config::from_sources(None, &env, &Overrides::default())
+        };
+        assert_eq!(with("60").unwrap().tier.cleaning_interval_seconds, 60);
+        for wrong in ["0", "604801", "9223372036854775807"] {
+            let err = with(wrong).unwrap_err().to_string();
+            assert!(
+                err.contains("tier.cleaning_interval_seconds"),
+                "{wrong}: {err}"
+            );
+        }
     }
 }

@@ -158,12 +158,16 @@ impl Daemon {
 
     /// Stops the conversion workers, the sweep and the cleaning of the cold tier: running
     /// conversions stop at their next chunk and stay queued for the next start. Blocking (up
-    /// to a second for the sweep; a cleaning stops after the store it cleans, whose cold-tier
-    /// calls are bounded by 10 s each, and an adoption's read of a whole object is not).
+    /// to a second for the sweep; a cleaning stops before its next cold-tier call, each
+    /// bounded by 10 s, or after the adoption's read of a whole object under way).
     pub fn stop_jobs(&self) {
-        self.queue.stop();
-        if let Some((stop, sweeper)) = self.sweeper.lock().take() {
+        let sweeper = self.sweeper.lock().take();
+        // Both asked to stop first: a conversion being removed may wait for a cleaning.
+        if let Some((stop, _)) = &sweeper {
             stop.request();
+        }
+        self.queue.stop();
+        if let Some((_, sweeper)) = sweeper {
             let _ = sweeper.join();
         }
     }

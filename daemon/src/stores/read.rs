@@ -352,8 +352,9 @@ impl Stores {
                                     "The key {key} was written but is neither on the hot tier \
                                      nor recorded on the cold tier (a database restored from a \
                                      backup?). The daemon's cleaning of the cold tier adopts \
-                                     its object when the store is marked for it; `svcd tier \
-                                     repair` looks in every store."
+                                     its object when the store is marked for it (an object it \
+                                     cannot read, after an hour); `svcd tier repair`, run \
+                                     while the daemon is stopped, looks in every store."
                                 ),
                                 retry: Duration::from_secs(60),
                             });

@@ -299,9 +299,7 @@ pub struct Tier {
     instance_locks: Mutex<HashMap<InstanceId, Arc<Mutex<()>>>>,
     /// [`CLEANING_GRACE_SECONDS`] (tests set it to 0).
     cleaning_grace: i64,
-    /// The cleanings of marked stores run so far (each starts one store further).
-    cleanings: std::sync::atomic::AtomicUsize,
-    /// Cold objects whose adoption failed, and when.
+    /// Cold objects (by name, size and modification time) whose adoption failed, and when.
     adoption_failures: Mutex<HashMap<String, std::time::Instant>>,
 }
 
@@ -372,7 +370,6 @@ impl Tier {
             store_locks: Mutex::default(),
             instance_locks: Mutex::default(),
             cleaning_grace: CLEANING_GRACE_SECONDS,
-            cleanings: std::sync::atomic::AtomicUsize::new(0),
             adoption_failures: Mutex::default(),
         })
     }
@@ -747,8 +744,22 @@ impl Tier {
         Ok(marked)
     }
 
-    /// When the store `token` was last marked for cleaning (Unix seconds; 0 for a mark from
-    /// before marks held it), if it is.
+    /// Gives the marks put before marks held their time the time of this start: they may
+    /// follow an archive whose object still appears, and keep their store marked for the
+    /// grace from now.
+    fn date_undated_marks(&self) -> Result<()> {
+        let mut batch = Batch::default();
+        self.db
+            .for_each_prefixed(cf::META, db::meta::COLD_CLEANUP, |key, value| {
+                if value.len() != 8 {
+                    batch.put(cf::META, key.to_vec(), now().to_be_bytes().to_vec());
+                }
+                Ok(())
+            })?;
+        self.db.write(batch)
+    }
+
+    /// When the store `token` was last marked for cleaning (Unix seconds), if it is.
     fn marked_at(&self, token: Uuid) -> Result<Option<i64>> {
         Ok(self
             .db
@@ -916,6 +927,7 @@ impl Tier {
             .db
             .get(cf::META, db::meta::COLD_CLEANUP_MARKED)?
             .is_none();
+        self.date_undated_marks()?;
         let recorded = self.db.get(cf::META, db::meta::TIER_CLOCK)?;
         let recorded = recorded.as_deref().map_or(0, decode_clock);
         let last_archive = self.last_archive();
@@ -1129,10 +1141,9 @@ impl Tier {
     /// Cleans the cold tier of the stores marked for it, as [`Tier::repair`] does at start,
     /// while the daemon serves: a cold tier that did not answer at start, a restored object
     /// or a removed store's objects that could not be deleted then, are cleaned without a
-    /// restart (and a blob whose only copy is an object its record lost is adopted). Each
-    /// store is cleaned under its exclusive lock, so no archive, restore or removal of it
-    /// runs meanwhile; `is_ready` says whether a store is ready (complete). Whether every
-    /// marked store was settled. Blocking.
+    /// restart (and a blob whose only copy is an object its record lost is adopted), until
+    /// `stopped`. `is_ready` says whether a store is ready (complete). Whether every marked
+    /// store was settled. Blocking.
     ///
     /// # Errors
     /// A read or write error of the database.
@@ -1141,17 +1152,10 @@ impl Tier {
         is_ready: &dyn Fn(Uuid) -> Result<bool>,
         stopped: &dyn Fn() -> bool,
     ) -> Result<bool> {
-        let mut marked = self.marked_for_cleaning()?;
+        let marked = self.marked_for_cleaning()?;
         if marked.is_empty() {
             return Ok(true);
         }
-        // Each cleaning starts one store further: a store whose cold tier keeps timing out
-        // (which ends a cleaning) does not keep the stores after it from ever being cleaned.
-        let first = self
-            .cleanings
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let first = first % marked.len();
-        marked.rotate_left(first);
         self.clean_cold(&marked, is_ready, stopped)
     }
 
@@ -1171,13 +1175,23 @@ impl Tier {
         Ok(recorded)
     }
 
+    /// The cold key the record of `instance` names, when it is not hot.
+    fn named_object(&self, token: Uuid, instance: &str) -> Result<Option<String>> {
+        Ok(self
+            .state(token, instance)?
+            .filter(|state| state.state != State::Hot)
+            .map(|state| state.cold_key))
+    }
+
     /// Cleans the cold objects no instance's record names, below the prefixes of the stores
     /// `marked` for it (stores of this database whose archives, restores or removal may have
-    /// left objects behind since they were last cleaned), one store at a time under its
-    /// exclusive lock, until `stopped`. A store whose lock is held (an archive or restore of
-    /// it under way) is left for the next cleaning: waiting for it would hold up every
-    /// other restore of the store, as a waiting writer holds off new readers. Whether every
-    /// marked store was settled (see [`Tier::clean_store`]).
+    /// left objects behind since they were last cleaned), one store at a time, until
+    /// `stopped`; what it did and could not do is logged once at the end. A store whose lock
+    /// is held (an archive or restore of it under way) is left for the next cleaning: waiting
+    /// for it would hold up every other restore of the store, as a waiting writer holds off
+    /// new readers. The cleaning stops when two stores in a row go unanswered in time (one
+    /// slow prefix does not keep the others from being cleaned; a cold tier that does not
+    /// answer costs two waits). Whether every marked store was settled.
     fn clean_cold(
         &self,
         marked: &[Uuid],
@@ -1185,58 +1199,101 @@ impl Tier {
         stopped: &dyn Fn() -> bool,
     ) -> Result<bool> {
         let mut tally = Tally::default();
+        let cleaned = self.clean_stores(marked, is_ready, stopped, &mut tally);
+        tally.log();
+        cleaned
+    }
+
+    /// The stores of [`Tier::clean_cold`], each cleaned, its adoptions made, and cleaned
+    /// once more after them (so older objects of an adopted blob go at once).
+    fn clean_stores(
+        &self,
+        marked: &[Uuid],
+        is_ready: &dyn Fn(Uuid) -> Result<bool>,
+        stopped: &dyn Fn() -> bool,
+        tally: &mut Tally,
+    ) -> Result<bool> {
         let mut all_settled = true;
+        let mut silent_in_a_row = 0;
         for &token in marked {
-            if stopped() {
-                return Ok(false);
-            }
-            let store_lock = self.store_lock(token);
-            let Some(_exclusive) = store_lock.try_write() else {
-                tally.busy += 1;
-                all_settled = false;
-                continue;
-            };
-            match self.clean_store(token, is_ready(token)?, &mut tally)? {
-                Cleaned::Settled => {}
-                Cleaned::Unsettled => all_settled = false,
-                Cleaned::Silent => {
-                    tracing::warn!(
-                        seconds = REPAIR_COLD_WAIT.as_secs(),
-                        "the cold tier does not answer in time; the rest is cleaned at the next cleaning"
-                    );
-                    all_settled = false;
-                    break;
+            let mut passes = 0;
+            let mut silent = false;
+            let settled = loop {
+                if stopped() {
+                    return Ok(false);
                 }
+                passes += 1;
+                let (cleaned, adoptions) = {
+                    let store_lock = self.store_lock(token);
+                    let Some(_exclusive) = store_lock.try_write() else {
+                        tally.busy.note(token);
+                        break false;
+                    };
+                    self.clean_store(token, is_ready(token)?, tally, stopped)?
+                };
+                match cleaned {
+                    Cleaned::Silent => {
+                        tally.silent.note(token);
+                        silent = true;
+                        break false;
+                    }
+                    Cleaned::Settled => break true,
+                    Cleaned::Unsettled if adoptions.is_empty() || passes == 2 => break false,
+                    Cleaned::Unsettled => {}
+                }
+                let mut adopted_all = true;
+                for adoption in adoptions {
+                    if stopped() {
+                        return Ok(false);
+                    }
+                    adopted_all &= self.adopt(token, &adoption, is_ready, tally)?;
+                }
+                if !adopted_all {
+                    break false;
+                }
+            };
+            all_settled &= settled;
+            if !silent {
+                silent_in_a_row = 0;
+            } else if silent_in_a_row == 1 {
+                return Ok(false);
+            } else {
+                silent_in_a_row = 1;
             }
         }
-        tally.log();
         Ok(all_settled)
     }
 
     /// Cleans the cold objects of the store `token` (`ready`: complete, its tier state
-    /// counts); its exclusive lock is held. Objects of other stores, and anything not named
-    /// like a blob's object (`<token>/<instance>.<archive>.zip`), are never touched, so a
-    /// database that is new or restored from a backup cannot empty a shared cold tier. Such
+    /// counts) while its exclusive lock is held. Objects of other stores, and anything not
+    /// named like a blob's object (`<token>/<instance>.<archive>.zip`), are never touched, so
+    /// a database that is new or restored from a backup cannot empty a shared cold tier. Such
     /// an object of a ready store whose instance is not whole on the hot tier, and which no
     /// record names or whose record names an object gone (the newest such object comes
     /// first), is the only copy of its keys (the database lost the record, or is older than
-    /// the archive, say it was restored from a backup): it is read back whole, verified and
-    /// recorded as archived (under the lock: restores of the store wait meanwhile; an object
-    /// that cannot be read is tried again only after [`ADOPTION_RETRY`]). Any other is a
-    /// leftover (of a restore or a store converted again or removed) and is deleted, with
-    /// the local object store's interrupted writes. The listing and each deletion are
-    /// awaited at most [`REPAIR_COLD_WAIT`]. The store's mark goes once everything below
-    /// its prefix is settled, by a listing [`CLEANING_GRACE_SECONDS`] or more after the mark
-    /// was put.
-    fn clean_store(&self, token: Uuid, ready: bool, tally: &mut Tally) -> Result<Cleaned> {
+    /// the archive, say it was restored from a backup): it is returned to be adopted (read
+    /// back without the lock), and the store is not settled yet. Any other is a leftover (of
+    /// a restore or a store converted again or removed) and is deleted, with the local
+    /// object store's interrupted writes, until `stopped`. The listing and each deletion are
+    /// awaited at most [`REPAIR_COLD_WAIT`]. The store's mark goes once everything below its
+    /// prefix is settled, by a listing [`CLEANING_GRACE_SECONDS`] or more after the mark was
+    /// put (a mark from a host clock that stood ahead is brought back to the listing's
+    /// time).
+    fn clean_store(
+        &self,
+        token: Uuid,
+        ready: bool,
+        tally: &mut Tally,
+        stopped: &dyn Fn() -> bool,
+    ) -> Result<(Cleaned, Vec<Adoption>)> {
         let kept = self.recorded_objects(token)?;
-        // Nothing else marks the store while its lock is held; an adoption below marks it
-        // again, which leaves nothing behind.
+        // Nothing else marks the store while its lock is held.
         let marked_at = self.marked_at(token)?;
         // Whether everything below the prefix is settled (then the mark goes).
         let mut settled = true;
-        // Instances whose newest object could not be adopted: their older objects are
-        // neither adopted nor deleted (the newest may be the only good copy).
+        let mut adoptions = Vec::new();
+        // Instances whose newest object is to be adopted, or could not be: their older
+        // objects are neither adopted nor deleted (the newest may be the only good copy).
         let mut unadopted = std::collections::HashSet::new();
         let prefix = ObjectPath::from(token.to_string());
         let listed_at = now();
@@ -1247,10 +1304,10 @@ impl Tier {
         let mut objects = match listed {
             Some(Ok(objects)) => objects,
             Some(Err(e)) => {
-                tally.unlisted.note(e);
-                return Ok(Cleaned::Unsettled);
+                tally.unlisted.note(format!("{token}: {e}"));
+                return Ok((Cleaned::Unsettled, adoptions));
             }
-            None => return Ok(Cleaned::Silent),
+            None => return Ok((Cleaned::Silent, adoptions)),
         };
         let listed: std::collections::HashSet<String> =
             objects.iter().map(|o| o.location.to_string()).collect();
@@ -1265,10 +1322,7 @@ impl Tier {
                 tally.foreign += 1;
                 continue;
             };
-            let named = self
-                .state(owner, &instance)?
-                .filter(|state| state.state != State::Hot)
-                .map(|state| state.cold_key);
+            let named = self.named_object(owner, &instance)?;
             // The record names an object that is not there (a database restored from a
             // backup older than the blob's latest archive): this one, the newest left, may
             // hold the only copy of its keys.
@@ -1280,14 +1334,16 @@ impl Tier {
                 && let Some(cut) = self.cut(owner)?
             {
                 let keys = self.instance_keys(owner, &cut, &instance)?;
-                let whole = self.hot_whole(owner, &keys);
-                if !keys.is_empty() && !whole {
-                    if unadopted.contains(&instance)
-                        || !self.adopt(owner, &instance, &keys, &object.location)?
-                    {
-                        unadopted.insert(instance);
-                        settled = false;
+                if !keys.is_empty() && !self.hot_whole(owner, &keys) {
+                    if unadopted.insert(instance.clone()) {
+                        adoptions.push(Adoption {
+                            instance,
+                            keys,
+                            object,
+                            named,
+                        });
                     }
+                    settled = false;
                     continue;
                 }
             }
@@ -1299,67 +1355,114 @@ impl Tier {
                 settled = false;
                 continue;
             }
+            if stopped() {
+                return Ok((Cleaned::Unsettled, adoptions));
+            }
             match self.within(REPAIR_COLD_WAIT, self.cold.delete(&object.location)) {
                 Some(Ok(())) => tally.removed += 1,
                 Some(Err(e)) => {
                     tally.undeleted.note(format!("{name}: {e}"));
                     settled = false;
                 }
-                None => return Ok(Cleaned::Silent),
+                None => return Ok((Cleaned::Silent, adoptions)),
             }
         }
         if let Some(dir) = &self.cold_dir {
             remove_partial_uploads(&dir.join(token.to_string()));
         }
         if !settled {
-            return Ok(Cleaned::Unsettled);
+            return Ok((Cleaned::Unsettled, adoptions));
         }
-        // A store marked within the grace stays marked: an object may still appear.
-        if marked_at.is_some_and(|at| at <= listed_at.saturating_sub(self.cleaning_grace)) {
-            let mut batch = Batch::default();
-            batch.delete(cf::META, cleaning_mark(token));
-            self.db.write(batch)?;
+        match marked_at {
+            // A store marked within the grace stays marked: an object may still appear.
+            Some(at) if at <= listed_at.saturating_sub(self.cleaning_grace) => {
+                let mut batch = Batch::default();
+                batch.delete(cf::META, cleaning_mark(token));
+                self.db.write(batch)?;
+            }
+            Some(at) if at > listed_at => {
+                let mut batch = Batch::default();
+                batch.put(
+                    cf::META,
+                    cleaning_mark(token),
+                    listed_at.to_be_bytes().to_vec(),
+                );
+                self.db.write(batch)?;
+            }
+            _ => {}
         }
-        Ok(Cleaned::Settled)
+        Ok((Cleaned::Settled, adoptions))
     }
 
-    /// Records the cold object at `location` as the archived copy of `instance` after
-    /// reading it back whole (its checksum is taken then); whether it could. An object that
-    /// could not be read is not read again for [`ADOPTION_RETRY`] (each try may download
-    /// the whole blob).
+    /// Adopts the object `adoption` found below the store `token`: reads it back whole
+    /// without the store's lock (it may be a whole blob's download; restores of the store go
+    /// on meanwhile), then, under the lock, records it as the archived copy of its instance
+    /// if nothing changed since it was found (the store is still ready, the instance has the
+    /// same keys, not whole on the hot tier, and its record names what it named then).
+    /// Whether it was adopted. An object that could not be read is not read again for
+    /// [`ADOPTION_RETRY`] unless it was replaced (a new size or modification time), or the
+    /// daemon restarts.
     fn adopt(
         &self,
         token: Uuid,
-        instance: &str,
-        keys: &[(String, u64)],
-        location: &ObjectPath,
+        adoption: &Adoption,
+        is_ready: &dyn Fn(Uuid) -> Result<bool>,
+        tally: &mut Tally,
     ) -> Result<bool> {
+        let location = &adoption.object.location;
         let name = location.to_string();
+        let version = format!(
+            "{name} {} {}",
+            adoption.object.size,
+            adoption.object.last_modified.timestamp_millis()
+        );
         if self
             .adoption_failures
             .lock()
-            .get(&name)
+            .get(&version)
             .is_some_and(|failed| failed.elapsed() < ADOPTION_RETRY)
         {
+            tally.unadopted.note(format!(
+                "{name}: could not be read within the last {} minutes",
+                ADOPTION_RETRY.as_secs() / 60
+            ));
             return Ok(false);
         }
         let (checksum, cold_bytes) = match self.read_back(location) {
             Ok(read) => read,
             Err(e) => {
-                tracing::error!(%token, %instance, error = %e, "an unrecorded cold object holds the only copy of a blob and cannot be read");
+                tally.unadopted.note(format!("{name}: {e}"));
                 let mut failures = self.adoption_failures.lock();
+                failures.retain(|_, failed| failed.elapsed() < ADOPTION_RETRY);
                 if failures.len() >= MOST_FAILURES_KEPT {
                     failures.clear();
                 }
-                failures.insert(name, std::time::Instant::now());
+                failures.insert(version, std::time::Instant::now());
                 return Ok(false);
             }
         };
-        self.adoption_failures.lock().remove(&name);
+        self.adoption_failures.lock().remove(&version);
+        let store_lock = self.store_lock(token);
+        let Some(_exclusive) = store_lock.try_write_for(Duration::from_secs(1)) else {
+            tally.busy.note(token);
+            return Ok(false);
+        };
+        let instance = adoption.instance.as_str();
+        let unchanged = is_ready(token)?
+            && self.named_object(token, instance)? == adoption.named
+            && self.cut(token)?.is_some_and(|cut| {
+                self.instance_keys(token, &cut, instance)
+                    .is_ok_and(|keys| keys == adoption.keys)
+            })
+            && !self.hot_whole(token, &adoption.keys);
+        if !unchanged {
+            return Ok(false);
+        }
         // A restoring record is counted as an archived one.
         let counted = self
             .state(token, instance)?
             .is_some_and(|state| matches!(state.state, State::Archived | State::Restoring));
+        let keys = &adoption.keys;
         let mut state = BlobState::hot(keys.iter().map(|(_, size)| size).sum(), keys.len() as u64);
         state.state = State::Archived;
         state.checksum = checksum;
@@ -1379,10 +1482,20 @@ impl Tier {
 enum Cleaned {
     /// Everything below its prefix is settled.
     Settled,
-    /// Something is left for the next cleaning (the log says what).
+    /// Something is left (to adopt, or for the next cleaning; the log says what).
     Unsettled,
-    /// The cold tier did not answer in time: the cleaning stops.
+    /// The cold tier did not answer in time.
     Silent,
+}
+
+/// An object a cleaning found to hold the only copy of a blob instance, to adopt.
+struct Adoption {
+    instance: String,
+    /// The instance's keys then.
+    keys: Vec<(String, u64)>,
+    object: svc_manifests::object_store::ObjectMeta,
+    /// What the instance's record named then (`None`: no record, or hot).
+    named: Option<String>,
 }
 
 /// What a cleaning did and could not do, logged once at its end (a cleaning runs every few
@@ -1394,28 +1507,38 @@ struct Tally {
     /// Objects not named like a blob's, left alone.
     foreign: usize,
     /// Stores busy with an archive or restore, left for the next cleaning.
-    busy: usize,
+    busy: Problems<Uuid>,
+    /// Stores whose listing or a deletion went unanswered in time.
+    silent: Problems<Uuid>,
     /// Stores whose listing failed.
-    unlisted: Problems,
+    unlisted: Problems<String>,
     /// Leftovers that could not be deleted.
-    undeleted: Problems,
+    undeleted: Problems<String>,
+    /// Objects holding the only copy of a blob that could not be adopted.
+    unadopted: Problems<String>,
     /// Objects of blobs whose recorded object is gone, left alone.
-    left_alone: Problems,
+    left_alone: Problems<String>,
 }
 
 /// How many of a kind of problem, and the first.
-#[derive(Default)]
-struct Problems {
+struct Problems<T> {
     count: usize,
-    first: Option<String>,
+    first: Option<T>,
 }
 
-impl Problems {
-    fn note(&mut self, problem: impl std::fmt::Display) {
-        self.count += 1;
-        if self.first.is_none() {
-            self.first = Some(problem.to_string());
+impl<T> Default for Problems<T> {
+    fn default() -> Self {
+        Problems {
+            count: 0,
+            first: None,
         }
+    }
+}
+
+impl<T> Problems<T> {
+    fn note(&mut self, problem: T) {
+        self.count += 1;
+        self.first.get_or_insert(problem);
     }
 }
 
@@ -1430,22 +1553,28 @@ impl Tally {
                 "left alone cold objects below this database's stores not named like blobs"
             );
         }
-        if self.busy > 0 {
-            tracing::info!(
-                stores = self.busy,
-                "stores being archived or restored are cleaned at the next cleaning"
-            );
+        if let Some(first) = &self.busy.first {
+            tracing::info!(stores = self.busy.count, %first,
+                "stores being archived or restored are cleaned at the next cleaning");
+        }
+        if let Some(first) = &self.silent.first {
+            tracing::warn!(stores = self.silent.count, %first, seconds = REPAIR_COLD_WAIT.as_secs(),
+                "the cold tier does not answer in time for stores' cleaning; tried again at the next cleaning");
         }
         if let Some(first) = &self.unlisted.first {
-            tracing::warn!(stores = self.unlisted.count, first = %first,
+            tracing::warn!(stores = self.unlisted.count, %first,
                 "cannot list stores' cold objects to clean them; tried again at the next cleaning");
         }
         if let Some(first) = &self.undeleted.first {
-            tracing::warn!(objects = self.undeleted.count, first = %first,
+            tracing::warn!(objects = self.undeleted.count, %first,
                 "cannot delete cold objects no blob names; tried again at the next cleaning");
         }
+        if let Some(first) = &self.unadopted.first {
+            tracing::error!(objects = self.unadopted.count, %first,
+                "cold objects holding the only copy of a blob cannot be read to be adopted; their keys cannot be read until they are");
+        }
         if let Some(first) = &self.left_alone.first {
-            tracing::error!(objects = self.left_alone.count, first = %first,
+            tracing::error!(objects = self.left_alone.count, %first,
                 "archived blobs' recorded cold objects are missing; other objects of them are left alone");
         }
     }

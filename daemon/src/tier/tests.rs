@@ -1024,6 +1024,14 @@ fn an_older_object_is_not_adopted_while_the_newest_cannot_be_read() {
     assert!(!tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
+    // Once that while has passed, it is read again.
+    if let Some(long_ago) = Instant::now().checked_sub(ADOPTION_RETRY) {
+        for failed in tier.adoption_failures.lock().values_mut() {
+            *failed = long_ago;
+        }
+        assert!(!tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
     // The next start reads the newest: it is adopted, and the older one deleted.
     drop((tier, cold));
     let tier = open(&data);
@@ -1138,7 +1146,17 @@ fn the_cleaning_while_serving_leaves_a_store_being_archived_for_later_and_keeps_
     tier.db.write(batch).unwrap();
     // The cleaning does not wait for the store (which would hold up its restores): it
     // leaves it marked for the next.
-    assert!(!tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
+    let (cleaned, cleaning) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        let tier = Arc::clone(&tier);
+        move || cleaned.send(tier.clean_marked(&|_| Ok(true), &|| false).unwrap())
+    });
+    let settled = cleaning.recv_timeout(Duration::from_secs(10));
+    if settled.is_err() {
+        go_on.send(()).unwrap();
+        panic!("the cleaning waited for the archive under way");
+    }
+    assert_eq!(settled, Ok(false));
     assert!(
         tier.block_on(tier.cold.head(&object)).is_ok(),
         "the object of the archive under way was deleted"
@@ -1178,6 +1196,10 @@ fn a_store_stays_marked_for_the_grace_and_an_object_that_appears_late_is_deleted
     assert!(tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
     assert!(tier.block_on(tier.cold.head(&late)).is_err());
     assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
+    // A full clean keeps the mark's time: the store stays marked.
+    let known: HashSet<Uuid> = [TOKEN].into_iter().collect();
+    assert!(tier.clean_every_store(&known, &[TOKEN]).unwrap());
+    assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
     // Once the grace has passed, a clean listing unmarks the store.
     let mut batch = Batch::default();
     let marked = now() - CLEANING_GRACE_SECONDS - 1;
@@ -1189,11 +1211,26 @@ fn a_store_stays_marked_for_the_grace_and_an_object_that_appears_late_is_deleted
     tier.db.write(batch).unwrap();
     assert!(tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
-    // A full clean marks every store as long ago: it follows no upload, and a clean
+    // A full clean marks a store not marked as long ago: it follows no upload, and a clean
     // listing unmarks it.
-    let known: HashSet<Uuid> = [TOKEN].into_iter().collect();
     assert!(tier.clean_every_store(&known, &[TOKEN]).unwrap());
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
     // The archived blobs' objects were kept all along.
     assert_restores(&fixture, 5);
+}
+
+#[test]
+fn a_mark_put_before_marks_held_their_time_keeps_its_store_marked_for_the_grace() {
+    let Fixture { _dir, data, tier } = archived();
+    let mut batch = Batch::default();
+    batch.put(cf::META, cleaning_mark(TOKEN), Vec::new());
+    tier.db.write(batch).unwrap();
+    drop(tier);
+    let Ok(mut tier) = Arc::try_unwrap(open(&data)) else {
+        panic!("a tier just opened has one handle");
+    };
+    tier.cleaning_grace = CLEANING_GRACE_SECONDS;
+    start(&tier);
+    assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
+    assert!(tier.marked_at(TOKEN).unwrap().unwrap() > now() - 60);
 }
