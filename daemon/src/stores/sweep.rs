@@ -21,7 +21,7 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 /// every `cleaning` (`tier.cleaning_interval_seconds`; see [`crate::tier`]: what a start
 /// could not clean, its cold tier silent, and what archives, restores and removals left
 /// behind since are cleaned then, not at the next start) until `stop` is requested
-/// (checked every second, and between the stores a cleaning lists).
+/// (checked every second, and before each store, deletion and adoption of a cleaning).
 pub(crate) fn sweep_until(stores: &Stores, stop: &crate::jobs::Stop, cleaning: Duration) {
     let mut next_sweep = Instant::now() + SWEEP_INTERVAL;
     let mut next_cleaning = Instant::now() + cleaning;

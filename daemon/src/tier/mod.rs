@@ -56,10 +56,11 @@
 //! too ([`Tier::clean_every_store`]), for a data directory restored with its clock file.
 //! Cleaning adopts an object that holds the only copy of a blob: one no record names, or
 //! the newest of a blob whose recorded object is gone, when its hot copies are not whole.
-//! A serving daemon also cleans the marked stores every ten minutes
-//! ([`Tier::clean_marked`]), each under the store's exclusive lock, so what a start could
-//! not clean (a cold tier that did not answer) and what a restore or removal could not
-//! delete is cleaned without a restart.
+//! A serving daemon also cleans the marked stores every `tier.cleaning_interval_seconds`
+//! ([`Tier::clean_marked`]), each under the store's exclusive lock (an adoption reads its
+//! object without it, and records it under it), so what a start could not clean (a cold
+//! tier that did not answer) and what a restore or removal could not delete is cleaned
+//! without a restart.
 
 mod archive;
 mod restore;
@@ -90,9 +91,10 @@ pub use archive::{ArchiveOptions, ArchiveRow};
 const FORMAT: u8 = 1;
 
 /// How long the repair at start, and a cleaning of the cold tier, wait for one answer of the
-/// cold tier. One that does not come leaves the rest to the next start or cleaning, which
-/// is then not held up (the object store client itself retries for minutes), nor is a
-/// store's lock held longer (a cleaning holds it).
+/// cold tier (the object store client itself retries for minutes), so that neither a start
+/// nor a store's lock (a cleaning holds it) is held up longer. A HEAD of the repair that
+/// does not come leaves the rest to the next start; listings or deletions of two stores in
+/// a row that do not, the rest of a cleaning to the next one.
 const REPAIR_COLD_WAIT: Duration = Duration::from_secs(10);
 
 /// How long after it was last marked a store stays marked for cleaning, however clean its
@@ -299,8 +301,14 @@ pub struct Tier {
     instance_locks: Mutex<HashMap<InstanceId, Arc<Mutex<()>>>>,
     /// [`CLEANING_GRACE_SECONDS`] (tests set it to 0).
     cleaning_grace: i64,
-    /// Cold objects (by name, size and modification time) whose adoption failed, and when.
+    /// Cold objects (by name, size, modification time and entity tag) whose adoption
+    /// failed, and when.
     adoption_failures: Mutex<HashMap<String, std::time::Instant>>,
+    /// Cold objects (as above) read to be adopted that could not be recorded yet (their
+    /// store was busy): their SHA-256 and size.
+    adoption_reads: Mutex<HashMap<String, (String, u64)>>,
+    /// The stores whose cleaning went unanswered last time (cleaned last next time).
+    silent_stores: Mutex<std::collections::HashSet<Uuid>>,
 }
 
 impl Drop for Tier {
@@ -371,6 +379,8 @@ impl Tier {
             instance_locks: Mutex::default(),
             cleaning_grace: CLEANING_GRACE_SECONDS,
             adoption_failures: Mutex::default(),
+            adoption_reads: Mutex::default(),
+            silent_stores: Mutex::default(),
         })
     }
 
@@ -756,6 +766,9 @@ impl Tier {
                 }
                 Ok(())
             })?;
+        if batch.is_empty() {
+            return Ok(());
+        }
         self.db.write(batch)
     }
 
@@ -1198,9 +1211,16 @@ impl Tier {
         is_ready: &dyn Fn(Uuid) -> Result<bool>,
         stopped: &dyn Fn() -> bool,
     ) -> Result<bool> {
+        // The stores that went unanswered at the last cleaning come last: two slow ones do
+        // not keep the others from being cleaned.
+        let slow = std::mem::take(&mut *self.silent_stores.lock());
+        let (mut order, last): (Vec<Uuid>, Vec<Uuid>) =
+            marked.iter().partition(|token| !slow.contains(token));
+        order.extend(last);
         let mut tally = Tally::default();
-        let cleaned = self.clean_stores(marked, is_ready, stopped, &mut tally);
+        let cleaned = self.clean_stores(&order, is_ready, stopped, &mut tally);
         tally.log();
+        *self.silent_stores.lock() = std::mem::take(&mut tally.silent_stores);
         cleaned
     }
 
@@ -1214,10 +1234,11 @@ impl Tier {
         tally: &mut Tally,
     ) -> Result<bool> {
         let mut all_settled = true;
+        // Stores whose listing or a deletion went unanswered in time, since the last store
+        // that answered.
         let mut silent_in_a_row = 0;
         for &token in marked {
             let mut passes = 0;
-            let mut silent = false;
             let settled = loop {
                 if stopped() {
                     return Ok(false);
@@ -1234,32 +1255,43 @@ impl Tier {
                 match cleaned {
                     Cleaned::Silent => {
                         tally.silent.note(token);
-                        silent = true;
+                        tally.silent_stores.insert(token);
+                        silent_in_a_row += 1;
+                        if silent_in_a_row == 2 {
+                            return Ok(false);
+                        }
                         break false;
                     }
-                    Cleaned::Settled => break true,
-                    Cleaned::Unsettled if adoptions.is_empty() || passes == 2 => break false,
-                    Cleaned::Unsettled => {}
+                    Cleaned::Unlisted => break false,
+                    Cleaned::Settled => {
+                        silent_in_a_row = 0;
+                        break true;
+                    }
+                    Cleaned::Unsettled => silent_in_a_row = 0,
+                }
+                if adoptions.is_empty() || passes == 2 {
+                    break false;
                 }
                 let mut adopted_all = true;
                 for adoption in adoptions {
                     if stopped() {
                         return Ok(false);
                     }
-                    adopted_all &= self.adopt(token, &adoption, is_ready, tally)?;
+                    match self.adopt(token, &adoption, is_ready, tally)? {
+                        Adopted::Yes => {}
+                        Adopted::No => adopted_all = false,
+                        // The rest waits for a cleaning the store is not busy at.
+                        Adopted::Busy => {
+                            adopted_all = false;
+                            break;
+                        }
+                    }
                 }
                 if !adopted_all {
                     break false;
                 }
             };
             all_settled &= settled;
-            if !silent {
-                silent_in_a_row = 0;
-            } else if silent_in_a_row == 1 {
-                return Ok(false);
-            } else {
-                silent_in_a_row = 1;
-            }
         }
         Ok(all_settled)
     }
@@ -1305,7 +1337,7 @@ impl Tier {
             Some(Ok(objects)) => objects,
             Some(Err(e)) => {
                 tally.unlisted.note(format!("{token}: {e}"));
-                return Ok((Cleaned::Unsettled, adoptions));
+                return Ok((Cleaned::Unlisted, adoptions));
             }
             None => return Ok((Cleaned::Silent, adoptions)),
         };
@@ -1398,23 +1430,26 @@ impl Tier {
     /// without the store's lock (it may be a whole blob's download; restores of the store go
     /// on meanwhile), then, under the lock, records it as the archived copy of its instance
     /// if nothing changed since it was found (the store is still ready, the instance has the
-    /// same keys, not whole on the hot tier, and its record names what it named then).
-    /// Whether it was adopted. An object that could not be read is not read again for
-    /// [`ADOPTION_RETRY`] unless it was replaced (a new size or modification time), or the
-    /// daemon restarts.
+    /// same keys, not whole on the hot tier, and its record names what it named then). The
+    /// lock is waited for at most a second (new readers of the store wait behind that wait):
+    /// a store busy longer is [`Adopted::Busy`], and what was read is kept for the next
+    /// cleaning. An object that could not be read is not read again for [`ADOPTION_RETRY`]
+    /// unless it was replaced (a new size, modification time or entity tag), or the daemon
+    /// restarts; one that is gone meanwhile was deleted, not lost.
     fn adopt(
         &self,
         token: Uuid,
         adoption: &Adoption,
         is_ready: &dyn Fn(Uuid) -> Result<bool>,
         tally: &mut Tally,
-    ) -> Result<bool> {
+    ) -> Result<Adopted> {
         let location = &adoption.object.location;
         let name = location.to_string();
         let version = format!(
-            "{name} {} {}",
+            "{name} {} {} {}",
             adoption.object.size,
-            adoption.object.last_modified.timestamp_millis()
+            adoption.object.last_modified.timestamp_millis(),
+            adoption.object.e_tag.as_deref().unwrap_or_default()
         );
         if self
             .adoption_failures
@@ -1426,11 +1461,20 @@ impl Tier {
                 "{name}: could not be read within the last {} minutes",
                 ADOPTION_RETRY.as_secs() / 60
             ));
-            return Ok(false);
+            return Ok(Adopted::No);
         }
-        let (checksum, cold_bytes) = match self.read_back(location) {
+        let read = self.adoption_reads.lock().get(&version).cloned();
+        let (checksum, cold_bytes) = match read.map_or_else(|| self.read_back(location), Ok) {
             Ok(read) => read,
             Err(e) => {
+                let gone = matches!(
+                    self.within(REPAIR_COLD_WAIT, self.cold.head(location)),
+                    Some(Err(ObjectError::NotFound { .. }))
+                );
+                if gone {
+                    tally.changed += 1;
+                    return Ok(Adopted::No);
+                }
                 tally.unadopted.note(format!("{name}: {e}"));
                 let mut failures = self.adoption_failures.lock();
                 failures.retain(|_, failed| failed.elapsed() < ADOPTION_RETRY);
@@ -1438,15 +1482,21 @@ impl Tier {
                     failures.clear();
                 }
                 failures.insert(version, std::time::Instant::now());
-                return Ok(false);
+                return Ok(Adopted::No);
             }
         };
         self.adoption_failures.lock().remove(&version);
         let store_lock = self.store_lock(token);
         let Some(_exclusive) = store_lock.try_write_for(Duration::from_secs(1)) else {
             tally.busy.note(token);
-            return Ok(false);
+            let mut reads = self.adoption_reads.lock();
+            if reads.len() >= MOST_FAILURES_KEPT {
+                reads.clear();
+            }
+            reads.insert(version, (checksum, cold_bytes));
+            return Ok(Adopted::Busy);
         };
+        self.adoption_reads.lock().remove(&version);
         let instance = adoption.instance.as_str();
         let unchanged = is_ready(token)?
             && self.named_object(token, instance)? == adoption.named
@@ -1456,7 +1506,8 @@ impl Tier {
             })
             && !self.hot_whole(token, &adoption.keys);
         if !unchanged {
-            return Ok(false);
+            tally.changed += 1;
+            return Ok(Adopted::No);
         }
         // A restoring record is counted as an archived one.
         let counted = self
@@ -1474,8 +1525,17 @@ impl Tier {
             self.count_archived(token, 1);
         }
         tracing::warn!(%token, %instance, "recorded an unrecorded cold object as the archived copy of its blob");
-        Ok(true)
+        Ok(Adopted::Yes)
     }
+}
+
+/// Whether an object was adopted.
+enum Adopted {
+    Yes,
+    /// Not now (the log says why, or the blob changed while it was read).
+    No,
+    /// Read, but the store stayed busy with an archive or restore: what was read is kept.
+    Busy,
 }
 
 /// How the cleaning of one store went.
@@ -1484,6 +1544,8 @@ enum Cleaned {
     Settled,
     /// Something is left (to adopt, or for the next cleaning; the log says what).
     Unsettled,
+    /// Its listing failed.
+    Unlisted,
     /// The cold tier did not answer in time.
     Silent,
 }
@@ -1506,10 +1568,16 @@ struct Tally {
     removed: usize,
     /// Objects not named like a blob's, left alone.
     foreign: usize,
-    /// Stores busy with an archive or restore, left for the next cleaning.
+    /// Stores busy with an archive or restore (when listed, or when an object read to be
+    /// adopted was to be recorded), left for the next cleaning.
     busy: Problems<Uuid>,
     /// Stores whose listing or a deletion went unanswered in time.
     silent: Problems<Uuid>,
+    /// Those stores, to come last at the next cleaning.
+    silent_stores: std::collections::HashSet<Uuid>,
+    /// Objects whose blob changed while they were read to be adopted (looked at again at
+    /// the next cleaning).
+    changed: usize,
     /// Stores whose listing failed.
     unlisted: Problems<String>,
     /// Leftovers that could not be deleted.
@@ -1554,8 +1622,14 @@ impl Tally {
             );
         }
         if let Some(first) = &self.busy.first {
-            tracing::info!(stores = self.busy.count, %first,
-                "stores being archived or restored are cleaned at the next cleaning");
+            tracing::info!(times = self.busy.count, %first,
+                "stores being archived or restored are cleaned (and adopt what was read) at the next cleaning");
+        }
+        if self.changed > 0 {
+            tracing::info!(
+                objects = self.changed,
+                "cold objects read to be adopted whose blob changed meanwhile are looked at again at the next cleaning"
+            );
         }
         if let Some(first) = &self.silent.first {
             tracing::warn!(stores = self.silent.count, %first, seconds = REPAIR_COLD_WAIT.as_secs(),

@@ -331,6 +331,20 @@ fn a_hostile_cold_object_with_a_matching_checksum_restores_nothing() {
     assert_eq!(state(tier, "b_tas_0").state, State::Archived);
 }
 
+/// `fixture` with its tier changed by `change` (a cold tier that fails, a grace).
+fn with_tier(fixture: Fixture, change: impl FnOnce(&mut Tier)) -> Fixture {
+    let Fixture { _dir, data, tier } = fixture;
+    let Ok(mut tier) = Arc::try_unwrap(tier) else {
+        panic!("the fixture's tier has one handle");
+    };
+    change(&mut tier);
+    Fixture {
+        _dir,
+        data,
+        tier: Arc::new(tier),
+    }
+}
+
 /// What a start runs: the repair, with the fixture's store the one known and ready.
 fn start(tier: &Tier) {
     let known: HashSet<Uuid> = [TOKEN].into_iter().collect();
@@ -728,8 +742,10 @@ struct FailingUploads {
     lists_fail: bool,
     /// An object that cannot be read.
     unreadable: Option<ObjectPath>,
-    /// How often it was asked for.
+    /// How often it was asked for (its bytes, not its metadata).
     unreadable_asked: Arc<std::sync::atomic::AtomicUsize>,
+    /// How often any object's bytes were asked for.
+    gets: Arc<std::sync::atomic::AtomicUsize>,
     aborted: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -743,6 +759,7 @@ impl FailingUploads {
             lists_fail: false,
             unreadable: None,
             unreadable_asked: Arc::default(),
+            gets: Arc::default(),
             aborted: Arc::default(),
         }
     }
@@ -823,9 +840,14 @@ impl ObjectStore for FailingUploads {
         location: &ObjectPath,
         options: svc_manifests::object_store::GetOptions,
     ) -> svc_manifests::object_store::Result<svc_manifests::object_store::GetResult> {
+        if !options.head {
+            self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         if self.unreadable.as_ref() == Some(location) {
-            self.unreadable_asked
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if !options.head {
+                self.unreadable_asked
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
             return Err(refused());
         }
         self.inner.get_opts(location, options).await
@@ -881,21 +903,14 @@ impl ObjectStore for FailingUploads {
 #[test]
 fn an_upload_that_fails_in_a_part_or_at_completion_is_aborted() {
     for part_fails in [true, false] {
-        let Fixture { _dir, data, tier } = fixture();
         let aborted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let Ok(mut tier) = Arc::try_unwrap(tier) else {
-            panic!("the fixture's tier has one handle");
-        };
-        tier.cold = Arc::new(FailingUploads {
-            part_fails,
-            aborted: Arc::clone(&aborted),
-            ..FailingUploads::over(&tier.cold)
+        let fixture = with_tier(fixture(), |tier| {
+            tier.cold = Arc::new(FailingUploads {
+                part_fails,
+                aborted: Arc::clone(&aborted),
+                ..FailingUploads::over(&tier.cold)
+            });
         });
-        let fixture = Fixture {
-            _dir,
-            data,
-            tier: Arc::new(tier),
-        };
         let tier = &fixture.tier;
         let planned = tier
             .archivable(candidate(), &ArchiveOptions::default())
@@ -1152,11 +1167,11 @@ fn the_cleaning_while_serving_leaves_a_store_being_archived_for_later_and_keeps_
         move || cleaned.send(tier.clean_marked(&|_| Ok(true), &|| false).unwrap())
     });
     let settled = cleaning.recv_timeout(Duration::from_secs(10));
-    if settled.is_err() {
+    if settled == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
         go_on.send(()).unwrap();
         panic!("the cleaning waited for the archive under way");
     }
-    assert_eq!(settled, Ok(false));
+    assert_eq!(settled, Ok(false), "the cleaning failed");
     assert!(
         tier.block_on(tier.cold.head(&object)).is_ok(),
         "the object of the archive under way was deleted"
@@ -1171,16 +1186,9 @@ fn the_cleaning_while_serving_leaves_a_store_being_archived_for_later_and_keeps_
 
 #[test]
 fn a_store_stays_marked_for_the_grace_and_an_object_that_appears_late_is_deleted() {
-    let Fixture { _dir, data, tier } = archived();
-    let Ok(mut tier) = Arc::try_unwrap(tier) else {
-        panic!("the fixture's tier has one handle");
-    };
-    tier.cleaning_grace = CLEANING_GRACE_SECONDS;
-    let fixture = Fixture {
-        _dir,
-        data,
-        tier: Arc::new(tier),
-    };
+    let fixture = with_tier(archived(), |tier| {
+        tier.cleaning_grace = CLEANING_GRACE_SECONDS
+    });
     let tier = &fixture.tier;
     tier.restore_instance(TOKEN, "b_tas_1", None).unwrap();
     assert!(tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
@@ -1233,4 +1241,106 @@ fn a_mark_put_before_marks_held_their_time_keeps_its_store_marked_for_the_grace(
     start(&tier);
     assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
     assert!(tier.marked_at(TOKEN).unwrap().unwrap() > now() - 60);
+}
+
+/// The fixture archived, then its database as a backup older than the archive of b_tas_2
+/// (no record of it), and the object the cleaning would adopt for it.
+fn lost_record_and_its_adoption(tier: &Tier) -> Adoption {
+    let mut batch = Batch::default();
+    batch.delete(cf::TIERS, scoped_key(TOKEN, "b_tas_2"));
+    tier.db.write(batch).unwrap();
+    tier.count_archived(TOKEN, -1);
+    let mut tally = Tally::default();
+    let (cleaned, mut adoptions) = tier
+        .clean_store(TOKEN, true, &mut tally, &|| false)
+        .unwrap();
+    assert!(matches!(cleaned, Cleaned::Unsettled));
+    assert_eq!(adoptions.len(), 1);
+    let adoption = adoptions.remove(0);
+    assert_eq!(adoption.instance, "b_tas_2");
+    adoption
+}
+
+#[test]
+fn an_object_read_to_be_adopted_is_not_recorded_when_its_blob_changed_meanwhile() {
+    let fixture = archived();
+    let tier = &fixture.tier;
+    let adoption = lost_record_and_its_adoption(tier);
+    let archived = |tier: &Tier| tier.archived.lock().get(&TOKEN).copied();
+    let archived_before = archived(tier);
+    // An archive of the blob recorded another object meanwhile.
+    let mut other = BlobState::hot(2 * CHUNK as u64, 2);
+    other.state = State::Archived;
+    other.cold_key = format!("{TOKEN}/b_tas_2.ffff.zip");
+    tier.put_state(TOKEN, "b_tas_2", &other).unwrap();
+    let mut tally = Tally::default();
+    let adopted = tier.adopt(TOKEN, &adoption, &|_| Ok(true), &mut tally);
+    assert!(matches!(adopted.unwrap(), Adopted::No));
+    assert_eq!(state(tier, "b_tas_2").cold_key, other.cold_key);
+    assert_eq!(archived(tier), archived_before);
+    // The store was converted again meanwhile.
+    tier.forget_store(TOKEN).unwrap();
+    let adopted = tier.adopt(TOKEN, &adoption, &|_| Ok(true), &mut tally);
+    assert!(matches!(adopted.unwrap(), Adopted::No));
+    assert!(tier.state(TOKEN, "b_tas_2").unwrap().is_none());
+    assert_eq!(tally.changed, 2);
+    assert_eq!(archived(tier), None);
+}
+
+#[test]
+fn an_object_read_while_its_store_was_busy_is_recorded_later_without_reading_it_again() {
+    let gets = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let fixture = with_tier(archived(), |tier| {
+        tier.cold = Arc::new(FailingUploads {
+            gets: Arc::clone(&gets),
+            ..FailingUploads::over(&tier.cold)
+        });
+    });
+    let tier = &fixture.tier;
+    let adoption = lost_record_and_its_adoption(tier);
+    let (busy, held) = std::sync::mpsc::channel();
+    let (done, release) = std::sync::mpsc::channel::<()>();
+    let restore = std::thread::spawn({
+        let tier = Arc::clone(tier);
+        move || {
+            let store_lock = tier.store_lock(TOKEN);
+            let _shared = store_lock.read();
+            busy.send(()).unwrap();
+            release.recv().unwrap();
+        }
+    });
+    held.recv().unwrap();
+    let mut tally = Tally::default();
+    let adopted = tier.adopt(TOKEN, &adoption, &|_| Ok(true), &mut tally);
+    done.send(()).unwrap();
+    restore.join().unwrap();
+    assert!(matches!(adopted.unwrap(), Adopted::Busy));
+    assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(tier.state(TOKEN, "b_tas_2").unwrap().is_none());
+    let adopted = tier.adopt(TOKEN, &adoption, &|_| Ok(true), &mut tally);
+    assert!(matches!(adopted.unwrap(), Adopted::Yes));
+    assert_eq!(
+        gets.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "read again"
+    );
+    assert_eq!(state(tier, "b_tas_2").state, State::Archived);
+    assert_restores(&fixture, 5);
+}
+
+#[test]
+fn a_mark_from_a_clock_that_stood_ahead_is_brought_back() {
+    let fixture = fixture();
+    let tier = &fixture.tier;
+    let mut batch = Batch::default();
+    batch.put(
+        cf::META,
+        cleaning_mark(TOKEN),
+        (now() + 86_400).to_be_bytes().to_vec(),
+    );
+    tier.db.write(batch).unwrap();
+    assert!(tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
+    assert!(tier.marked_at(TOKEN).unwrap().unwrap() <= now());
+    assert!(tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
+    assert!(tier.marked_for_cleaning().unwrap().is_empty());
 }
