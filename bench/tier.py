@@ -12,13 +12,16 @@ stored): a large one (`--size-mib`, 1 GiB by default, one chunk per time step of
 1. Sequential read of the large store: every chunk file in key order, read whole with 1 MiB
    reads by one reader, through the mount (`<mount>/<token>.zarr/<key>`) against directly
    from the hot tier (`<data>/stores/<token>/<key>`), each with a cold page cache (after
-   `sync` and `echo 3 > /proc/sys/vm/drop_caches`) and warm (read once before). MiB/s and
+   `sync` and `echo 3 > /proc/sys/vm/drop_caches`) and warm (read once before), each side
+   first in every other round (the order moves cold figures a lot on a virtual disk). MiB/s and
    the ratio mount/direct (target >= 0.8 with passthrough), for passthrough (the default)
    and for the fallback (svcd restarted with `SVCD_MOUNT_PASSTHROUGH=false`: every read goes
    through the daemon; warm only, as the daemon's mapped chunks keep their pages through
    `drop_caches`). Then what each file costs through the mount: `open` and `close` of every
    chunk file (through the mount and directly), and a FUSE round trip that does no work
-   (`statvfs` of the mount), in microseconds.
+   (`statvfs` of the mount), in microseconds; and the best warm ratio a mount that costs
+   one such round trip per chunk file could reach (a file's direct read time over that time
+   plus the round trip).
 2. 16 parallel readers (`--readers`) of the small chunks, each reading every chunk (open,
    read whole, close) in its own shuffled order, warm page cache: through the mount, through
    HTTP (one keep-alive `requests` session per reader, the same Python client loop: this
@@ -40,7 +43,7 @@ Needs root (the mount, dropping caches) and /dev/fuse, and the Python of .venv-t
 
 Run: make bench-tier [BENCH_ARGS="--size-mib 256"], or
 .venv-test/bin/python bench/tier.py --svcd $CARGO_TARGET_DIR/release/svcd [--size-mib 1024]
-[--step-mib 1] [--blob-mib 128] [--small-chunks 8192] [--readers 16] [--rounds 3] [--data DIR] [--json FILE] [--only-tier] (sections 3 and 4 alone).
+[--step-mib 1] [--blob-mib 128] [--small-chunks 8192] [--readers 16] [--rounds 4] [--data DIR] [--json FILE] [--only-tier] (sections 3 and 4 alone).
 Sources are kept in `--data` (default /var/tmp/tier-bench/sources) and reused; svcd's data
 directory and the mount live in a run directory removed at the end.
 """
@@ -177,8 +180,13 @@ def sequential(svcd, token, keys, rounds):
     sides = {"mount": [mounted / k for k in keys], "direct": [hot / k for k in keys]}
     results = {}
     for cache in ("cold", "warm"):
-        for _ in range(rounds):
-            for side, paths in sides.items():
+        for number in range(rounds):
+            # Each side goes first in every other round: on this VM's disk the order of two
+            # cold reads of the same files (each after dropping the page cache) moves their
+            # ratio a lot (in one session, mount/direct was 1.3x to 1.5x with the mount read
+            # first and 0.6x with it read second).
+            order = list(sides.items())
+            for side, paths in order if number % 2 == 0 else reversed(order):
                 if cache == "cold":
                     drop_caches()
                 else:
@@ -324,7 +332,7 @@ def main():
     parser.add_argument("--blob-mib", type=int, default=128)
     parser.add_argument("--small-chunks", type=int, default=8192)
     parser.add_argument("--readers", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of each measurement (each side of a sequential read goes first in half of them)")
     parser.add_argument("--data", type=Path, default=Path("/var/tmp/tier-bench"))
     parser.add_argument("--json", type=Path)
     parser.add_argument("--only-tier", action="store_true", help="sections 3 and 4 alone (restore, open_zarr)")
@@ -391,6 +399,11 @@ def main():
         costs = figures["per file"]
         print(f"{'per chunk file: open+close, mount':<44} {costs['open+close mount']:>8.1f} us     {costs['open+close direct']:.1f} us directly")
         print(f"{'a FUSE round trip that does nothing (statfs)':<44} {costs['round trip']:>8.1f} us")
+        # Each chunk file opened through the mount costs at least one round trip (its open):
+        # the warm ratio cannot pass what one round trip more per file allows.
+        per_file = args.step_mib / figures["sequential, passthrough"]["warm direct"] * 1e6
+        ceiling = per_file / (per_file + costs["round trip"])
+        print(f"{'warm ratio one round trip per file allows':<44} {ceiling:>8.2f}x    ({per_file:.0f} us per file directly)")
         par = figures["parallel"]
         for side in ("mount", "http", "direct"):
             label = "http (python requests)" if side == "http" else side
