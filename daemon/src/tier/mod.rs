@@ -301,6 +301,8 @@ pub struct Tier {
     instance_locks: Mutex<HashMap<InstanceId, Arc<Mutex<()>>>>,
     /// [`CLEANING_GRACE_SECONDS`] (tests set it to 0).
     cleaning_grace: i64,
+    /// [`REPAIR_COLD_WAIT`] (tests shorten it).
+    cold_wait: Duration,
     /// Cold objects (by name, size, modification time and entity tag) whose adoption
     /// failed, and when.
     adoption_failures: Mutex<HashMap<String, std::time::Instant>>,
@@ -378,6 +380,7 @@ impl Tier {
             store_locks: Mutex::default(),
             instance_locks: Mutex::default(),
             cleaning_grace: CLEANING_GRACE_SECONDS,
+            cold_wait: REPAIR_COLD_WAIT,
             adoption_failures: Mutex::default(),
             adoption_reads: Mutex::default(),
             silent_stores: Mutex::default(),
@@ -1016,7 +1019,7 @@ impl Tier {
                     tracing::warn!(%token, %instance, "an archive was interrupted; the blob stays hot");
                     if cold_answers && hot_whole {
                         let location = ObjectPath::from(state.cold_key.as_str());
-                        match self.within(REPAIR_COLD_WAIT, self.cold.delete(&location)) {
+                        match self.within(self.cold_wait, self.cold.delete(&location)) {
                             Some(Ok(()) | Err(ObjectError::NotFound { .. })) => {}
                             Some(Err(e)) => {
                                 tracing::warn!(object = %location, error = %e, "cannot delete the object of an interrupted archive");
@@ -1058,7 +1061,7 @@ impl Tier {
             }
             let location = ObjectPath::from(state.cold_key.as_str());
             let answer = if cold_answers {
-                self.within(REPAIR_COLD_WAIT, self.cold.head(&location))
+                self.within(self.cold_wait, self.cold.head(&location))
             } else {
                 None
             };
@@ -1329,7 +1332,7 @@ impl Tier {
         let mut unadopted = std::collections::HashSet::new();
         let prefix = ObjectPath::from(token.to_string());
         let listed_at = now();
-        let listed = self.within(REPAIR_COLD_WAIT, async {
+        let listed = self.within(self.cold_wait, async {
             use futures::TryStreamExt;
             self.cold.list(Some(&prefix)).try_collect::<Vec<_>>().await
         });
@@ -1390,7 +1393,7 @@ impl Tier {
             if stopped() {
                 return Ok((Cleaned::Unsettled, adoptions));
             }
-            match self.within(REPAIR_COLD_WAIT, self.cold.delete(&object.location)) {
+            match self.within(self.cold_wait, self.cold.delete(&object.location)) {
                 Some(Ok(())) => tally.removed += 1,
                 Some(Err(e)) => {
                     tally.undeleted.note(format!("{name}: {e}"));
@@ -1468,7 +1471,7 @@ impl Tier {
             Ok(read) => read,
             Err(e) => {
                 let gone = matches!(
-                    self.within(REPAIR_COLD_WAIT, self.cold.head(location)),
+                    self.within(self.cold_wait, self.cold.head(location)),
                     Some(Err(ObjectError::NotFound { .. }))
                 );
                 if gone {

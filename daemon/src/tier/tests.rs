@@ -740,6 +740,8 @@ struct FailingUploads {
     deletes_fail: bool,
     /// Whether every listing fails too.
     lists_fail: bool,
+    /// Prefixes whose listing never answers.
+    silent_prefixes: HashSet<ObjectPath>,
     /// An object that cannot be read.
     unreadable: Option<ObjectPath>,
     /// How often it was asked for (its bytes, not its metadata).
@@ -757,6 +759,7 @@ impl FailingUploads {
             part_fails: false,
             deletes_fail: false,
             lists_fail: false,
+            silent_prefixes: HashSet::new(),
             unreadable: None,
             unreadable_asked: Arc::default(),
             gets: Arc::default(),
@@ -875,9 +878,11 @@ impl ObjectStore for FailingUploads {
         'static,
         svc_manifests::object_store::Result<svc_manifests::object_store::ObjectMeta>,
     > {
+        use futures::StreamExt;
         if self.lists_fail {
-            use futures::StreamExt;
             futures::stream::once(async { Err(refused()) }).boxed()
+        } else if prefix.is_some_and(|prefix| self.silent_prefixes.contains(prefix)) {
+            futures::stream::pending().boxed()
         } else {
             self.inner.list(prefix)
         }
@@ -1343,4 +1348,41 @@ fn a_mark_from_a_clock_that_stood_ahead_is_brought_back() {
     assert!(tier.marked_at(TOKEN).unwrap().unwrap() <= now());
     assert!(tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
+}
+
+#[test]
+fn a_cleaning_goes_past_one_silent_store_stops_at_two_and_takes_them_last_next_time() {
+    let [first, second, third] = [1u128, 2, 3].map(Uuid::from_u128);
+    // The fixture's tier over a cold tier whose listings of `silent` never answer, with the
+    // three stores marked.
+    let silent_at = |fixture: Fixture, silent: &[Uuid]| {
+        let fixture = with_tier(fixture, |tier| {
+            tier.cold_wait = Duration::from_millis(100);
+            tier.cold = Arc::new(FailingUploads {
+                silent_prefixes: silent
+                    .iter()
+                    .map(|token| ObjectPath::from(token.to_string()))
+                    .collect(),
+                ..FailingUploads::over(&tier.cold)
+            });
+        });
+        let mut batch = Batch::default();
+        for token in [first, second, third] {
+            mark_for_cleaning(&mut batch, token);
+        }
+        fixture.tier.db.write(batch).unwrap();
+        fixture
+    };
+    let clean = |tier: &Tier| {
+        let settled = tier.clean_marked(&|_| Ok(false), &|| false).unwrap();
+        (settled, tier.marked_for_cleaning().unwrap())
+    };
+    // One store that does not answer: the others are cleaned.
+    let fixture = silent_at(fixture(), &[first]);
+    assert_eq!(clean(&fixture.tier), (false, vec![first]));
+    // Two in a row: the cleaning stops there, and the next takes them last.
+    let fixture = silent_at(fixture, &[first, second]);
+    fixture.tier.silent_stores.lock().clear();
+    assert_eq!(clean(&fixture.tier), (false, vec![first, second, third]));
+    assert_eq!(clean(&fixture.tier), (false, vec![first, second]));
 }
