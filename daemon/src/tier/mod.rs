@@ -104,8 +104,8 @@ const REPAIR_COLD_WAIT: Duration = Duration::from_secs(10);
 const CLEANING_GRACE_SECONDS: i64 = 3600;
 
 /// The most failed restores (or adoptions) kept, with when and why (for readers that asked
-/// before a restore failed): past it, they are forgotten all at once (those readers then
-/// start anew; those objects are tried again).
+/// before a restore failed): past it, failed restores are forgotten all at once (those
+/// readers then start anew), and further failed adoptions are not kept.
 const MOST_FAILURES_KEPT: usize = 4096;
 
 /// How long after a cold object could not be read back to be adopted it is not tried again.
@@ -1481,10 +1481,11 @@ impl Tier {
                 tally.unadopted.note(format!("{name}: {e}"));
                 let mut failures = self.adoption_failures.lock();
                 failures.retain(|_, failed| failed.elapsed() < ADOPTION_RETRY);
-                if failures.len() >= MOST_FAILURES_KEPT {
-                    failures.clear();
+                // Past the most kept, a new failure is not kept (it is read again at the
+                // next cleaning); those kept keep their wait.
+                if failures.len() < MOST_FAILURES_KEPT {
+                    failures.insert(version, std::time::Instant::now());
                 }
-                failures.insert(version, std::time::Instant::now());
                 return Ok(Adopted::No);
             }
         };
