@@ -311,6 +311,8 @@ pub struct Tier {
     adoption_reads: Mutex<HashMap<String, (String, u64)>>,
     /// The stores whose cleaning went unanswered last time (cleaned last next time).
     silent_stores: Mutex<std::collections::HashSet<Uuid>>,
+    /// The stores a cleaning found busy last time (waited for next time).
+    busy_stores: Mutex<std::collections::HashSet<Uuid>>,
 }
 
 impl Drop for Tier {
@@ -384,6 +386,7 @@ impl Tier {
             adoption_failures: Mutex::default(),
             adoption_reads: Mutex::default(),
             silent_stores: Mutex::default(),
+            busy_stores: Mutex::default(),
         })
     }
 
@@ -1203,9 +1206,10 @@ impl Tier {
     /// `marked` for it (stores of this database whose archives, restores or removal may have
     /// left objects behind since they were last cleaned), one store at a time, until
     /// `stopped`; what it did and could not do is logged once at the end. A store whose lock
-    /// is held (an archive or restore of it under way) is left for the next cleaning: waiting
-    /// for it would hold up every other restore of the store, as a waiting writer holds off
-    /// new readers. The cleaning stops when two stores in a row go unanswered in time (one
+    /// is held (an archive or restore of it under way) is left for the next cleaning, which
+    /// tries its lock for a while (see [`free_for_writing`]): waiting in the lock would hold
+    /// up every other restore of the store, as a waiting writer holds off new readers. The
+    /// cleaning stops when two stores in a row go unanswered in time (one
     /// slow prefix does not keep the others from being cleaned; a cold tier that does not
     /// answer costs two waits). Whether every marked store was settled.
     fn clean_cold(
@@ -1224,6 +1228,7 @@ impl Tier {
         let cleaned = self.clean_stores(&order, is_ready, stopped, &mut tally);
         tally.log();
         *self.silent_stores.lock() = std::mem::take(&mut tally.silent_stores);
+        *self.busy_stores.lock() = std::mem::take(&mut tally.busy_stores);
         cleaned
     }
 
@@ -1237,6 +1242,7 @@ impl Tier {
         tally: &mut Tally,
     ) -> Result<bool> {
         let mut all_settled = true;
+        let busy_before = std::mem::take(&mut *self.busy_stores.lock());
         // Stores whose listing or a deletion went unanswered in time, since the last store
         // that answered.
         let mut silent_in_a_row = 0;
@@ -1249,8 +1255,10 @@ impl Tier {
                 passes += 1;
                 let (cleaned, adoptions) = {
                     let store_lock = self.store_lock(token);
-                    let Some(_exclusive) = store_lock.try_write() else {
+                    let patient = busy_before.contains(&token);
+                    let Some(_exclusive) = free_for_writing(&store_lock, patient, stopped) else {
                         tally.busy.note(token);
+                        tally.busy_stores.insert(token);
                         break false;
                     };
                     self.clean_store(token, is_ready(token)?, tally, stopped)?
@@ -1542,6 +1550,39 @@ enum Adopted {
     Busy,
 }
 
+/// How long a cleaning waits for a store it found busy (an archive or restore of it under
+/// way) the last time, trying its lock every [`BUSY_RETRY`].
+const BUSY_PATIENCE: Duration = Duration::from_secs(10);
+
+/// See [`BUSY_PATIENCE`].
+const BUSY_RETRY: Duration = Duration::from_millis(50);
+
+/// The store lock `lock` for writing, if it is free; when `patient`, also if it frees within
+/// [`BUSY_PATIENCE`] (until `stopped`). Never waits in the lock itself: a waiting writer
+/// holds off new readers (restores and archives of the store), so it only tries again, and
+/// a store whose archives and restores overlap without a gap is cleaned at a start.
+fn free_for_writing<'a>(
+    lock: &'a parking_lot::RwLock<()>,
+    patient: bool,
+    stopped: &dyn Fn() -> bool,
+) -> Option<parking_lot::RwLockWriteGuard<'a, ()>> {
+    let until = std::time::Instant::now()
+        + if patient {
+            BUSY_PATIENCE
+        } else {
+            Duration::ZERO
+        };
+    loop {
+        if let Some(guard) = lock.try_write() {
+            return Some(guard);
+        }
+        if std::time::Instant::now() >= until || stopped() {
+            return None;
+        }
+        std::thread::sleep(BUSY_RETRY);
+    }
+}
+
 /// How the cleaning of one store went.
 enum Cleaned {
     /// Everything below its prefix is settled.
@@ -1579,6 +1620,8 @@ struct Tally {
     silent: Problems<Uuid>,
     /// Those stores, to come last at the next cleaning.
     silent_stores: std::collections::HashSet<Uuid>,
+    /// The stores found busy, waited for at the next cleaning.
+    busy_stores: std::collections::HashSet<Uuid>,
     /// Objects whose blob changed while they were read to be adopted (looked at again at
     /// the next cleaning).
     changed: usize,

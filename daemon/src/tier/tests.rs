@@ -1386,3 +1386,34 @@ fn a_cleaning_goes_past_one_silent_store_stops_at_two_and_takes_them_last_next_t
     assert_eq!(clean(&fixture.tier), (false, vec![first, second, third]));
     assert_eq!(clean(&fixture.tier), (false, vec![first, second]));
 }
+
+#[test]
+fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
+    let fixture = fixture();
+    let tier = Arc::clone(&fixture.tier);
+    let mut batch = Batch::default();
+    mark_for_cleaning(&mut batch, TOKEN);
+    tier.db.write(batch).unwrap();
+    let (held, holding) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let restore = std::thread::spawn({
+        let tier = Arc::clone(&tier);
+        move || {
+            let store_lock = tier.store_lock(TOKEN);
+            let _shared = store_lock.read();
+            held.send(()).unwrap();
+            released.recv().unwrap();
+        }
+    });
+    holding.recv().unwrap();
+    assert!(!tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
+    // The restore ends while the next cleaning tries the store's lock.
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        release.send(()).unwrap();
+    });
+    assert!(tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
+    releaser.join().unwrap();
+    restore.join().unwrap();
+    assert!(tier.marked_for_cleaning().unwrap().is_empty());
+}
