@@ -1207,7 +1207,8 @@ impl Tier {
     /// left objects behind since they were last cleaned), one store at a time, until
     /// `stopped`; what it did and could not do is logged once at the end. A store whose lock
     /// is held (an archive or restore of it under way) is left for the next cleaning, which
-    /// tries its lock for a while (see [`free_for_writing`]): waiting in the lock would hold
+    /// tries its lock for up to [`BUSY_PATIENCE`] (all such stores of a cleaning together, up
+    /// to [`BUSY_PATIENCE_IN_ALL`]; see [`free_for_writing`]): waiting in the lock would hold
     /// up every other restore of the store, as a waiting writer holds off new readers. The
     /// cleaning stops when two stores in a row go unanswered in time (one
     /// slow prefix does not keep the others from being cleaned; a cold tier that does not
@@ -1243,6 +1244,7 @@ impl Tier {
     ) -> Result<bool> {
         let mut all_settled = true;
         let busy_before = std::mem::take(&mut *self.busy_stores.lock());
+        let started = std::time::Instant::now();
         // Stores whose listing or a deletion went unanswered in time, since the last store
         // that answered.
         let mut silent_in_a_row = 0;
@@ -1255,8 +1257,12 @@ impl Tier {
                 passes += 1;
                 let (cleaned, adoptions) = {
                     let store_lock = self.store_lock(token);
-                    let patient = busy_before.contains(&token);
-                    let Some(_exclusive) = free_for_writing(&store_lock, patient, stopped) else {
+                    let patience = if busy_before.contains(&token) {
+                        BUSY_PATIENCE.min(BUSY_PATIENCE_IN_ALL.saturating_sub(started.elapsed()))
+                    } else {
+                        Duration::ZERO
+                    };
+                    let Some(_exclusive) = free_for_writing(&store_lock, patience, stopped) else {
                         tally.busy.note(token);
                         tally.busy_stores.insert(token);
                         break false;
@@ -1554,24 +1560,22 @@ enum Adopted {
 /// way) the last time, trying its lock every [`BUSY_RETRY`].
 const BUSY_PATIENCE: Duration = Duration::from_secs(10);
 
+/// How long a cleaning waits for busy stores in all (see [`BUSY_PATIENCE`]).
+const BUSY_PATIENCE_IN_ALL: Duration = Duration::from_secs(60);
+
 /// See [`BUSY_PATIENCE`].
 const BUSY_RETRY: Duration = Duration::from_millis(50);
 
-/// The store lock `lock` for writing, if it is free; when `patient`, also if it frees within
-/// [`BUSY_PATIENCE`] (until `stopped`). Never waits in the lock itself: a waiting writer
-/// holds off new readers (restores and archives of the store), so it only tries again, and
-/// a store whose archives and restores overlap without a gap is cleaned at a start.
+/// The store lock `lock` for writing, if it is free, or if it frees within `patience`
+/// (until `stopped`). Never waits in the lock itself: a waiting writer holds off new readers
+/// (restores and archives of the store), so it only tries again, and a store whose archives
+/// and restores overlap without a gap is cleaned at a start.
 fn free_for_writing<'a>(
     lock: &'a parking_lot::RwLock<()>,
-    patient: bool,
+    patience: Duration,
     stopped: &dyn Fn() -> bool,
 ) -> Option<parking_lot::RwLockWriteGuard<'a, ()>> {
-    let until = std::time::Instant::now()
-        + if patient {
-            BUSY_PATIENCE
-        } else {
-            Duration::ZERO
-        };
+    let until = std::time::Instant::now() + patience;
     loop {
         if let Some(guard) = lock.try_write() {
             return Some(guard);
