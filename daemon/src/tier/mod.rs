@@ -1244,7 +1244,8 @@ impl Tier {
     ) -> Result<bool> {
         let mut all_settled = true;
         let busy_before = std::mem::take(&mut *self.busy_stores.lock());
-        let started = std::time::Instant::now();
+        // What is left of the time this cleaning may wait for busy stores.
+        let mut patience_left = BUSY_PATIENCE_IN_ALL;
         // Stores whose listing or a deletion went unanswered in time, since the last store
         // that answered.
         let mut silent_in_a_row = 0;
@@ -1258,11 +1259,14 @@ impl Tier {
                 let (cleaned, adoptions) = {
                     let store_lock = self.store_lock(token);
                     let patience = if busy_before.contains(&token) {
-                        BUSY_PATIENCE.min(BUSY_PATIENCE_IN_ALL.saturating_sub(started.elapsed()))
+                        BUSY_PATIENCE.min(patience_left)
                     } else {
                         Duration::ZERO
                     };
-                    let Some(_exclusive) = free_for_writing(&store_lock, patience, stopped) else {
+                    let waiting = std::time::Instant::now();
+                    let exclusive = free_for_writing(&store_lock, patience, stopped);
+                    patience_left = patience_left.saturating_sub(waiting.elapsed());
+                    let Some(_exclusive) = exclusive else {
                         tally.busy.note(token);
                         tally.busy_stores.insert(token);
                         break false;
@@ -1448,10 +1452,11 @@ impl Tier {
     /// on meanwhile), then, under the lock, records it as the archived copy of its instance
     /// if nothing changed since it was found (the store is still ready, the instance has the
     /// same keys, not whole on the hot tier, and its record names what it named then). The
-    /// lock is waited for at most a second (new readers of the store wait behind that wait):
+    /// lock is tried for at most a second (without waiting in it, see [`free_for_writing`]):
     /// a store busy longer is [`Adopted::Busy`], and what was read is kept for the next
     /// cleaning. An object that could not be read is not read again for [`ADOPTION_RETRY`]
-    /// unless it was replaced (a new size, modification time or entity tag), or the daemon
+    /// (while fewer than [`MOST_FAILURES_KEPT`] failures are kept) unless it was replaced (a
+    /// new size, modification time or entity tag), or the daemon
     /// restarts; one that is gone meanwhile was deleted, not lost.
     fn adopt(
         &self,
@@ -1505,7 +1510,8 @@ impl Tier {
         };
         self.adoption_failures.lock().remove(&version);
         let store_lock = self.store_lock(token);
-        let Some(_exclusive) = store_lock.try_write_for(Duration::from_secs(1)) else {
+        let Some(_exclusive) = free_for_writing(&store_lock, Duration::from_secs(1), &|| false)
+        else {
             tally.busy.note(token);
             let mut reads = self.adoption_reads.lock();
             if reads.len() >= MOST_FAILURES_KEPT {
@@ -1560,7 +1566,8 @@ enum Adopted {
 /// way) the last time, trying its lock every [`BUSY_RETRY`].
 const BUSY_PATIENCE: Duration = Duration::from_secs(10);
 
-/// How long a cleaning waits for busy stores in all (see [`BUSY_PATIENCE`]).
+/// How long a cleaning waits for busy stores in all, counting only its waits (see
+/// [`BUSY_PATIENCE`]).
 const BUSY_PATIENCE_IN_ALL: Duration = Duration::from_secs(60);
 
 /// See [`BUSY_PATIENCE`].

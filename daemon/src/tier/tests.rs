@@ -1357,7 +1357,7 @@ fn a_cleaning_goes_past_one_silent_store_stops_at_two_and_takes_them_last_next_t
     // three stores marked.
     let silent_at = |fixture: Fixture, silent: &[Uuid]| {
         let fixture = with_tier(fixture, |tier| {
-            tier.cold_wait = Duration::from_millis(100);
+            tier.cold_wait = Duration::from_millis(500);
             tier.cold = Arc::new(FailingUploads {
                 silent_prefixes: silent
                     .iter()
@@ -1406,7 +1406,17 @@ fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
         }
     });
     holding.recv().unwrap();
-    assert!(!tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
+    // Not waiting in the lock (the test would hang then).
+    let (cleaned, cleaning) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        let tier = Arc::clone(&tier);
+        move || cleaned.send(tier.clean_marked(&|_| Ok(true), &|| false).unwrap())
+    });
+    assert_eq!(
+        cleaning.recv_timeout(Duration::from_secs(10)),
+        Ok(false),
+        "the first cleaning waited for the store, or failed"
+    );
     // The restore ends while the next cleaning tries the store's lock.
     let releaser = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
