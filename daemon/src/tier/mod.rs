@@ -1229,7 +1229,11 @@ impl Tier {
         let cleaned = self.clean_stores(&order, is_ready, stopped, &mut tally);
         tally.log();
         *self.silent_stores.lock() = std::mem::take(&mut tally.silent_stores);
-        *self.busy_stores.lock() = std::mem::take(&mut tally.busy_stores);
+        // Stores found busy now, and those found busy before that this one did not reach.
+        let mut busy = self.busy_stores.lock();
+        busy.retain(|token| !tally.reached.contains(token));
+        busy.extend(tally.busy_stores.drain());
+        drop(busy);
         cleaned
     }
 
@@ -1243,7 +1247,7 @@ impl Tier {
         tally: &mut Tally,
     ) -> Result<bool> {
         let mut all_settled = true;
-        let busy_before = std::mem::take(&mut *self.busy_stores.lock());
+        let busy_before = self.busy_stores.lock().clone();
         // What is left of the time this cleaning may wait for busy stores.
         let mut patience_left = BUSY_PATIENCE_IN_ALL;
         // Stores whose listing or a deletion went unanswered in time, since the last store
@@ -1255,6 +1259,7 @@ impl Tier {
                 if stopped() {
                     return Ok(false);
                 }
+                tally.reached.insert(token);
                 passes += 1;
                 let (cleaned, adoptions) = {
                     let store_lock = self.store_lock(token);
@@ -1267,6 +1272,9 @@ impl Tier {
                     let exclusive = free_for_writing(&store_lock, patience, stopped);
                     patience_left = patience_left.saturating_sub(waiting.elapsed());
                     let Some(_exclusive) = exclusive else {
+                        if stopped() {
+                            return Ok(false);
+                        }
                         tally.busy.note(token);
                         tally.busy_stores.insert(token);
                         break false;
@@ -1513,6 +1521,7 @@ impl Tier {
         let Some(_exclusive) = free_for_writing(&store_lock, Duration::from_secs(1), &|| false)
         else {
             tally.busy.note(token);
+            tally.busy_stores.insert(token);
             let mut reads = self.adoption_reads.lock();
             if reads.len() >= MOST_FAILURES_KEPT {
                 reads.clear();
@@ -1633,6 +1642,8 @@ struct Tally {
     silent_stores: std::collections::HashSet<Uuid>,
     /// The stores found busy, waited for at the next cleaning.
     busy_stores: std::collections::HashSet<Uuid>,
+    /// The stores this cleaning came to.
+    reached: std::collections::HashSet<Uuid>,
     /// Objects whose blob changed while they were read to be adopted (looked at again at
     /// the next cleaning).
     changed: usize,
