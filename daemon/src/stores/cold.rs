@@ -163,8 +163,9 @@ impl Stores {
 
     /// Cleans the cold tier of the stores marked for it while the daemon serves, as the
     /// startup repair does (see [`crate::tier::Tier::clean_marked`]), until `stop` is
-    /// requested (checked before each store, deletion and adoption). Whether every marked store was settled (else the
-    /// log says why; the rest is tried at the next cleaning). Blocking.
+    /// requested (checked before each store, deletion and adoption). Whether every marked
+    /// store was settled (else the log says why; the rest is tried at the next cleaning).
+    /// Blocking.
     ///
     /// # Errors
     /// A read or write error of the database.

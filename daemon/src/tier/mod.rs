@@ -49,11 +49,12 @@
 //! store that had tier state, and a mark goes once the store's prefix was listed and
 //! everything in it settled, an hour or more after the mark was put (an object that
 //! appears late, such as an upload the object store completes after its client gave up,
-//! is found within that hour; [`CLEANING_GRACE_SECONDS`]). A database restored from a backup may miss marks (and
-//! records) of archives made since: each archive records its time in the database and in
-//! the tier clock file beside it (`<data>/tier-clock`), and a start that finds the database
-//! older than the file marks every store. `svcd tier repair` marks and cleans every store
-//! too ([`Tier::clean_every_store`]), for a data directory restored with its clock file.
+//! is found within that hour; [`CLEANING_GRACE_SECONDS`]). A database restored from a
+//! backup may miss marks (and records) of archives made since: each archive records its
+//! time in the database and in the tier clock file beside it (`<data>/tier-clock`), and a
+//! start that finds the database older than the file marks every store. `svcd tier
+//! repair` marks and cleans every store too ([`Tier::clean_every_store`]), for a data
+//! directory restored with its clock file.
 //! Cleaning adopts an object that holds the only copy of a blob: one no record names, or
 //! the newest of a blob whose recorded object is gone, when its hot copies are not whole.
 //! A serving daemon also cleans the marked stores every `tier.cleaning_interval_seconds`
@@ -1115,9 +1116,8 @@ impl Tier {
             }
         }
         if cold_answers {
-            let marked = self.marked_for_cleaning()?;
             // What is not settled stays marked for the next cleaning.
-            self.clean_cold(&marked, &|token| Ok(ready.contains(&token)), &|| false)?;
+            self.clean_marked(&|token| Ok(ready.contains(&token)), &|| false)?;
         }
         Ok(())
     }
@@ -1140,8 +1140,7 @@ impl Tier {
     ) -> Result<bool> {
         self.mark_every_store(known)?;
         let ready: std::collections::HashSet<Uuid> = ready.iter().copied().collect();
-        let marked = self.marked_for_cleaning()?;
-        self.clean_cold(&marked, &|token| Ok(ready.contains(&token)), &|| false)
+        self.clean_marked(&|token| Ok(ready.contains(&token)), &|| false)
     }
 
     /// Marks every store in `known` for cleaning that is not marked yet, as marked long
@@ -1157,12 +1156,12 @@ impl Tier {
         self.db.write(batch)
     }
 
-    /// Cleans the cold tier of the stores marked for it, as [`Tier::repair`] does at start,
-    /// while the daemon serves: a cold tier that did not answer at start, a restored object
-    /// or a removed store's objects that could not be deleted then, are cleaned without a
-    /// restart (and a blob whose only copy is an object its record lost is adopted), until
-    /// `stopped`. `is_ready` says whether a store is ready (complete). Whether every marked
-    /// store was settled. Blocking.
+    /// Cleans the cold tier of the stores marked for it: at start ([`Tier::repair`]), offline
+    /// ([`Tier::clean_every_store`]) and while the daemon serves, so that a cold tier that did
+    /// not answer at start, a restored object or a removed store's objects that could not be
+    /// deleted then, are cleaned without a restart (and a blob whose only copy is an object
+    /// its record lost is adopted), until `stopped`. `is_ready` says whether a store is ready
+    /// (complete). Whether every marked store was settled. Blocking.
     ///
     /// # Errors
     /// A read or write error of the database.
