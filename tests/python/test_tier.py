@@ -251,6 +251,27 @@ def test_an_open_hot_chunk_is_read_by_the_kernel_from_the_hot_tier(tiered):
     svcd(data, "tier", "restore", "--scope", store["token"])
 
 
+def test_a_chunk_read_while_hot_is_read_from_the_cold_tier_once_archived(tiered):
+    """The mount keeps a hot chunk's backing file registered once it is closed, so that
+    opening it again costs the daemon nothing. Archiving its blob deletes the hot copy and
+    lets go of that file: the next read restores the blob, where reading the kept file
+    would have read a deleted copy (and held its space)."""
+    data, store = tiered["data"], tiered["stores"]["private"]
+    all_hot(data, store["token"])
+    key = "tas/62.0.0"
+    for _ in range(2):
+        assert (store["dir"] / key).read_bytes() == store["served"][key]
+    before = {r["instance"]: r["restores"] for r in tier_rows(data, store["token"])}
+    all_archived(data, store["token"])
+    assert not (data / "stores" / store["token"] / key).exists()
+    assert (store["dir"] / key).read_bytes() == store["served"][key]
+    rows = {r["instance"]: r for r in tier_rows(data, store["token"])}
+    assert rows["b_tas_3"]["state"] == "hot", rows
+    assert rows["b_tas_3"]["restores"] == before["b_tas_3"] + 1, rows
+    assert (data / "stores" / store["token"] / key).exists()
+    all_hot(data, store["token"])
+
+
 def test_a_chunk_open_while_archived_and_again_once_restored_reads_both_ways(tiered):
     """The kernel refuses one inode open both through the daemon and by passthrough: a
     chunk opened while archived (read through the daemon, which restores it) and opened again
