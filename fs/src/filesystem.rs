@@ -58,10 +58,6 @@ pub trait Backend: Send + Sync {
     fn hot_file(&self, _store: &StoreEntry, _key: &str) -> Option<std::fs::File> {
         None
     }
-
-    /// Notes a user's read of `store` that the kernel makes from a hot copy it was given
-    /// earlier, without [`Backend::hot_file`] or [`Backend::read`]. Nothing, by default.
-    fn note_read(&self, _store: &StoreEntry) {}
 }
 
 /// One store as the mount shows it.
@@ -293,28 +289,6 @@ impl<B: Backend> Tree<B> {
         self.backend.hot_file(&store, &key)
     }
 
-    /// The token of the store file `ino` is a key of.
-    pub fn store_of(&self, ino: u64) -> Option<String> {
-        match self.read_inodes().node(ino).ok()? {
-            Node::File { store, .. } => Some(store.token.clone()),
-            _ => None,
-        }
-    }
-
-    /// Notes a read of file `ino` that the kernel makes from a hot copy it holds.
-    pub fn note_read(&self, ino: u64) {
-        let store = match self.read_inodes().node(ino) {
-            Ok(Node::File { store, .. }) => store.clone(),
-            _ => return,
-        };
-        self.backend.note_read(&store);
-    }
-
-    /// Whether the tree holds inode `ino`.
-    pub fn knows(&self, ino: u64) -> bool {
-        self.read_inodes().nodes.contains_key(&ino)
-    }
-
     /// Whether file `ino` is a metadata document (`.zarray`, `.zattrs`, `.zgroup`,
     /// `.zmetadata`: Zarr v2 names its documents with a leading dot), which never leaves
     /// the hot tier.
@@ -330,19 +304,17 @@ impl<B: Backend> Tree<B> {
     /// The kernel forgets `lookups` lookups of `ino`. A store directory it no longer holds
     /// has nothing below it in use (the kernel's entries hold their parents), so what was
     /// made below it goes; the directory itself too, unless it is the store's current one.
-    /// Other inodes live as long as their store's directory. Whether inodes went.
-    pub fn forget(&self, ino: u64, lookups: u64) -> bool {
+    /// Other inodes live as long as their store's directory.
+    pub fn forget(&self, ino: u64, lookups: u64) {
         let mut inodes = self.write_inodes();
         let Some(held) = inodes.lookups.get_mut(&ino) else {
-            return false;
+            return;
         };
         *held = held.saturating_sub(lookups);
         if *held == 0 {
             inodes.lookups.remove(&ino);
             inodes.unload(ino);
-            return true;
         }
-        false
     }
 
     /// The number of inodes the tree holds (the root included).
@@ -687,15 +659,12 @@ mod tests {
         let chunk = tree.lookup(tas.ino, "0.0.0").unwrap();
         assert!(tree.inodes() > before + 3);
         // One of the two lookups forgotten: everything stays.
-        assert!(!tree.forget(store.ino, 1));
+        tree.forget(store.ino, 1);
         assert_eq!(tree.read(chunk.ino, at(0, 5)).unwrap(), b"chunk");
-        assert_eq!(tree.store_of(chunk.ino).as_deref(), Some("a1"));
         // Both: what was made below the store goes; the store's directory stays.
-        assert!(tree.forget(store.ino, 1));
+        tree.forget(store.ino, 1);
         assert_eq!(tree.inodes(), before + 1);
         assert_eq!(tree.read(chunk.ino, at(0, 5)), Err(libc::ENOENT));
-        assert!(!tree.knows(chunk.ino) && tree.knows(store.ino));
-        assert_eq!(tree.store_of(chunk.ino), None);
         // Looked up again, its keys come back under new inodes.
         let back = tree.lookup(ROOT, "a1.zarr").unwrap();
         assert_eq!(back.ino, store.ino);
@@ -704,8 +673,8 @@ mod tests {
         assert_ne!(chunk_again.ino, chunk.ino);
         assert_eq!(tree.read(chunk_again.ino, at(0, 5)).unwrap(), b"chunk");
         // Forgetting what the tree does not count is harmless.
-        assert!(!tree.forget(chunk_again.ino, 7));
-        assert!(!tree.forget(12345, 1));
+        tree.forget(chunk_again.ino, 7);
+        tree.forget(12345, 1);
         assert_eq!(tree.read(chunk_again.ino, at(0, 5)).unwrap(), b"chunk");
     }
 

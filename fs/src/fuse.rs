@@ -7,14 +7,6 @@
 //! trip through the daemon. Everything else (metadata documents, archived chunks, a kernel
 //! or daemon without passthrough) is read through the daemon. An open file keeps the bytes
 //! it was opened with: archiving unlinks the hot copy, which the open file still reads.
-//!
-//! A backing file stays registered after its last handle is released (the most recently
-//! used [`KEPT_BACKING_FILES`] of them), so that opening the key again is one round trip
-//! with no file to open and register, and no release work: most of the daemon's own work
-//! per open. What the daemon keeps of a store goes when the daemon drops its cached files
-//! ([`svc_daemon::Stores::on_forget`]: an archive deleted hot copies, the store is removed
-//! or converted again), so a key archived since is read from the cold tier and a deleted
-//! copy's space is freed.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -53,101 +45,22 @@ pub struct Fuse<B> {
     /// Whether opens may hand hot files to the kernel: asked for, offered by the kernel at
     /// init, and not refused since.
     passthrough: AtomicBool,
-    /// The backing files registered with the kernel (shared with the daemon's listener
-    /// of forgotten stores).
-    backing: Arc<Mutex<Backing>>,
+    /// The backing files registered with the kernel.
+    backing: Mutex<Backing>,
     /// The next file handle of a passthrough open (0 is every other open's).
     next_handle: AtomicU64,
 }
 
 /// The open handles of the mount's files. The kernel wants one backing file per inode while
 /// any handle of it is open, so a second open reuses the first's.
+#[derive(Default)]
 struct Backing {
     /// Backing files by open (passthrough) handle.
     by_handle: HashMap<u64, Arc<BackingId>>,
-    /// Backing files by inode, while a handle or `kept` holds them.
+    /// Backing files by inode, while a handle holds them.
     by_inode: HashMap<u64, Weak<BackingId>>,
     /// Handles read through the daemon, by inode.
     cached: HashMap<u64, usize>,
-    /// Backing files kept registered after their handles were released, by inode, the
-    /// most recently opened last.
-    kept: lru::LruCache<u64, Kept>,
-    /// How many times stores' kept files were let go: a backing file registered while this
-    /// changed may be of a store let go meanwhile, and is not kept.
-    let_go: u64,
-}
-
-/// A backing file kept registered (while this holds it), and the store whose key it is.
-struct Kept {
-    _registration: Arc<BackingId>,
-    store: String,
-}
-
-/// The most backing files kept registered with no handle open. Each is an open file in the
-/// kernel (not one of the daemon's descriptors); a sequential read of a 1 GiB store of
-/// 1 MiB chunks opens 1,024.
-const KEPT_BACKING_FILES: usize = 4096;
-
-impl Default for Backing {
-    fn default() -> Self {
-        Backing {
-            by_handle: HashMap::new(),
-            by_inode: HashMap::new(),
-            cached: HashMap::new(),
-            kept: lru::LruCache::new(
-                std::num::NonZeroUsize::new(KEPT_BACKING_FILES)
-                    .unwrap_or(std::num::NonZeroUsize::MIN),
-            ),
-            let_go: 0,
-        }
-    }
-}
-
-impl Backing {
-    /// Forgets the backing file of `ino` unless a handle or `kept` still holds it.
-    fn drop_unheld(&mut self, ino: u64) {
-        if self
-            .by_inode
-            .get(&ino)
-            .is_some_and(|id| id.strong_count() == 0)
-        {
-            self.by_inode.remove(&ino);
-        }
-    }
-
-    /// Lets go of the backing files kept for inodes that `keep` refuses.
-    fn let_go(&mut self, keep: impl Fn(u64, &Kept) -> bool) {
-        self.let_go += 1;
-        let mut gone = Vec::new();
-        self.kept.retain(|&ino, kept| {
-            let kept_on = keep(ino, kept);
-            if !kept_on {
-                gone.push(ino);
-            }
-            kept_on
-        });
-        for ino in gone {
-            self.drop_unheld(ino);
-        }
-    }
-}
-
-/// Lets go of the backing files kept for a store; held by the daemon's listener of
-/// forgotten stores, it does nothing once the mount is gone.
-#[derive(Clone)]
-pub struct LetGo(Weak<Mutex<Backing>>);
-
-impl LetGo {
-    /// Lets go of the backing files kept for store `token`: its hot copies were deleted or
-    /// are about to be replaced.
-    pub fn store(&self, token: &str) {
-        if let Some(backing) = self.0.upgrade() {
-            backing
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .let_go(|_, kept| kept.store != token);
-        }
-    }
 }
 
 /// Threads that answer reads through the daemon that wait for their bytes (a restore).
@@ -235,14 +148,9 @@ impl<B: Backend + 'static> Fuse<B> {
             readers: Readers::start("mount-read", HOT_READERS),
             waiting: Arc::new(Readers::start("mount-wait", READERS)),
             passthrough: AtomicBool::new(passthrough),
-            backing: Arc::default(),
+            backing: Mutex::default(),
             next_handle: AtomicU64::new(1),
         }
-    }
-
-    /// What lets go of the backing files this mount keeps for a store.
-    pub fn let_go(&self) -> LetGo {
-        LetGo(Arc::downgrade(&self.backing))
     }
 
     /// Opens `ino` (for reading, access checked): with its hot copy as the kernel's backing
@@ -254,14 +162,11 @@ impl<B: Backend + 'static> Fuse<B> {
     /// one with a backing file keeps it (its bytes stay readable even after archiving
     /// unlinked the hot copy).
     fn open_file(&self, ino: u64, reply: ReplyOpen) {
-        let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut backing, id, reused) = match backing.by_inode.get(&ino).and_then(Weak::upgrade) {
-            Some(id) => {
-                backing.kept.promote(&ino);
-                (backing, id, true)
-            }
+        let backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut backing, id) = match backing.by_inode.get(&ino).and_then(Weak::upgrade) {
+            Some(id) => (backing, id),
             None => match self.choose(ino, backing, &reply) {
-                (backing, Ok(id)) => (backing, id, false),
+                (backing, Ok(id)) => (backing, id),
                 (mut backing, Err(hot)) => {
                     *backing.cached.entry(ino).or_default() += 1;
                     // Stores are immutable: the kernel may keep what it read of a hot key or
@@ -283,12 +188,6 @@ impl<B: Backend + 'static> Fuse<B> {
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         backing.by_handle.insert(handle, Arc::clone(&id));
         reply.opened_passthrough(FileHandle(handle), FopenFlags::empty(), &id);
-        drop(backing);
-        // The kernel reads a backing file it was given before without the daemon, which
-        // notes the read here (opening a hot copy notes it).
-        if reused {
-            self.tree.note_read(ino);
-        }
     }
 
     /// How an open of `ino`, which has no backing file now, reads: through a backing file
@@ -307,14 +206,12 @@ impl<B: Backend + 'static> Fuse<B> {
     ) {
         let through_daemon =
             !self.passthrough.load(Ordering::Relaxed) || backing.cached.contains_key(&ino);
-        let let_go = backing.let_go;
         drop(backing);
         let hot = self.tree.hot_file(ino);
         let registered = match &hot {
             Some(file) if !through_daemon => self.register(file, reply),
             _ => None,
         };
-        let store = self.tree.store_of(ino);
         let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(id) = backing.by_inode.get(&ino).and_then(Weak::upgrade) {
             return (backing, Ok(id));
@@ -323,21 +220,6 @@ impl<B: Backend + 'static> Fuse<B> {
             Some(id) if !backing.cached.contains_key(&ino) => {
                 let id = Arc::new(id);
                 backing.by_inode.insert(ino, Arc::downgrade(&id));
-                // Kept unless a store's files were let go meanwhile (this one's, maybe: its
-                // hot copy may be deleted by now).
-                if backing.let_go == let_go
-                    && let Some(store) = store
-                {
-                    let kept = Kept {
-                        _registration: Arc::clone(&id),
-                        store,
-                    };
-                    if let Some((evicted, _)) = backing.kept.push(ino, kept)
-                        && evicted != ino
-                    {
-                        backing.drop_unheld(evicted);
-                    }
-                }
                 (backing, Ok(id))
             }
             _ => (backing, Err(hot.is_some())),
@@ -429,13 +311,7 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        // A store directory's inodes went with it: so do their kept backing files.
-        if self.tree.forget(ino.0, nlookup) {
-            self.backing
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .let_go(|ino, _| self.tree.knows(ino));
-        }
+        self.tree.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -147,12 +147,6 @@ impl Backend for DaemonStores {
             .inspect_err(|e| tracing::warn!(%token, %key, error = %e, "cannot open a hot copy"))
             .ok()?
     }
-
-    fn note_read(&self, store: &StoreEntry) {
-        if let Ok(token) = Uuid::parse_str(&store.token) {
-            self.daemon.stores().note_read(token, now());
-        }
-    }
 }
 
 impl DaemonStores {

@@ -157,12 +157,7 @@ pub(super) struct ReadCache {
     /// unmapping its file, which is most of the daemon's own work per chunk request.
     /// Weighed by bytes, at most [`MAPPED_CHUNK_BYTES`].
     chunks: quick_cache::sync::Cache<(Uuid, String), (FileIdentity, Bytes), ByLength>,
-    /// Told each store whose cached files are dropped (see [`Stores::on_forget`]).
-    listeners: parking_lot::RwLock<Vec<ForgetListener>>,
 }
-
-/// A listener of [`Stores::on_forget`].
-type ForgetListener = Box<dyn Fn(Uuid) + Send + Sync>;
 
 /// The most bytes of chunk files kept mapped. They are the page cache's pages, not copies;
 /// the bound keeps a removed or reconverted store's files from being held for long.
@@ -184,19 +179,15 @@ impl Default for ReadCache {
             metadata: Mutex::default(),
             // The item estimate sizes the cache's tables: chunks of 1 MiB and more.
             chunks: quick_cache::sync::Cache::with_weighter(1024, MAPPED_CHUNK_BYTES, ByLength),
-            listeners: parking_lot::RwLock::default(),
         }
     }
 }
 
 impl ReadCache {
-    /// Drops what is cached of a store, and tells the listeners.
+    /// Drops what is cached of a store.
     pub(super) fn forget(&self, token: Uuid) {
         self.metadata.lock().remove(&token);
         self.chunks.retain(|(store, _), _| *store != token);
-        for listener in self.listeners.read().iter() {
-            listener(token);
-        }
     }
 
     /// The mapping kept of chunk `key` of `token` from the conversion `conversion`.
@@ -208,25 +199,6 @@ impl ReadCache {
 }
 
 impl Stores {
-    /// Has `listener` called with a store's token whenever the daemon drops what it keeps
-    /// open of that store's files: their hot copies were deleted (an archive, a removal) or
-    /// are about to be replaced (a new conversion), or the conversion failed. A reader that
-    /// keeps those files open (the mount's backing files) lets go of them then, so that a
-    /// deleted copy's space is freed and a key archived since is read from the cold tier.
-    /// It is called after an archive deleted hot copies, and before a removal or a new
-    /// conversion deletes the store's directory (the store's record lets nobody open it by
-    /// then). It must not block.
-    pub fn on_forget(&self, listener: impl Fn(Uuid) + Send + Sync + 'static) {
-        self.cache.listeners.write().push(Box::new(listener));
-    }
-
-    /// Notes a user's read of store `token` at `now` that did not go through
-    /// [`Stores::read`] (the kernel reading a hot copy it was given): the sweep keeps stores
-    /// that are read.
-    pub fn note_read(&self, token: Uuid, now: i64) {
-        self.reads.note(token, now);
-    }
-
     /// The bytes of `key` of the store `token` for `caller` (none: an anonymous request, or
     /// one that a share URL authorised: pass the owner then) at `now`, waiting up to `wait`
     /// for a chunk being written. Blocking.
