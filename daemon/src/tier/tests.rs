@@ -749,6 +749,19 @@ struct FailingUploads {
     /// How often any object's bytes were asked for.
     gets: Arc<std::sync::atomic::AtomicUsize>,
     aborted: Arc<std::sync::atomic::AtomicUsize>,
+    /// Where the first read of an object's bytes waits, when set.
+    parked: Option<Arc<Park>>,
+}
+
+/// Holds the first read of an object's bytes (a restore's download) until released.
+#[derive(Debug)]
+struct Park {
+    /// Whether the next read is held.
+    armed: std::sync::atomic::AtomicBool,
+    /// Told when the read is held.
+    held: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    /// Lets the held read go on.
+    release: tokio::sync::Notify,
 }
 
 impl FailingUploads {
@@ -764,6 +777,7 @@ impl FailingUploads {
             unreadable_asked: Arc::default(),
             gets: Arc::default(),
             aborted: Arc::default(),
+            parked: None,
         }
     }
 }
@@ -845,6 +859,12 @@ impl ObjectStore for FailingUploads {
     ) -> svc_manifests::object_store::Result<svc_manifests::object_store::GetResult> {
         if !options.head {
             self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if let Some(park) = &self.parked
+                && park.armed.swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                let _ = park.held.lock().unwrap().send(());
+                park.release.notified().await;
+            }
         }
         if self.unreadable.as_ref() == Some(location) {
             if !options.head {
@@ -1389,23 +1409,33 @@ fn a_cleaning_goes_past_one_silent_store_stops_at_two_and_takes_them_last_next_t
 
 #[test]
 fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
-    let fixture = fixture();
+    // A real restore, held in the middle of its download from the cold tier (read through
+    // the object store, as from S3, not copied from the local directory): it holds the
+    // store's lock as any restore does.
+    let (held, holding) = std::sync::mpsc::channel();
+    let park = Arc::new(Park {
+        armed: true.into(),
+        held: std::sync::Mutex::new(held),
+        release: tokio::sync::Notify::new(),
+    });
+    let fixture = with_tier(archived(), |tier| {
+        tier.cold_dir = None;
+        tier.cold = Arc::new(FailingUploads {
+            parked: Some(Arc::clone(&park)),
+            ..FailingUploads::over(&tier.cold)
+        });
+    });
     let tier = Arc::clone(&fixture.tier);
     let mut batch = Batch::default();
     mark_for_cleaning(&mut batch, TOKEN);
     tier.db.write(batch).unwrap();
-    let (held, holding) = std::sync::mpsc::channel();
-    let (release, released) = std::sync::mpsc::channel::<()>();
     let restore = std::thread::spawn({
         let tier = Arc::clone(&tier);
-        move || {
-            let store_lock = tier.store_lock(TOKEN);
-            let _shared = store_lock.read();
-            held.send(()).unwrap();
-            released.recv().unwrap();
-        }
+        move || tier.restore_instance(TOKEN, "b_tas_1", None)
     });
-    holding.recv().unwrap();
+    holding
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the restore reads its object");
     // Not waiting in the lock (the test would hang then).
     let (cleaned, cleaning) = std::sync::mpsc::channel();
     std::thread::spawn({
@@ -1417,13 +1447,14 @@ fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
         Ok(false),
         "the first cleaning waited for the store, or failed"
     );
-    // The restore ends while the next cleaning tries the store's lock.
+    // The restore goes on while the next cleaning tries the store's lock.
     let releaser = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
-        release.send(()).unwrap();
+        park.release.notify_one();
     });
     assert!(tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
     releaser.join().unwrap();
-    restore.join().unwrap();
+    assert!(restore.join().unwrap().unwrap(), "the restore went on");
+    assert_eq!(state(&tier, "b_tas_1").state, State::Hot);
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
 }
