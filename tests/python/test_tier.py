@@ -252,9 +252,9 @@ def test_an_open_hot_chunk_is_read_by_the_kernel_from_the_hot_tier(tiered):
 
 
 def test_a_chunk_read_while_hot_is_read_from_the_cold_tier_once_archived(tiered):
-    """A chunk read and closed while hot, then archived, is read from the cold tier: the
-    next read restores its blob. Nothing kept of the deleted hot copy (a backing file kept
-    registered by the mount, a mapping kept by the daemon) may serve it."""
+    """A chunk read (twice) and closed through the mount while hot, then archived, is read
+    from the cold tier: the next read restores its blob. Nothing the mount keeps of the
+    deleted hot copy (such as a backing file kept registered between opens) may serve it."""
     data, store = tiered["data"], tiered["stores"]["private"]
     all_hot(data, store["token"])
     key = "tas/62.0.0"

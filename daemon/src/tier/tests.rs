@@ -1436,7 +1436,7 @@ fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
     holding
         .recv_timeout(Duration::from_secs(10))
         .expect("the restore reads its object");
-    // Not waiting in the lock (the test would hang then).
+    // Not waiting in the lock (the first cleaning would not answer in time then).
     let (cleaned, cleaning) = std::sync::mpsc::channel();
     std::thread::spawn({
         let tier = Arc::clone(&tier);
@@ -1448,13 +1448,25 @@ fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
         "the first cleaning waited for the store, or failed"
     );
     // The restore goes on while the next cleaning tries the store's lock.
+    let delay = Duration::from_millis(100);
     let releaser = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(delay);
         park.release.notify_one();
     });
-    assert!(tier.clean_marked(&|_| Ok(true), &|| false).unwrap());
+    let started = Instant::now();
+    assert!(
+        tier.clean_marked(&|_| Ok(true), &|| false).unwrap(),
+        "the second cleaning did not clean the store once the restore let its lock go"
+    );
+    assert!(
+        started.elapsed() >= delay,
+        "the second cleaning did not wait"
+    );
     releaser.join().unwrap();
     assert!(restore.join().unwrap().unwrap(), "the restore went on");
     assert_eq!(state(&tier, "b_tas_1").state, State::Hot);
+    assert_eq!(hot(&fixture, "tas/2.0"), Some(chunk(2)));
+    assert_eq!(hot(&fixture, "tas/3.0"), Some(chunk(3)));
+    assert!(!cold_files(&fixture).contains(&"b_tas_1".to_string()));
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
 }
