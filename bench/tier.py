@@ -23,11 +23,14 @@ stored): a large one (`--size-mib`, 1 GiB by default, one chunk per time step of
    one such round trip per chunk file could reach (a file's direct read time over that time
    plus the round trip).
 2. 16 parallel readers (`--readers`) of the small chunks, each reading every chunk (open,
-   read whole, close) in its own shuffled order, warm page cache: through the mount, through
-   HTTP (one keep-alive `requests` session per reader, the same Python client loop: this
-   measures what a Python client gets, bound by `requests` itself; `bench/portal.py` section 3
-   measures the server with `wrk`), and directly from the hot tier. Chunks/s and the ratios
-   to direct.
+   read whole, close) in its own shuffled order, warm page cache: as threads of one process
+   through the mount, through HTTP (one keep-alive `requests` session per reader, the same
+   Python client loop: this measures what a Python client gets, bound by `requests` itself;
+   `bench/portal.py` section 3 measures the server with `wrk`), and directly from the hot
+   tier; and as processes through the mount and directly (threads of one Python process
+   share its interpreter lock, which shapes what they get; dask's threaded and process
+   schedulers read these two ways). Chunks/s and the ratios to direct, with passthrough and
+   for the fallback (mount and direct only), medians of `--rounds`.
 3. Restore of a blob against a plain copy of its archived object: every blob of the large
    store archived (`svcd tier archive`), then for each blob in turn, the time from a read
    of one of its chunks through HTTP (which restores the whole blob, then answers) against
@@ -218,21 +221,32 @@ def request_costs(svcd, token, keys, rounds):
     return {k: statistics.median(v) for k, v in costs.items()}
 
 
-def parallel(svcd, token, keys, readers, rounds):
+def read_shuffled(root, keys, seed):
+    """Reads every key below `root` whole (64 KiB reads) in an order shuffled by `seed`: one
+    parallel reader (a module-level function, so that a process can run it too)."""
+    order = keys[:]
+    random.Random(seed).shuffle(order)
+    buffer = bytearray(1 << 16)
+    for key in order:
+        with open(root / key, "rb", buffering=0) as handle:
+            while handle.readinto(buffer):
+                pass
+
+
+PARALLEL_SIDES = ("mount", "http", "direct", "mount, processes", "direct, processes")
+
+
+def parallel(svcd, token, keys, readers, rounds, sides=PARALLEL_SIDES):
+    """Chunks per second of `readers` parallel readers of every key, for each of `sides`:
+    threads of this process through the mount, through HTTP and directly, and as many
+    processes through the mount and directly (threads of one Python process share its
+    interpreter lock, which shapes what they get; processes do not)."""
     url = svcd.store_url(token)
     hot = svcd.data / "stores" / token
     mounted = svcd.mount / f"{token}.zarr"
 
     def files(root):
-        def reader(seed):
-            order = keys[:]
-            random.Random(seed).shuffle(order)
-            buffer = bytearray(1 << 16)
-            for key in order:
-                with open(root / key, "rb", buffering=0) as handle:
-                    while handle.readinto(buffer):
-                        pass
-        return reader
+        return lambda seed: read_shuffled(root, keys, seed)
 
     def http(seed):
         order = keys[:]
@@ -243,16 +257,21 @@ def parallel(svcd, token, keys, readers, rounds):
                 answer = session.get(f"{url}/{key}", timeout=60)
                 assert answer.status_code == 200, answer.text
 
-    sides = {"mount": files(mounted), "http": http, "direct": files(hot)}
+    threads = {"mount": files(mounted), "http": http, "direct": files(hot)}
+    roots = {"mount, processes": mounted, "direct, processes": hot}
     read_files([hot / k for k in keys])
     read_files([mounted / k for k in keys])
     results = {}
-    for _ in range(rounds):
-        for side, reader in sides.items():
-            started = time.perf_counter()
-            with concurrent.futures.ThreadPoolExecutor(readers) as pool:
-                list(pool.map(reader, range(readers)))
-            results.setdefault(side, []).append(readers * len(keys) / (time.perf_counter() - started))
+    with concurrent.futures.ProcessPoolExecutor(readers) as processes:
+        for _ in range(rounds):
+            for side in sides:
+                started = time.perf_counter()
+                if side in threads:
+                    with concurrent.futures.ThreadPoolExecutor(readers) as pool:
+                        list(pool.map(threads[side], range(readers)))
+                else:
+                    list(processes.map(read_shuffled, [roots[side]] * readers, [keys] * readers, range(readers)))
+                results.setdefault(side, []).append(readers * len(keys) / (time.perf_counter() - started))
     return {side: statistics.median(v) for side, v in results.items()}
 
 
@@ -367,7 +386,8 @@ def main():
             svcd.stop()
             svcd = Svcd(args.svcd, data, mount, sources, args.blob_mib, passthrough=False)
             figures["sequential, fallback"] = sequential(svcd, large_token, large_keys, args.rounds)
-            figures["parallel, fallback"] = parallel(svcd, small_token, small_keys, args.readers, 1)
+            figures["parallel, fallback"] = parallel(svcd, small_token, small_keys, args.readers, args.rounds,
+                                                     sides=("mount", "direct", "mount, processes", "direct, processes"))
             print(json.dumps(figures), file=sys.stderr, flush=True)
         figures["restore"] = restore_against_copy(svcd, large_token, large_keys, args.rounds)
         figures["open_zarr archived"] = open_archived(svcd, large_token)
@@ -386,36 +406,39 @@ def main():
     halt_poll = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
     if halt_poll.exists():
         print(f"guest_halt_poll_ns = {halt_poll.read_text().strip()} (idle vCPUs poll this long before halting)")
-    print(f"{'measurement':<44} {'figure':>12}  ratio")
+    print(f"{'measurement':<56} {'figure':>12}  ratio")
     for mode in () if args.only_tier else ("passthrough", "fallback"):
         seq = figures[f"sequential, {mode}"]
         # Without passthrough the daemon maps the chunks it serves, and mapped pages survive
         # drop_caches: the fallback's "cold" reads are not cold, so only warm ones are shown.
         for cache in ("cold", "warm") if mode == "passthrough" else ("warm",):
             mount_rate, direct = seq[f"{cache} mount"], seq[f"{cache} direct"]
-            print(f"{'sequential ' + cache + ', mount (' + mode + ')':<44} {mount_rate:>8.0f} MiB/s  {mount_rate / direct:.2f}x direct")
-            print(f"{'sequential ' + cache + ', direct':<44} {direct:>8.0f} MiB/s")
+            print(f"{'sequential ' + cache + ', mount (' + mode + ')':<56} {mount_rate:>8.0f} MiB/s  {mount_rate / direct:.2f}x direct")
+            print(f"{'sequential ' + cache + ', direct':<56} {direct:>8.0f} MiB/s")
     if not args.only_tier:
         costs = figures["per file"]
-        print(f"{'per chunk file: open+close, mount':<44} {costs['open+close mount']:>8.1f} us     {costs['open+close direct']:.1f} us directly")
-        print(f"{'a FUSE round trip that does nothing (statfs)':<44} {costs['round trip']:>8.1f} us")
+        print(f"{'per chunk file: open+close, mount':<56} {costs['open+close mount']:>8.1f} us     {costs['open+close direct']:.1f} us directly")
+        print(f"{'a FUSE round trip that does nothing (statfs)':<56} {costs['round trip']:>8.1f} us")
         # Each chunk file opened through the mount costs at least one round trip (its open):
         # the warm ratio cannot pass what one round trip more per file allows.
         per_file = args.step_mib / figures["sequential, passthrough"]["warm direct"] * 1e6
         ceiling = per_file / (per_file + costs["round trip"])
-        print(f"{'warm ratio one round trip per file allows':<44} {ceiling:>8.2f}x    ({per_file:.0f} us per file directly)")
-        par = figures["parallel"]
-        for side in ("mount", "http", "direct"):
-            label = "http (python requests)" if side == "http" else side
-            print(f"{str(args.readers) + ' readers, small chunks, ' + label:<44} {par[side]:>8.0f} /s     {par[side] / par['direct']:.2f}x direct")
-        fallback = figures["parallel, fallback"]
-        print(f"{str(args.readers) + ' readers, small chunks, mount (fallback)':<44} {fallback['mount']:>8.0f} /s     {fallback['mount'] / fallback['direct']:.2f}x direct")
+        print(f"{'warm ratio one round trip per file allows':<56} {ceiling:>8.2f}x    ({per_file:.0f} us per file directly)")
+        par, fallback = figures["parallel"], figures["parallel, fallback"]
+        for kind, suffix in (("threads", ""), ("processes", ", processes")):
+            readers = f"{args.readers} reader {kind}, small chunks, "
+            for side in ("mount", "http", "direct") if kind == "threads" else ("mount", "direct"):
+                label = "http (python requests)" if side == "http" else side
+                rate, direct = par[side + suffix], par["direct" + suffix]
+                print(f"{readers + label:<56} {rate:>8.0f} /s     {rate / direct:.2f}x direct")
+            rate, direct = fallback["mount" + suffix], fallback["direct" + suffix]
+            print(f"{readers + 'mount (fallback)':<56} {rate:>8.0f} /s     {rate / direct:.2f}x direct")
     restore = figures["restore"]
-    print(f"{'restore of a blob (' + str(restore['samples']) + ' restores, median)':<44} {restore['restore']:>8.0f} MiB/s  {restore['restore'] / restore['cp']:.2f}x cp")
-    print(f"{'cp of its archived object':<44} {restore['cp']:>8.0f} MiB/s")
-    print(f"{'a restore in the daemon (its log, median)':<44} {restore['daemon ms']:>8} ms     blobs of {restore['blob MiB']:.0f} MiB (median)")
+    print(f"{'restore of a blob (' + str(restore['samples']) + ' restores, median)':<56} {restore['restore']:>8.0f} MiB/s  {restore['restore'] / restore['cp']:.2f}x cp")
+    print(f"{'cp of its archived object':<56} {restore['cp']:>8.0f} MiB/s")
+    print(f"{'a restore in the daemon (its log, median)':<56} {restore['daemon ms']:>8} ms     blobs of {restore['blob MiB']:.0f} MiB (median)")
     opened = figures["open_zarr archived"]
-    print(f"{'open_zarr of an archived store (mount)':<44} {opened['seconds'] * 1000:>8.0f} ms     {opened['restores']} restores, {opened['archived']}/{opened['blobs']} blobs archived")
+    print(f"{'open_zarr of an archived store (mount)':<56} {opened['seconds'] * 1000:>8.0f} ms     {opened['restores']} restores, {opened['archived']}/{opened['blobs']} blobs archived")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 
