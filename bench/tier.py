@@ -13,8 +13,10 @@ stored): a large one (`--size-mib`, 1 GiB by default, one chunk per time step of
    reads by one reader, through the mount (`<mount>/<token>.zarr/<key>`) against directly
    from the hot tier (`<data>/stores/<token>/<key>`), each with a cold page cache (after
    `sync` and `echo 3 > /proc/sys/vm/drop_caches`) and warm (read once before), each side
-   first in every other round (the order moves cold figures a lot on a virtual disk). MiB/s and
-   the ratio mount/direct (target >= 0.8 with passthrough), for passthrough (the default)
+   first in every other round (on this virtual disk, whichever of two cold reads of the same
+   files goes second is the slower). MiB/s (medians of the rounds) and the ratio
+   mount/direct (target >= 0.8 with passthrough): the geometric mean of the rounds' ratios, in
+   which each side's place cancels out over an even number of rounds. For passthrough (the default)
    and for the fallback (svcd restarted with `SVCD_MOUNT_PASSTHROUGH=false`: every read goes
    through the daemon; warm only, as the daemon's mapped chunks keep their pages through
    `drop_caches`). Then what each file costs through the mount: `open` and `close` of every
@@ -188,6 +190,11 @@ def sequential(svcd, token, keys, rounds):
             # cold reads of the same files (each after dropping the page cache) moves their
             # ratio a lot (in one session, mount/direct was 1.3x to 1.5x with the mount read
             # first and 0.6x with it read second).
+            # Whichever is read second is the slower there, whatever its side (two stores
+            # read in turn: 1,150 to 1,490 MiB/s first, 880 to 990 MiB/s second): so the
+            # ratio is that of the rounds together, each side first in half of them (the
+            # geometric mean of the rounds' ratios), not that of the medians of each side,
+            # which falls on either side of the gap at random.
             order = list(sides.items())
             for side, paths in order if number % 2 == 0 else reversed(order):
                 if cache == "cold":
@@ -198,7 +205,11 @@ def sequential(svcd, token, keys, rounds):
                 total = read_files(paths)
                 seconds = time.perf_counter() - started
                 results.setdefault((cache, side), []).append(total / MIB / seconds)
-    return {f"{cache} {side}": statistics.median(v) for (cache, side), v in results.items()}
+    figures = {f"{cache} {side}": statistics.median(v) for (cache, side), v in results.items()}
+    for cache in ("cold", "warm"):
+        ratios = [m / d for m, d in zip(results[(cache, "mount")], results[(cache, "direct")])]
+        figures[f"{cache} ratio"] = statistics.geometric_mean(ratios)
+    return figures
 
 
 def request_costs(svcd, token, keys, rounds):
@@ -413,8 +424,8 @@ def main():
         # drop_caches: the fallback's "cold" reads are not cold, so only warm ones are shown.
         for cache in ("cold", "warm") if mode == "passthrough" else ("warm",):
             mount_rate, direct = seq[f"{cache} mount"], seq[f"{cache} direct"]
-            print(f"{'sequential ' + cache + ', mount (' + mode + ')':<56} {mount_rate:>8.0f} MiB/s  {mount_rate / direct:.2f}x direct")
-            print(f"{'sequential ' + cache + ', direct':<56} {direct:>8.0f} MiB/s")
+            print(f"{'sequential ' + cache + ', mount (' + mode + ')':<56} {mount_rate:>8.0f} MiB/s  {seq[cache + ' ratio']:.2f}x direct (rounds' ratios)")
+            print(f"{'sequential ' + cache + ', direct':<56} {direct:>8.0f} MiB/s  (medians of the rounds)")
     if not args.only_tier:
         costs = figures["per file"]
         print(f"{'per chunk file: open+close, mount':<56} {costs['open+close mount']:>8.1f} us     {costs['open+close direct']:.1f} us directly")

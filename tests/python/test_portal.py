@@ -170,6 +170,45 @@ def test_bad_requests_and_failed_sources(daemon, portal):
     assert failed.status_code == 500 and "bogus.nc" in failed.json()["detail"]
 
 
+def test_a_source_whose_names_lead_out_of_its_store_writes_nothing_there(daemon, portal, tmp_path):
+    """An HDF5 file may name a group `..` (netCDF-C reads it; it never makes one): a group
+    `..`/<another store's token>/ holding `tas` would write into that store. Such names, and
+    names that would take a metadata document's place, fail the conversion with their name,
+    and nothing is written outside the new store's directory."""
+    import h5netcdf
+
+    _, victim_url, _ = portal
+    victim = victim_url.rstrip("/").rsplit("/", 1)[1].removesuffix(".zarr")
+    stores = daemon.data / "stores"
+    before = {p: p.read_bytes() for p in (stores / victim).rglob("*") if p.is_file()}
+    token = daemon.token_file(tmp_path / "mallory.json", "mallory")
+    headers = {"Authorization": f"Bearer {token}"}
+    sources = daemon.data / "sources"
+    escaping = sources / "escaping.nc"
+    with h5netcdf.File(escaping, "w") as f:
+        f.dimensions = {"x": 4}
+        f.create_variable("x", ("x",), data=np.arange(4, dtype="f4"))
+        inside = f.create_group("..").create_group(victim)
+        inside.dimensions = {"time": 2, "lat": 3, "lon": 4}
+        inside.create_variable("tas", ("time", "lat", "lon"), data=np.full((2, 3, 4), 666, dtype="f4"))
+    document = sources / "document.nc"
+    with h5netcdf.File(document, "w") as f:
+        f.dimensions = {"x": 4}
+        f.create_variable(".zattrs", ("x",), data=np.arange(4, dtype="f4"))
+    for path, name in ((escaping, ".."), (document, ".zattrs")):
+        answer = requests.post(f"{daemon.base}/data-portal/zarr/convert", json={"path": [str(path)]}, headers=headers, timeout=30)
+        assert answer.status_code == 200, answer.text
+        [url] = answer.json()["urls"]
+        status = wait_ready(daemon.base, headers, url)
+        assert status["status"] == 1 and f'"{name}"' in status["reason"], status
+        assert "cannot hold" in status["reason"], status
+    # Only store directories below the hot tier; the other store's files are as they were.
+    assert [p.name for p in stores.iterdir() if not p.is_dir()] == []
+    assert not (stores / "tas").exists()
+    after = {p: p.read_bytes() for p in (stores / victim).rglob("*") if p.is_file()}
+    assert after == before
+
+
 def test_share_urls_open_without_a_token_and_refuse_forgeries(daemon, portal, tmp_path):
     source, url, headers = portal
     share = f"{daemon.base}/data-portal/share-zarr"

@@ -196,6 +196,24 @@ struct Scope<'a> {
     compressor: &'a Value,
 }
 
+/// `name`, a group's or a variable's name in the source, as one segment of the store's keys.
+/// Refused when it is empty, starts with `.` or holds `/` or NUL: such a segment would lead
+/// out of the store's directory (`..`), into another user's store below it, or onto a
+/// metadata document's place (`.zattrs`). netCDF-C never makes such names, but an HDF5 file
+/// may hold them (h5py names a group `..`), and netCDF-C reads them.
+///
+/// # Errors
+/// A sentence naming `what` (the group or variable, with where it is) and the name.
+pub(crate) fn key_segment(name: String, what: &str) -> Result<String, String> {
+    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\0']) {
+        return Err(format!(
+            "{what} is named {name:?}, which a store cannot hold: a name must not be empty, \
+             start with '.', or contain '/'"
+        ));
+    }
+    Ok(name)
+}
+
 impl Scope<'_> {
     fn group(
         &self,
@@ -204,7 +222,12 @@ impl Scope<'_> {
         layout: &mut StoreLayout,
     ) -> Result<(), String> {
         let mut path = parents.to_vec();
-        path.push(group.name());
+        let place = if parents.is_empty() {
+            "a group of the file".to_string()
+        } else {
+            format!("a group in {:?}", parents.join("/"))
+        };
+        path.push(key_segment(group.name(), &place)?);
         let prefix = path.join("/");
         layout
             .documents
@@ -386,7 +409,12 @@ impl VarInfo {
     /// # Errors
     /// A sentence naming the variable or attribute that cannot be converted.
     pub(crate) fn of(variable: &Variable, prefix: &str) -> Result<Self, String> {
-        let name = variable.name();
+        let place = if prefix.is_empty() {
+            "a variable of the file".to_string()
+        } else {
+            format!("a variable in group {prefix:?}")
+        };
+        let name = key_segment(variable.name(), &place)?;
         let path = if prefix.is_empty() {
             name.clone()
         } else {

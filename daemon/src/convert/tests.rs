@@ -829,3 +829,21 @@ fn copied_chunks_decode_to_the_values_the_netcdf_library_reads() {
     // le: 4 x 2 x 2 chunks, be: 3, never: 3 x 2.
     assert_eq!(compared, 16 + 3 + 6);
 }
+
+#[test]
+fn names_that_would_leave_a_store_or_take_a_documents_place_are_refused() {
+    for name in ["..", ".", "", ".zattrs", ".hidden", "a/b", "a\0b"] {
+        let refused =
+            super::metadata::key_segment(name.to_string(), "a group of the file").unwrap_err();
+        assert!(
+            refused.contains("a group of the file") && refused.contains(&format!("{name:?}")),
+            "{refused}"
+        );
+    }
+    for name in ["tas", "_x", "a.b", "t2m..max", "Ärger"] {
+        assert_eq!(
+            super::metadata::key_segment(name.to_string(), "a variable").unwrap(),
+            name
+        );
+    }
+}

@@ -290,8 +290,18 @@ pub(crate) fn chunk_key(index: &[u64]) -> String {
 }
 
 /// Writes `bytes` to `key` below `dir` through a temporary file and a rename, so a reader
-/// sees the whole chunk or none.
+/// sees the whole chunk or none. A key that would lead anywhere but below `dir` (an empty,
+/// `.` or `..` segment, or a leading `/`) is refused: its names come from the source file
+/// (see [`super::metadata::key_segment`], which refuses them first).
 fn put_atomically(dir: &Path, key: &str, bytes: &[u8]) -> Result<(), String> {
+    if key
+        .split('/')
+        .any(|segment| segment.is_empty() || segment == "." || segment == "..")
+    {
+        return Err(format!(
+            "refusing to write {key:?}: it is not a key below the store's directory"
+        ));
+    }
     let path = dir.join(key);
     let parent = path.parent().expect("a key has a parent");
     std::fs::create_dir_all(parent)
@@ -548,5 +558,18 @@ mod tests {
         let wide = pad(&[1, 0, 2, 0], &[1, 2], &[2, 2], 2);
         assert_eq!(wide, [1, 0, 2, 0, 0, 0, 0, 0]);
         assert_eq!(pad(&[], &[0, 3], &[1, 3], 4), [0; 12]);
+    }
+
+    #[test]
+    fn nothing_is_written_outside_the_store_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let store = root.path().join("store");
+        for key in ["../x", "a/../../x", "/x", "a//x", "./x", "a/..", ""] {
+            let refused = put_atomically(&store, key, b"bytes").unwrap_err();
+            assert!(refused.contains("not a key below"), "{key:?}: {refused}");
+        }
+        assert!(!root.path().join("x").exists() && !store.exists());
+        put_atomically(&store, "tas/0.0", b"bytes").unwrap();
+        assert_eq!(std::fs::read(store.join("tas/0.0")).unwrap(), b"bytes");
     }
 }
