@@ -26,7 +26,7 @@
 //! read-only.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 /// The root directory's inode.
@@ -155,7 +155,14 @@ struct Inodes {
     current: HashMap<String, StoreEntry>,
     /// The store directories whose keys are in the tree.
     loaded: HashSet<u64>,
+    /// The entries of directories inside stores, in name order, as `readdir` pages through
+    /// them: made at the first `readdir` of each, as they never change while loaded.
+    listings: HashMap<u64, Arc<[(String, u64)]>>,
 }
+
+/// The most entries one `readdir` call gives: the kernel asks for a page at a time, and a
+/// call's work stays bounded in a directory of a million chunks.
+pub const READDIR_MOST: usize = 4096;
 
 impl<B: Backend> Tree<B> {
     /// A tree over `backend`, with only the root known.
@@ -211,16 +218,19 @@ impl<B: Backend> Tree<B> {
         self.read_inodes().attr(ino)
     }
 
-    /// The entries of directory `ino` (without `.` and `..`), in name order.
+    /// The entries of directory `ino` (without `.` and `..`) in name order, from the `from`th
+    /// on, at most [`READDIR_MOST`] of them.
     ///
     /// # Errors
     /// `ENOENT` for an unknown inode, `ENOTDIR` for a file.
-    pub fn readdir(&self, ino: u64) -> Result<Vec<(String, Attr)>, i32> {
+    pub fn readdir(&self, ino: u64, from: usize) -> Result<Vec<(String, Attr)>, i32> {
         if ino == ROOT {
             let mut stores = self.backend.stores();
             stores.sort_by(|a, b| a.token.cmp(&b.token));
             return stores
                 .iter()
+                .skip(from)
+                .take(READDIR_MOST)
                 .map(|entry| {
                     let ino = self.store_dir(entry);
                     Ok((format!("{}.zarr", entry.token), self.getattr(ino)?))
@@ -228,14 +238,42 @@ impl<B: Backend> Tree<B> {
                 .collect();
         }
         self.load(ino)?;
+        let listing = self.listing(ino)?;
         let inodes = self.read_inodes();
-        inodes
+        listing
+            .get(from.min(listing.len())..)
+            .unwrap_or_default()
+            .iter()
+            .take(READDIR_MOST)
+            .map(|(name, child)| Ok((name.clone(), inodes.attr(*child)?)))
+            .collect()
+    }
+
+    /// The entries of the loaded directory `ino`, in name order (see [`Inodes::listings`]).
+    fn listing(&self, ino: u64) -> Result<Arc<[(String, u64)]>, i32> {
+        if let Some(listing) = self.read_inodes().listings.get(&ino) {
+            return Ok(Arc::clone(listing));
+        }
+        let mut inodes = self.write_inodes();
+        let Node::Directory { store } = inodes.node(ino)? else {
+            return Err(libc::ENOTDIR);
+        };
+        // Kept only while the store's keys are loaded (unloading drops it).
+        let loaded = inodes
+            .stores
+            .get(&store.token)
+            .is_some_and(|root| inodes.loaded.contains(root));
+        let listing: Arc<[(String, u64)]> = inodes
             .children
             .get(&ino)
             .into_iter()
             .flatten()
-            .map(|(name, child)| Ok((name.clone(), inodes.attr(*child)?)))
-            .collect()
+            .map(|(name, child)| (name.clone(), *child))
+            .collect();
+        if loaded {
+            inodes.listings.insert(ino, Arc::clone(&listing));
+        }
+        Ok(listing)
     }
 
     /// The bytes of file `ino` that `read` asks for.
@@ -494,8 +532,10 @@ impl Inodes {
             if let Some(children) = self.children.remove(&ino) {
                 below.extend(children.into_values());
             }
+            self.listings.remove(&ino);
             self.nodes.remove(&ino);
         }
+        self.listings.remove(&dir);
         self.loaded.remove(&dir);
         let current = matches!(self.nodes.get(&dir), Some(Node::Directory { store })
             if self.stores.get(&store.token) == Some(&dir));
@@ -623,13 +663,13 @@ mod tests {
     #[test]
     fn stores_are_directories_of_their_keys() {
         let tree = Tree::new(Two);
-        let root = tree.readdir(ROOT).unwrap();
+        let root = tree.readdir(ROOT, 0).unwrap();
         let names: Vec<&str> = root.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["a1.zarr", "b2.zarr"]);
         let store = tree.lookup(ROOT, "a1.zarr").unwrap();
         assert_eq!(store.kind, Kind::Directory);
         let entries: Vec<String> = tree
-            .readdir(store.ino)
+            .readdir(store.ino, 0)
             .unwrap()
             .into_iter()
             .map(|(n, _)| n)
@@ -704,12 +744,12 @@ mod tests {
     fn a_store_keys_are_listed_once_and_only_when_it_is_entered() {
         let tree = Tree::new(Counted(std::sync::atomic::AtomicUsize::new(0)));
         let listed = || tree.backend.0.load(std::sync::atomic::Ordering::SeqCst);
-        let root = tree.readdir(ROOT).unwrap();
+        let root = tree.readdir(ROOT, 0).unwrap();
         assert_eq!((root.len(), listed()), (2, 0));
         let store = tree.lookup(ROOT, "a1.zarr").unwrap();
         assert_eq!(store.ino, root[0].1.ino);
         assert_eq!(listed(), 0);
-        tree.readdir(store.ino).unwrap();
+        tree.readdir(store.ino, 0).unwrap();
         tree.lookup(store.ino, "tas").unwrap();
         assert_eq!(listed(), 1);
     }
@@ -764,7 +804,7 @@ mod tests {
         let tree = Tree::new(Odd);
         let store = tree.lookup(ROOT, "o.zarr").unwrap();
         let names: Vec<(String, Kind)> = tree
-            .readdir(store.ino)
+            .readdir(store.ino, 0)
             .unwrap()
             .into_iter()
             .map(|(n, a)| (n, a.kind))
@@ -841,7 +881,7 @@ mod tests {
         *tree.backend.0.lock().unwrap() = None;
         assert_eq!(tree.lookup(ROOT, "s.zarr"), Err(libc::ENOENT));
         assert_eq!(tree.read(fresh.ino, at(0, 3)), Err(libc::ENOENT));
-        assert!(tree.readdir(ROOT).unwrap().is_empty());
+        assert!(tree.readdir(ROOT, 0).unwrap().is_empty());
     }
 
     #[test]
@@ -853,9 +893,63 @@ mod tests {
         assert_eq!(tree.lookup(store.ino, "nope"), Err(libc::ENOENT));
         let key = tree.lookup(store.ino, ".zgroup").unwrap();
         assert_eq!(tree.lookup(key.ino, "x"), Err(libc::ENOTDIR));
-        assert_eq!(tree.readdir(key.ino), Err(libc::ENOTDIR));
+        assert_eq!(tree.readdir(key.ino, 0), Err(libc::ENOTDIR));
         assert_eq!(tree.read(store.ino, at(0, 1)), Err(libc::EISDIR));
         assert_eq!(tree.getattr(9999), Err(libc::ENOENT));
         assert_eq!(tree.getattr(0), Err(libc::ENOENT));
+    }
+
+    /// A store of `n` chunks in one array.
+    struct Many(usize);
+
+    impl Backend for Many {
+        fn stores(&self) -> Vec<StoreEntry> {
+            Two.stores()
+        }
+
+        fn store(&self, token: &str) -> Option<StoreEntry> {
+            Two.store(token)
+        }
+
+        fn keys(&self, _token: &str) -> Option<Vec<(String, u64)>> {
+            Some((0..self.0).map(|n| (format!("tas/{n}.0"), 1)).collect())
+        }
+
+        fn read(&self, _: &StoreEntry, _: &str, _: Read) -> Result<Vec<u8>, i32> {
+            Ok(vec![0])
+        }
+    }
+
+    #[test]
+    fn a_large_directory_is_listed_a_page_at_a_time_in_name_order() {
+        let keys = 2 * READDIR_MOST + 10;
+        let tree = Tree::new(Many(keys));
+        let store = tree.lookup(ROOT, "a1.zarr").unwrap();
+        let tas = tree.lookup(store.ino, "tas").unwrap();
+        let mut listed = Vec::new();
+        loop {
+            let page = tree.readdir(tas.ino, listed.len()).unwrap();
+            assert!(page.len() <= READDIR_MOST);
+            if page.is_empty() {
+                break;
+            }
+            listed.extend(page.into_iter().map(|(name, _)| name));
+        }
+        let mut expected: Vec<String> = (0..keys).map(|n| format!("{n}.0")).collect();
+        expected.sort();
+        assert_eq!(listed, expected);
+        assert!(tree.readdir(tas.ino, usize::MAX).unwrap().is_empty());
+        // Forgotten and entered again, the directory lists its new inodes.
+        tree.forget(store.ino, 1);
+        let store = tree.lookup(ROOT, "a1.zarr").unwrap();
+        let again = tree.lookup(store.ino, "tas").unwrap();
+        assert_ne!(again.ino, tas.ino);
+        let first = tree.readdir(again.ino, 0).unwrap();
+        assert_eq!(first[0].0, expected[0]);
+        assert_eq!(
+            first[0].1.ino,
+            tree.lookup(again.ino, &expected[0]).unwrap().ino
+        );
+        assert_eq!(tree.readdir(tas.ino, 0), Err(libc::ENOENT));
     }
 }

@@ -409,7 +409,11 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let entries = match self.tree.readdir(ino.0) {
+        // Positions 0 and 1 are `.` and `..`, the directory's entries follow; the offset
+        // of an entry is the position of the next one. The tree gives a page of entries
+        // from the offset on, so a directory of a million keys is listed in linear time.
+        let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+        let entries = match self.tree.readdir(ino.0, offset.saturating_sub(2)) {
             Ok(entries) => entries,
             Err(code) => {
                 reply.error(errno(code));
@@ -420,17 +424,15 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
             (".".to_string(), FileType::Directory, ino.0),
             ("..".to_string(), FileType::Directory, ROOT),
         ];
-        let all = dots
-            .into_iter()
-            .chain(entries.into_iter().map(|(name, attr)| {
-                let kind = file_attr(&attr).kind;
-                (name, kind, attr.ino)
-            }));
-        for (position, (name, kind, child)) in all
-            .enumerate()
-            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
-        {
-            // The offset of an entry is the position of the next one.
+        let all =
+            dots.into_iter()
+                .enumerate()
+                .skip(offset)
+                .chain(entries.into_iter().enumerate().map(|(n, (name, attr))| {
+                    let kind = file_attr(&attr).kind;
+                    (offset.max(2) + n, (name, kind, attr.ino))
+                }));
+        for (position, (name, kind, child)) in all {
             if reply.add(INodeNo(child), position as u64 + 1, kind, name) {
                 break;
             }

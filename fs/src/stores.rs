@@ -141,11 +141,15 @@ impl Backend for DaemonStores {
 
     fn hot_file(&self, store: &StoreEntry, key: &str) -> Option<std::fs::File> {
         let token = Uuid::parse_str(&store.token).ok()?;
-        self.daemon
+        let file = self
+            .daemon
             .stores()
             .hot_chunk(token, key, store.generation, now())
             .inspect_err(|e| tracing::warn!(%token, %key, error = %e, "cannot open a hot copy"))
-            .ok()?
+            .ok()??;
+        // Converted again between the check and the open, the file may be the new
+        // conversion's: the open then reads through the daemon, which answers ESTALE.
+        self.is_conversion(token, store.generation).then_some(file)
     }
 }
 
@@ -183,7 +187,7 @@ impl DaemonStores {
         } else {
             Duration::ZERO
         };
-        stores
+        let bytes = stores
             .read_asked(Some(&caller), token, key, now(), wait, asked)
             .map(|read| read.bytes).map_err(|e| match e.kind() {
             ErrorKind::NotFound => libc::ENOENT,
@@ -193,6 +197,20 @@ impl DaemonStores {
                 tracing::warn!(%token, %key, ?kind, error = %e, "a read through the mount failed");
                 libc::EIO
             }
-        })
+        })?;
+        // The read path serves the store as it is when it reads: converted again meanwhile
+        // (a reload while this read waited for a restore, say), the bytes may be the new
+        // conversion's, which this inode must not show.
+        if self.is_conversion(token, generation) {
+            Ok(bytes)
+        } else {
+            Err(libc::ESTALE)
+        }
+    }
+
+    /// Whether store `token` is complete and still its conversion `generation`.
+    fn is_conversion(&self, token: Uuid, generation: i64) -> bool {
+        matches!(self.daemon.stores().record(token),
+            Ok(Some(record)) if record.is_complete() && record.updated == generation)
     }
 }
