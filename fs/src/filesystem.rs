@@ -718,8 +718,9 @@ mod tests {
         assert_eq!(tree.read(chunk_again.ino, at(0, 5)).unwrap(), b"chunk");
     }
 
-    /// [`Two`], counting the key listings asked for.
-    struct Counted(std::sync::atomic::AtomicUsize);
+    /// [`Two`], counting the key listings asked for; with `chunks`, each store holds that
+    /// many chunks of one array instead.
+    struct Counted(std::sync::atomic::AtomicUsize, Option<usize>);
 
     impl Backend for Counted {
         fn stores(&self) -> Vec<StoreEntry> {
@@ -732,7 +733,10 @@ mod tests {
 
         fn keys(&self, token: &str) -> Option<Vec<(String, u64)>> {
             self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Two.keys(token)
+            match self.1 {
+                Some(chunks) => Some((0..chunks).map(|n| (format!("tas/{n}.0"), 1)).collect()),
+                None => Two.keys(token),
+            }
         }
 
         fn read(&self, store: &StoreEntry, key: &str, read: Read) -> Result<Vec<u8>, i32> {
@@ -742,7 +746,7 @@ mod tests {
 
     #[test]
     fn a_store_keys_are_listed_once_and_only_when_it_is_entered() {
-        let tree = Tree::new(Counted(std::sync::atomic::AtomicUsize::new(0)));
+        let tree = Tree::new(Counted(std::sync::atomic::AtomicUsize::new(0), None));
         let listed = || tree.backend.0.load(std::sync::atomic::Ordering::SeqCst);
         let root = tree.readdir(ROOT, 0).unwrap();
         assert_eq!((root.len(), listed()), (2, 0));
@@ -899,31 +903,10 @@ mod tests {
         assert_eq!(tree.getattr(0), Err(libc::ENOENT));
     }
 
-    /// A store of `n` chunks in one array.
-    struct Many(usize);
-
-    impl Backend for Many {
-        fn stores(&self) -> Vec<StoreEntry> {
-            Two.stores()
-        }
-
-        fn store(&self, token: &str) -> Option<StoreEntry> {
-            Two.store(token)
-        }
-
-        fn keys(&self, _token: &str) -> Option<Vec<(String, u64)>> {
-            Some((0..self.0).map(|n| (format!("tas/{n}.0"), 1)).collect())
-        }
-
-        fn read(&self, _: &StoreEntry, _: &str, _: Read) -> Result<Vec<u8>, i32> {
-            Ok(vec![0])
-        }
-    }
-
     #[test]
     fn a_large_directory_is_listed_a_page_at_a_time_in_name_order() {
         let keys = 2 * READDIR_MOST + 10;
-        let tree = Tree::new(Many(keys));
+        let tree = Tree::new(Counted(std::sync::atomic::AtomicUsize::new(0), Some(keys)));
         let store = tree.lookup(ROOT, "a1.zarr").unwrap();
         let tas = tree.lookup(store.ino, "tas").unwrap();
         let mut listed = Vec::new();
