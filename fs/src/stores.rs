@@ -201,10 +201,10 @@ impl DaemonStores {
         // The read path serves the store as it is when it reads: converted again meanwhile
         // (a reload while this read waited for a restore, say), the bytes may be the new
         // conversion's, which this inode must not show.
-        if self.is_conversion(token, generation) {
-            Ok(bytes)
-        } else {
-            Err(libc::ESTALE)
+        match self.daemon.stores().record(token) {
+            Ok(Some(record)) if record.is_complete() && record.updated == generation => Ok(bytes),
+            Ok(_) => Err(libc::ESTALE),
+            Err(_) => Err(libc::EIO),
         }
     }
 

@@ -197,18 +197,25 @@ struct Scope<'a> {
 }
 
 /// `name`, a group's or a variable's name in the source, as one segment of the store's keys.
-/// Refused when it is empty, starts with `.` or holds `/` or NUL: such a segment would lead
-/// out of the store's directory (`..`), into another user's store below it, or onto a
-/// metadata document's place (`.zattrs`). netCDF-C never makes such names, but an HDF5 file
-/// may hold them (h5py names a group `..`), and netCDF-C reads them.
+/// Refused when it is empty, starts with `.`, holds `/` or a control character (NUL among
+/// them), or is longer than a file name may be (255 bytes): such a segment would lead out of
+/// the store's directory (`..`), into another user's store below it, onto a metadata
+/// document's place (`.zattrs`), or make keys that cannot be written, listed or archived.
+/// netCDF-C never makes such names, but an HDF5 file may hold them (h5py names a group
+/// `..`), and netCDF-C reads them.
 ///
 /// # Errors
 /// A sentence naming `what` (the group or variable, with where it is) and the name.
 pub(crate) fn key_segment(name: String, what: &str) -> Result<String, String> {
-    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\0']) {
+    if name.is_empty()
+        || name.starts_with('.')
+        || name.contains('/')
+        || name.chars().any(char::is_control)
+        || name.len() > 255
+    {
         return Err(format!(
             "{what} is named {name:?}, which a store cannot hold: a name must not be empty, \
-             start with '.', or contain '/'"
+             start with '.', contain '/' or a control character, or be longer than 255 bytes"
         ));
     }
     Ok(name)

@@ -832,7 +832,10 @@ fn copied_chunks_decode_to_the_values_the_netcdf_library_reads() {
 
 #[test]
 fn names_that_would_leave_a_store_or_take_a_documents_place_are_refused() {
-    for name in ["..", ".", "", ".zattrs", ".hidden", "a/b", "a\0b"] {
+    let long = "x".repeat(256);
+    for name in [
+        "..", ".", "", ".zattrs", ".hidden", "a/b", "a\0b", "a\nb", "a\tb", &long,
+    ] {
         let refused =
             super::metadata::key_segment(name.to_string(), "a group of the file").unwrap_err();
         assert!(
@@ -840,7 +843,8 @@ fn names_that_would_leave_a_store_or_take_a_documents_place_are_refused() {
             "{refused}"
         );
     }
-    for name in ["tas", "_x", "a.b", "t2m..max", "Ärger"] {
+    let longest = "x".repeat(255);
+    for name in ["tas", "_x", "a.b", "t2m..max", "Ärger", &longest] {
         assert_eq!(
             super::metadata::key_segment(name.to_string(), "a variable").unwrap(),
             name
