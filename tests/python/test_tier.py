@@ -949,3 +949,48 @@ def test_a_serving_daemon_cleans_leftover_cold_objects_of_the_stores_it_touched(
         key = "tas/0.0.0"
         answer = requests.get(f"{noise.url}/{key}", headers=noise.headers, timeout=60)
         assert answer.status_code == 200 and answer.content == noise.served[key]
+
+
+def test_a_large_chunk_reads_through_the_daemon_without_passthrough(tmp_path):
+    """Without passthrough every read goes through the daemon, a page-cache-sized request at
+    a time: a chunk of about 38 MiB (`chunk_size` 64) gives, request by request, the bytes
+    HTTP gives; archived, it is restored and read the same way."""
+    data, sources, mountpoint = tmp_path / "data", tmp_path / "sources", tmp_path / "mount"
+    for d in (data, sources, mountpoint):
+        d.mkdir()
+    os.chmod(sources, 0o755)
+    tas(2, 3400, 3400, seed=11).to_netcdf(sources / "large.nc")
+    os.chmod(sources / "large.nc", 0o644)
+    proc, host = start(data, sources, mountpoint, max_bytes=1 << 20, env={"SVCD_MOUNT_PASSTHROUGH": "false"})
+    try:
+        token = svcd(data, "token", "issue", "--user=large").stdout.strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        base = f"{host}/api/svc-nextgen"
+        answer = requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(sources / "large.nc")], "chunk_size": 64},
+                               headers=headers, timeout=30)
+        assert answer.status_code == 200, answer.text
+        [url] = answer.json()["urls"]
+        assert wait_ready(base, headers, url, timeout=300)["status"] == 0
+        store = url.rstrip("/").rsplit("/", 1)[1].removesuffix(".zarr")
+        key = "tas/1.0.0"
+        served = requests.get(f"{url}/{key}", headers=headers, timeout=60).content
+        assert len(served) > 32 << 20
+        path = mountpoint / f"{store}.zarr" / key
+
+        def through_mount():
+            with open(path, "rb", buffering=0) as handle:
+                parts = []
+                while part := handle.read(1 << 20):
+                    parts.append(part)
+            return b"".join(parts)
+
+        assert through_mount() == served
+        svcd(data, "tier", "archive", "--scope", store)
+        assert not (data / "stores" / store / key).exists()
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        assert through_mount() == served
+        assert (data / "stores" / store / key).exists()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
