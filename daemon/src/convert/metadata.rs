@@ -124,7 +124,7 @@ pub(crate) struct StoreLayout {
 
 impl StoreLayout {
     /// A layout with only the root group, whose attributes are `attrs`.
-    fn root(attrs: Map<String, Value>) -> Self {
+    pub(super) fn root(attrs: Map<String, Value>) -> Self {
         let mut documents = Map::new();
         documents.insert(".zgroup".into(), json!({"zarr_format": 2}));
         documents.insert(".zattrs".into(), Value::Object(attrs));
@@ -132,6 +132,22 @@ impl StoreLayout {
             documents,
             arrays: Vec::new(),
         }
+    }
+
+    /// Claims `path` (an array's or a group's) for `what`, named in the error: two
+    /// variables or groups of the sources that the store would name alike would write into
+    /// one another's keys, the later silently replacing the earlier.
+    pub(super) fn claim(&self, path: &str, what: &str) -> Result<(), String> {
+        let taken = [".zarray", ".zgroup"]
+            .iter()
+            .any(|document| self.documents.contains_key(&format!("{path}/{document}")));
+        if taken {
+            return Err(format!(
+                "{what} would be the store's {path:?}, which another variable or group of the \
+                 source already is"
+            ));
+        }
+        Ok(())
     }
 
     /// The consolidated metadata document (`.zmetadata`).
@@ -236,6 +252,7 @@ impl Scope<'_> {
         };
         path.push(key_segment(group.name(), &place)?);
         let prefix = path.join("/");
+        layout.claim(&prefix, &format!("group {prefix:?}"))?;
         layout
             .documents
             .insert(format!("{prefix}/.zgroup"), json!({"zarr_format": 2}));
@@ -346,6 +363,7 @@ impl Scope<'_> {
                     dtype.zarr().to_string(),
                 ),
             };
+            layout.claim(&array.path, &format!("variable {:?}", array.path))?;
             layout.documents.insert(
                 format!("{}/.zarray", array.path),
                 json!({
@@ -511,6 +529,7 @@ pub(crate) fn layout_of_groups(
         let path: Vec<String> = if group.name.is_empty() {
             Vec::new()
         } else {
+            layout.claim(&group.name, &format!("group {:?}", group.name))?;
             layout
                 .documents
                 .insert(format!("{}/.zgroup", group.name), json!({"zarr_format": 2}));

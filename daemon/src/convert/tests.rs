@@ -851,3 +851,23 @@ fn names_that_would_leave_a_store_or_take_a_documents_place_are_refused() {
         );
     }
 }
+
+#[test]
+fn two_arrays_or_groups_the_store_would_name_alike_are_refused() {
+    let mut layout = super::metadata::StoreLayout::root(serde_json::Map::new());
+    layout
+        .documents
+        .insert("tas/.zarray".into(), serde_json::json!({}));
+    layout
+        .documents
+        .insert("grid/.zgroup".into(), serde_json::json!({}));
+    for path in ["tas", "grid"] {
+        let refused = layout.claim(path, "variable \"x\"").unwrap_err();
+        assert!(
+            refused.contains("variable \"x\"") && refused.contains(&format!("{path:?}")),
+            "{refused}"
+        );
+    }
+    assert!(layout.claim("pr", "variable \"pr\"").is_ok());
+    assert!(layout.claim("grid/tas", "variable \"grid/tas\"").is_ok());
+}
