@@ -241,9 +241,8 @@ impl<B: Backend> Tree<B> {
         let listing = self.listing(ino)?;
         let inodes = self.read_inodes();
         listing
-            .get(from.min(listing.len())..)
-            .unwrap_or_default()
             .iter()
+            .skip(from)
             .take(READDIR_MOST)
             .map(|(name, child)| Ok((name.clone(), inodes.attr(*child)?)))
             .collect()

@@ -149,7 +149,7 @@ impl Backend for DaemonStores {
             .ok()??;
         // Converted again between the check and the open, the file may be the new
         // conversion's: the open then reads through the daemon, which answers ESTALE.
-        self.is_conversion(token, store.generation).then_some(file)
+        (self.is_conversion(token, store.generation) == Ok(true)).then_some(file)
     }
 }
 
@@ -201,16 +201,17 @@ impl DaemonStores {
         // The read path serves the store as it is when it reads: converted again meanwhile
         // (a reload while this read waited for a restore, say), the bytes may be the new
         // conversion's, which this inode must not show.
-        match self.daemon.stores().record(token) {
-            Ok(Some(record)) if record.is_complete() && record.updated == generation => Ok(bytes),
-            Ok(_) => Err(libc::ESTALE),
-            Err(_) => Err(libc::EIO),
+        if self.is_conversion(token, generation)? {
+            Ok(bytes)
+        } else {
+            Err(libc::ESTALE)
         }
     }
 
-    /// Whether store `token` is complete and still its conversion `generation`.
-    fn is_conversion(&self, token: Uuid, generation: i64) -> bool {
-        matches!(self.daemon.stores().record(token),
-            Ok(Some(record)) if record.is_complete() && record.updated == generation)
+    /// Whether store `token` is complete and still its conversion `generation`; `EIO` when
+    /// its record cannot be read.
+    fn is_conversion(&self, token: Uuid, generation: i64) -> Result<bool, i32> {
+        let record = self.daemon.stores().record(token).map_err(|_| libc::EIO)?;
+        Ok(record.is_some_and(|record| record.is_complete() && record.updated == generation))
     }
 }

@@ -221,16 +221,22 @@ struct Scope<'a> {
 /// `..`), and netCDF-C reads them.
 ///
 /// # Errors
-/// A sentence naming `what` (the group or variable, with where it is) and the name.
-pub(crate) fn key_segment(name: String, what: &str) -> Result<String, String> {
+/// A sentence naming the `kind` (group or variable), the group it is in (`parent`, the
+/// file's root when empty) and the name.
+pub(crate) fn key_segment(name: String, kind: &str, parent: &str) -> Result<String, String> {
     if name.is_empty()
         || name.starts_with('.')
         || name.contains('/')
         || name.chars().any(char::is_control)
         || name.len() > 255
     {
+        let place = if parent.is_empty() {
+            format!("a {kind} of the file")
+        } else {
+            format!("a {kind} in group {parent:?}")
+        };
         return Err(format!(
-            "{what} is named {name:?}, which a store cannot hold: a name must not be empty, \
+            "{place} is named {name:?}, which a store cannot hold: a name must not be empty, \
              start with '.', contain '/' or a control character, or be longer than 255 bytes"
         ));
     }
@@ -245,12 +251,7 @@ impl Scope<'_> {
         layout: &mut StoreLayout,
     ) -> Result<(), String> {
         let mut path = parents.to_vec();
-        let place = if parents.is_empty() {
-            "a group of the file".to_string()
-        } else {
-            format!("a group in {:?}", parents.join("/"))
-        };
-        path.push(key_segment(group.name(), &place)?);
+        path.push(key_segment(group.name(), "group", &parents.join("/"))?);
         let prefix = path.join("/");
         layout.claim(&prefix, &format!("group {prefix:?}"))?;
         layout
@@ -434,12 +435,7 @@ impl VarInfo {
     /// # Errors
     /// A sentence naming the variable or attribute that cannot be converted.
     pub(crate) fn of(variable: &Variable, prefix: &str) -> Result<Self, String> {
-        let place = if prefix.is_empty() {
-            "a variable of the file".to_string()
-        } else {
-            format!("a variable in group {prefix:?}")
-        };
-        let name = key_segment(variable.name(), &place)?;
+        let name = key_segment(variable.name(), "variable", prefix)?;
         let path = if prefix.is_empty() {
             name.clone()
         } else {

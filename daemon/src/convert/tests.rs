@@ -836,17 +836,23 @@ fn names_that_would_leave_a_store_or_take_a_documents_place_are_refused() {
     for name in [
         "..", ".", "", ".zattrs", ".hidden", "a/b", "a\0b", "a\nb", "a\tb", &long,
     ] {
-        let refused =
-            super::metadata::key_segment(name.to_string(), "a group of the file").unwrap_err();
+        let refused = super::metadata::key_segment(name.to_string(), "group", "").unwrap_err();
         assert!(
             refused.contains("a group of the file") && refused.contains(&format!("{name:?}")),
+            "{refused}"
+        );
+        let refused =
+            super::metadata::key_segment(name.to_string(), "variable", "g/h").unwrap_err();
+        assert!(
+            refused.contains("a variable in group \"g/h\"")
+                && refused.contains(&format!("{name:?}")),
             "{refused}"
         );
     }
     let longest = "x".repeat(255);
     for name in ["tas", "_x", "a.b", "t2m..max", "Ärger", &longest] {
         assert_eq!(
-            super::metadata::key_segment(name.to_string(), "a variable").unwrap(),
+            super::metadata::key_segment(name.to_string(), "variable", "").unwrap(),
             name
         );
     }
