@@ -1274,8 +1274,7 @@ impl Tier {
                         if stopped() {
                             return Ok(false);
                         }
-                        tally.busy.note(token);
-                        tally.busy_stores.insert(token);
+                        tally.note_busy(token);
                         break false;
                     };
                     self.clean_store(token, is_ready(token)?, tally, stopped)?
@@ -1519,8 +1518,7 @@ impl Tier {
         let store_lock = self.store_lock(token);
         let Some(_exclusive) = free_for_writing(&store_lock, Duration::from_secs(1), &|| false)
         else {
-            tally.busy.note(token);
-            tally.busy_stores.insert(token);
+            tally.note_busy(token);
             let mut reads = self.adoption_reads.lock();
             if reads.len() >= MOST_FAILURES_KEPT {
                 reads.clear();
@@ -1679,6 +1677,13 @@ impl<T> Problems<T> {
 }
 
 impl Tally {
+    /// Notes that store `token` was busy: logged at the end, and waited for at the next
+    /// cleaning.
+    fn note_busy(&mut self, token: Uuid) {
+        self.busy.note(token);
+        self.busy_stores.insert(token);
+    }
+
     fn log(&self) {
         if self.removed > 0 {
             tracing::warn!(objects = self.removed, "removed cold objects no blob names");
