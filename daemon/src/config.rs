@@ -27,6 +27,10 @@ pub(crate) const SYSTEM_CONFIG: &str = "/etc/svc-nextgen/svcd.toml";
 /// The API path prefix.
 pub const API_PREFIX: &str = "/api/svc-nextgen";
 
+/// The most restores `tier.max_restores` lets run at once: each holds a thread and a
+/// blob's worth of staging space.
+pub(crate) const MAX_RESTORES: usize = 256;
+
 /// The longest `tier.cleaning_interval_seconds`: a week.
 const MAX_CLEANING_INTERVAL_SECONDS: u64 = 7 * 86_400;
 
@@ -105,6 +109,10 @@ pub struct TierConfig {
     /// How often a serving daemon cleans the cold tier of the stores marked for it, in
     /// seconds (default 600, at most a week).
     pub cleaning_interval_seconds: u64,
+    /// Restores from the cold tier that readers' reads run at once (default 8, at most
+    /// [`MAX_RESTORES`]); one store's take at most half of them, and stores with restores
+    /// waiting take turns (see [`crate::FairPool`]).
+    pub max_restores: usize,
 }
 
 /// The `[mount]` section.
@@ -287,6 +295,11 @@ impl Config {
         if !(1..=MAX_CLEANING_INTERVAL_SECONDS).contains(&self.tier.cleaning_interval_seconds) {
             return Err(Error::Config(format!(
                 "tier.cleaning_interval_seconds must be 1 to {MAX_CLEANING_INTERVAL_SECONDS} (a week)"
+            )));
+        }
+        if !(1..=MAX_RESTORES).contains(&self.tier.max_restores) {
+            return Err(Error::Config(format!(
+                "tier.max_restores must be 1 to {MAX_RESTORES}"
             )));
         }
         if self.mount.read_timeout_seconds == 0 {

@@ -18,6 +18,7 @@ mod db;
 #[cfg(any(test, feature = "demo"))]
 mod demo;
 mod error;
+mod fair;
 mod flavours;
 #[cfg(test)]
 mod hostile;
@@ -47,6 +48,7 @@ pub use db::Db;
 #[cfg(feature = "demo")]
 pub use demo::{DemoSummary, write_demo_tree};
 pub use error::{Error, ErrorKind, Fault, Holder, Missing, Result};
+pub use fair::FairPool;
 pub use flavours::{FlavourRequest, Flavours, ListFilter};
 pub use jobs::{Handler, Job, Outcome, Queue, Stop};
 pub use stac::{

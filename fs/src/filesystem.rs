@@ -72,7 +72,11 @@ pub struct StoreEntry {
     /// Whether anyone may read it.
     pub public: bool,
     /// Which conversion of it this is (a store converted again is another).
-    pub generation: i64,
+    pub generation: u64,
+    /// When that conversion finished (Unix seconds): the modification time of its files
+    /// and directories, so that tools that compare times (`rsync -a`, `make`) see a store
+    /// converted again as changed.
+    pub modified: i64,
 }
 
 /// What a read asks for: up to `len` bytes from `offset`, since `asked` (when the mount
@@ -115,6 +119,8 @@ pub struct Attr {
     pub uid: u32,
     /// Group.
     pub gid: u32,
+    /// Modification (and change) time, Unix seconds.
+    pub modified: i64,
 }
 
 /// A node of the tree.
@@ -565,6 +571,7 @@ impl Inodes {
                     perm: 0o711,
                     uid: 0,
                     gid: 0,
+                    modified: 0,
                 });
             }
             Node::Directory { store, .. } => (Kind::Directory, 0, store),
@@ -589,6 +596,7 @@ impl Inodes {
             perm,
             uid: store.uid,
             gid: store.gid,
+            modified: store.modified,
         })
     }
 }
@@ -628,6 +636,7 @@ mod tests {
                     gid: 100,
                     public: true,
                     generation: 1,
+                    modified: 0,
                 },
                 StoreEntry {
                     token: "a1".into(),
@@ -635,6 +644,7 @@ mod tests {
                     gid: 100,
                     public: false,
                     generation: 1,
+                    modified: 0,
                 },
             ]
         }
@@ -781,6 +791,7 @@ mod tests {
                 gid: 0,
                 public: true,
                 generation: 1,
+                modified: 0,
             }]
         }
 
@@ -856,6 +867,7 @@ mod tests {
             gid: 100,
             public: true,
             generation: 1,
+            modified: 0,
         }))));
         let change =
             |f: &dyn Fn(&mut StoreEntry)| f(tree.backend.0.lock().unwrap().as_mut().unwrap());

@@ -20,6 +20,8 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, Request,
 };
 
+use svc_daemon::FairPool;
+
 use crate::filesystem::{Attr, Backend, Kind, ROOT, Read, Tree};
 
 /// How long the kernel keeps the entry and attributes of a store's directory: the store may
@@ -38,10 +40,12 @@ const ROOT_TTL: Duration = Duration::from_secs(1);
 /// The mount's filesystem over the tree of `B`.
 pub struct Fuse<B> {
     tree: Arc<Tree<B>>,
-    /// Runs the reads answered through the daemon, first without waiting.
-    readers: Readers,
-    /// Runs the reads that wait (for a restore from the cold tier).
-    waiting: Arc<Readers>,
+    /// Run the reads answered through the daemon, off the FUSE threads (which answer every
+    /// user's lookups and opens, so must never wait for I/O), by the uid of the reader:
+    /// first without waiting, and a read that would wait (for a restore from the cold tier)
+    /// again on the threads of reads that wait.
+    readers: FairPool<u32>,
+    waiting: Arc<FairPool<u32>>,
     /// Whether opens may hand hot files to the kernel: asked for, offered by the kernel at
     /// init, and not refused since.
     passthrough: AtomicBool,
@@ -63,70 +67,18 @@ struct Backing {
     cached: HashMap<u64, usize>,
 }
 
-/// Threads that answer reads through the daemon that wait for their bytes (a restore).
+/// Threads that answer reads through the daemon that wait for their bytes (a restore), and
+/// how many of them one local user's reads may hold: such a read holds its thread up to
+/// `mount.read_timeout_seconds`, so one user's job reading thousands of archived chunks must
+/// not hold them all, each other user's reads taking their turn behind it.
 const READERS: usize = 32;
+const READERS_PER_USER: usize = READERS / 2;
 
-/// Threads that answer reads through the daemon from the hot tier.
+/// Threads that answer reads through the daemon from the hot tier (users in turn too).
 const HOT_READERS: usize = 16;
 
 /// Background requests (reads, readahead, releases) the kernel may have outstanding.
 const MAX_BACKGROUND: u16 = 64;
-
-/// A read to answer.
-type ReadJob = Box<dyn FnOnce() + Send>;
-
-/// The threads that answer reads through the daemon, off the FUSE threads: such a read may
-/// wait for a restore from the cold tier (up to `mount.read_timeout_seconds`), and FUSE
-/// threads held by such reads would stall every lookup and open of the mount for every
-/// user. Reads beyond the threads' number wait in their queue.
-struct Readers {
-    queue: Mutex<std::sync::mpsc::Sender<ReadJob>>,
-}
-
-impl Readers {
-    fn start(name: &str, threads: usize) -> Self {
-        let (queue, jobs) = std::sync::mpsc::channel::<ReadJob>();
-        let jobs = Arc::new(Mutex::new(jobs));
-        for n in 0..threads {
-            let jobs = Arc::clone(&jobs);
-            let started = std::thread::Builder::new()
-                .name(format!("{name}-{n}"))
-                .spawn(move || {
-                    loop {
-                        // The queue's lock is held only while taking a job.
-                        let job = jobs.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                        match job {
-                            // A job that panics answers nothing (fuser then answers EIO);
-                            // the thread lives on.
-                            Ok(job) => {
-                                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                            }
-                            // The mount is gone.
-                            Err(_) => return,
-                        }
-                    }
-                });
-            if let Err(e) = started {
-                tracing::warn!(error = %e, "cannot start a mount reader thread");
-            }
-        }
-        Readers {
-            queue: Mutex::new(queue),
-        }
-    }
-
-    /// Runs `job` on a reader thread (here, if none is left).
-    fn run(&self, job: ReadJob) {
-        let sent = self
-            .queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(job);
-        if let Err(std::sync::mpsc::SendError(job)) = sent {
-            job();
-        }
-    }
-}
 
 impl<B: Backend + 'static> Fuse<B> {
     /// How long the kernel may keep the entry and attributes of `ino`.
@@ -145,8 +97,8 @@ impl<B: Backend + 'static> Fuse<B> {
     pub fn new(backend: B, passthrough: bool) -> Self {
         Fuse {
             tree: Arc::new(Tree::new(backend)),
-            readers: Readers::start("mount-read", HOT_READERS),
-            waiting: Arc::new(Readers::start("mount-wait", READERS)),
+            readers: FairPool::new("mount-read", HOT_READERS, HOT_READERS),
+            waiting: Arc::new(FairPool::new("mount-wait", READERS, READERS_PER_USER)),
             passthrough: AtomicBool::new(passthrough),
             backing: Mutex::default(),
             next_handle: AtomicU64::new(1),
@@ -249,14 +201,15 @@ impl<B: Backend + 'static> Fuse<B> {
 
 fn file_attr(attr: &Attr) -> FileAttr {
     let directory = attr.kind == Kind::Directory;
+    let modified = UNIX_EPOCH + Duration::from_secs(u64::try_from(attr.modified).unwrap_or(0));
     FileAttr {
         ino: INodeNo(attr.ino),
         size: attr.size,
         blocks: attr.size.div_ceil(512),
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
+        atime: modified,
+        mtime: modified,
+        ctime: modified,
+        crtime: modified,
         kind: if directory {
             FileType::Directory
         } else {
@@ -363,7 +316,7 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -384,21 +337,27 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
         // (lookups, opens) never do I/O.
         let tree = Arc::clone(&self.tree);
         let waiting = Arc::clone(&self.waiting);
-        self.readers
-            .run(Box::new(move || match tree.read(ino.0, read) {
+        let uid = req.uid();
+        self.readers.run(
+            uid,
+            Box::new(move || match tree.read(ino.0, read) {
                 Err(libc::EAGAIN) => {
                     let read = Read {
                         may_wait: true,
                         ..read
                     };
-                    waiting.run(Box::new(move || match tree.read(ino.0, read) {
-                        Ok(bytes) => reply.data(&bytes),
-                        Err(code) => reply.error(errno(code)),
-                    }));
+                    waiting.run(
+                        uid,
+                        Box::new(move || match tree.read(ino.0, read) {
+                            Ok(bytes) => reply.data(&bytes),
+                            Err(code) => reply.error(errno(code)),
+                        }),
+                    );
                 }
                 Ok(bytes) => reply.data(&bytes),
                 Err(code) => reply.error(errno(code)),
-            }));
+            }),
+        );
     }
 
     fn readdir(

@@ -74,8 +74,8 @@ impl Accounts {
     }
 }
 
-/// A complete store's record as the mount shows it. Its generation is when its conversion
-/// finished: a store converted again has another.
+/// A complete store's record as the mount shows it. Its generation is the record's
+/// conversion: a store converted again has another.
 fn entry(accounts: &Accounts, record: &svc_daemon::StoreRecord, now: i64) -> StoreEntry {
     let (uid, gid) = accounts.ids(&record.owner);
     StoreEntry {
@@ -83,7 +83,8 @@ fn entry(accounts: &Accounts, record: &svc_daemon::StoreRecord, now: i64) -> Sto
         uid,
         gid,
         public: record.public_until.is_some_and(|until| now < until),
-        generation: record.updated,
+        generation: record.conversion,
+        modified: record.updated,
     }
 }
 
@@ -163,7 +164,7 @@ impl DaemonStores {
         &self,
         token: Uuid,
         key: &str,
-        generation: i64,
+        generation: u64,
         may_wait: bool,
         asked: Instant,
     ) -> Result<bytes::Bytes, i32> {
@@ -175,7 +176,7 @@ impl DaemonStores {
         if !record.is_complete() {
             return Err(libc::ENOENT);
         }
-        if record.updated != generation {
+        if record.conversion != generation {
             return Err(libc::ESTALE);
         }
         let caller = Caller {
@@ -210,8 +211,8 @@ impl DaemonStores {
 
     /// Whether store `token` is complete and still its conversion `generation`; `EIO` when
     /// its record cannot be read.
-    fn is_conversion(&self, token: Uuid, generation: i64) -> Result<bool, i32> {
+    fn is_conversion(&self, token: Uuid, generation: u64) -> Result<bool, i32> {
         let record = self.daemon.stores().record(token).map_err(|_| libc::EIO)?;
-        Ok(record.is_some_and(|record| record.is_complete() && record.updated == generation))
+        Ok(record.is_some_and(|record| record.is_complete_conversion(generation)))
     }
 }

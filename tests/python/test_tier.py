@@ -11,6 +11,7 @@ Blobs are made small with the manifest policy (`SVCD_TIER_T_HOT_BYTES`,
 
 import concurrent.futures
 import errno
+import hashlib
 import io
 import json
 import os
@@ -790,8 +791,8 @@ class Switch:
 def test_a_cold_tier_that_never_answers_fails_reads_after_their_timeout(tmp_path, s3, passthrough):
     """A restore from a cold tier that stops answering holds no reader past its bound: every
     read through the mount of an archived chunk fails with EIO within
-    `mount.read_timeout_seconds` of being asked, those beyond the mount's 32 reader threads
-    (which wait for a thread first) too, while lookups, metadata reads and reads of hot
+    `mount.read_timeout_seconds` of being asked, those beyond the 16 of the mount's threads
+    for waiting reads one user may hold (which wait for a thread first) too, while lookups, metadata reads and reads of hot
     chunks go on (through the daemon too, without passthrough); HTTP answers 503 with
     Retry-After."""
     endpoint, client = s3
@@ -834,7 +835,7 @@ def test_a_cold_tier_that_never_answers_fails_reads_after_their_timeout(tmp_path
             outcomes = [r.result() for r in reads]
         assert {outcome for outcome, _ in outcomes} == {"EIO"}, outcomes
         # Asked at once, all fail after one bound: not before it, and not after two, for the
-        # 16 that waited for a reader thread (give or take the machine's scheduling).
+        # 32 that waited for a reader thread (give or take the machine's scheduling).
         seconds = sorted(seconds for _, seconds in outcomes)
         assert 0.8 * timeout < seconds[0] and seconds[-1] < timeout + 2, seconds
         assert {r["state"] for r in tier_rows(data, store)} <= {"archived", "restoring"}
@@ -849,6 +850,86 @@ def test_a_cold_tier_that_never_answers_fails_reads_after_their_timeout(tmp_path
         gateway.speak()
         answer = requests.get(f"{noise.url}/{chunks[0]}", headers=noise.headers, timeout=120)
         assert answer.status_code == 200 and answer.content == noise.served[chunks[0]]
+
+
+def restore_threads(pid):
+    """The daemon's threads that run restores (`tier-restore-N`)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return [t for t in tasks.iterdir() if (t / "comm").read_text().startswith("tier-restore")]
+
+
+def test_one_users_reads_stalled_on_the_cold_tier_hold_up_no_other_users(tmp_path):
+    """A job reading many archived chunks of a store whose cold objects stall (here: each is
+    a FIFO nobody writes, so its restore waits in `open`) holds at most half of the mount's
+    threads for waiting reads and half of the restores (`tier.max_restores`, 8): another
+    local user's read of another store's archived chunk is answered at once, through the
+    mount and over HTTP; no more restores run than the cap; once the cold objects are back,
+    every key reads as before."""
+    mountpoint = Path(tempfile.mkdtemp(prefix="svcd-tier-fair-"))
+    os.chmod(mountpoint, 0o755)
+    other = local_user(OTHER)
+    timeout = 60
+    with NoiseStore(tmp_path, 40, seed=7, max_bytes=1 << 20, mount=mountpoint,
+                    env={"SVCD_MOUNT_READ_TIMEOUT_SECONDS": str(timeout)}) as noise:
+        data, stalled = noise.data, noise.store
+        tas(4, 512, 512, seed=8).to_netcdf(noise.sources / "quick.nc")
+        os.chmod(noise.sources / "quick.nc", 0o644)
+        base = noise.url.split("/data-portal/")[0]
+        quick_url, quick = convert(base, noise.headers, noise.sources / "quick.nc", public=True)
+        quick_chunks = [k for k in chunk_files(data, quick) if k.startswith("tas/")]
+        quick_served = {k: requests.get(f"{quick_url}/{k}", headers=noise.headers, timeout=30).content for k in quick_chunks}
+        svcd(data, "tier", "archive")
+        assert {r["state"] for r in tier_rows(data)} == {"archived"}
+        assert len(tier_rows(data, stalled)) >= 32 and len(tier_rows(data, quick)) >= 2
+        objects = sorted((data / "cold" / stalled).rglob("*.zip"))
+        for cold in objects:
+            cold.rename(cold.with_suffix(".kept"))
+            os.mkfifo(cold)
+        chunks = [k for k in noise.served if k.startswith("tas/") and not k.startswith("tas/.")]
+        assert len(chunks) == 40
+        directory = mountpoint / f"{stalled}.zarr"
+
+        def read(key):
+            asked = time.monotonic()
+            try:
+                return (directory / key).read_bytes() == noise.served[key], time.monotonic() - asked
+            except OSError as e:
+                return errno.errorcode.get(e.errno, str(e.errno)), time.monotonic() - asked
+
+        with concurrent.futures.ThreadPoolExecutor(len(chunks)) as pool:
+            reads = [pool.submit(read, key) for key in chunks]
+            assert eventually(lambda: len(restore_threads(noise.proc.pid)) >= 4)
+            time.sleep(1)
+            # The 40 reads started no more restores than the cap allows, whatever they wait for.
+            assert len(restore_threads(noise.proc.pid)) <= 8
+            # Another user's read of another store's archived chunk, through the mount and
+            # over HTTP, is answered at once.
+            started = time.monotonic()
+            key = quick_chunks[0]
+            got = as_user(other, "sha256sum", str(mountpoint / f"{quick}.zarr" / key))
+            assert got.returncode == 0, got.stderr
+            assert got.stdout.split()[0] == hashlib.sha256(quick_served[key]).hexdigest()
+            key = quick_chunks[-1]
+            answer = requests.get(f"{quick_url}/{key}", params={"timeout": 20}, timeout=30)
+            assert answer.status_code == 200 and answer.content == quick_served[key], answer.text
+            assert time.monotonic() - started < timeout / 3
+            assert not any(r.done() for r in reads), "the stalled store's reads waited"
+            # The cold objects come back: a restore blocked on its FIFO reads it empty and
+            # fails (its readers get EIO), the others restore.
+            for cold in objects:
+                try:
+                    writer = os.open(cold, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:
+                    writer = None
+                cold.with_suffix(".kept").rename(cold)
+                if writer is not None:
+                    os.close(writer)
+            outcomes = [r.result(timeout=timeout + 30) for r in reads]
+        assert {outcome for outcome, _ in outcomes} <= {True, "EIO"}, outcomes
+        assert all(seconds < timeout + 10 for _, seconds in outcomes), outcomes
+        for key in chunks:
+            answer = requests.get(f"{noise.url}/{key}", headers=noise.headers, timeout=120)
+            assert answer.status_code == 200 and answer.content == noise.served[key], key
 
 
 def mapped_bytes(path):

@@ -21,7 +21,7 @@ impl Stores {
             .filter(|record| record.is_complete() && scope.is_none_or(|s| s == record.token))
             .map(|record| Candidate {
                 token: record.token,
-                generation: record.updated,
+                conversion: record.conversion,
                 // Reads since the last sweep count too.
                 last_used: record
                     .last_read
@@ -43,9 +43,9 @@ impl Stores {
         options: &ArchiveOptions,
         progress: Progress<'_>,
     ) -> Result<Vec<ArchiveRow>> {
-        let still_ready = |token: Uuid, generation: i64| {
+        let still_ready = |token: Uuid, conversion: u64| {
             matches!(self.record(token), Ok(Some(record))
-                if record.is_complete() && record.updated == generation)
+                if record.is_complete_conversion(conversion))
         };
         let mut rows = Vec::new();
         let mut total = 0;

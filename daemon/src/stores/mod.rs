@@ -115,6 +115,13 @@ pub struct StoreRecord {
     /// Kept up to date by the sweep, not on every read.
     #[serde(default)]
     pub last_read: i64,
+    /// Which conversion of the store this is: one more than the last each time it is
+    /// (re)converted. What was read of one conversion (the mount's inodes and cached pages,
+    /// an archive run's plan) is checked against it, never against `updated`, which two
+    /// conversions finishing within one second (or a clock set back) share. Records written
+    /// before it was kept read as 0, their conversion until the next.
+    #[serde(default)]
+    pub conversion: u64,
 }
 
 impl StoreRecord {
@@ -148,6 +155,12 @@ impl StoreRecord {
     /// Whether its conversion finished and every key can be read (ready, or archived).
     pub fn is_complete(&self) -> bool {
         matches!(self.status, Status::Ready | Status::Archived)
+    }
+
+    /// Whether it is complete and still its `conversion`: what was read of that conversion
+    /// is still what it serves.
+    pub fn is_complete_conversion(&self, conversion: u64) -> bool {
+        self.is_complete() && self.conversion == conversion
     }
 
     /// Whether `caller` (none: an anonymous request) may read the store at `now`: its owner
@@ -457,6 +470,7 @@ impl Stores {
                         created: existing.as_ref().map_or(now, |r| r.created),
                         updated: now,
                         last_read: existing.as_ref().map_or(0, |r| r.last_read),
+                        conversion: existing.as_ref().map_or(1, |r| r.conversion + 1),
                     };
                     batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
                     self.queue.enqueue(batch, CONVERT, &token.to_string())?;

@@ -378,7 +378,7 @@ impl Stores {
     }
 
     /// The hot copy of chunk `key` of the complete store `token`, opened, while the store is
-    /// the conversion `generation` (its record's `updated`): what the mount hands to the
+    /// its `conversion` (see [`StoreRecord::conversion`]): what the mount hands to the
     /// kernel to read directly (FUSE passthrough), whose bytes are exactly what
     /// [`Stores::read`] serves. `None` for a key that is not a chunk (documents are served as
     /// the daemon holds them, not as their files are written), a store not complete or
@@ -392,14 +392,13 @@ impl Stores {
         &self,
         token: Uuid,
         key: &str,
-        generation: i64,
+        conversion: u64,
         now: i64,
     ) -> Result<Option<std::fs::File>> {
         let Some(record) = self.record(token)? else {
             return Ok(None);
         };
-        if !record.is_complete()
-            || record.updated != generation
+        if !record.is_complete_conversion(conversion)
             || !matches!(parse_key(key)?, Key::Chunk { .. })
         {
             return Ok(None);

@@ -208,6 +208,61 @@ fn failed_stores_and_reloads_are_converted_again() {
 }
 
 #[test]
+fn each_conversion_of_a_store_is_counted_even_within_one_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stores, jane, record) = one_store(dir.path(), 1.0);
+    assert_eq!(record.conversion, 1);
+    let ready = |stores: &Stores| {
+        let batch = stores
+            .outcome(record.token, Status::Ready, "", NOW)
+            .unwrap();
+        stores.db.write(batch).unwrap();
+        convert_into(stores, &record, &record.chunking, &stores.dir(record.token));
+    };
+    ready(&stores);
+    assert!(
+        stores
+            .hot_chunk(record.token, "tas/0.0.0", 1, NOW)
+            .unwrap()
+            .is_some()
+    );
+    // A reload converted and finished within the same second, as a fast conversion does:
+    // only the counter tells the two apart.
+    let reload = convert(&format!(
+        r#"{{"path": "{}", "reload": true}}"#,
+        record.sources[0]
+    ));
+    let [again] = stores
+        .request(&jane, &reload, NOW)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    assert_eq!(again.conversion, 2);
+    ready(&stores);
+    let now = stores.record(record.token).unwrap().unwrap();
+    assert_eq!((now.updated, now.conversion), (NOW, 2));
+    assert!(now.is_complete_conversion(2) && !now.is_complete_conversion(1));
+    assert!(
+        stores
+            .hot_chunk(record.token, "tas/0.0.0", 1, NOW)
+            .unwrap()
+            .is_none(),
+        "the earlier conversion's reader is not handed the new conversion's file"
+    );
+    assert!(
+        stores
+            .hot_chunk(record.token, "tas/0.0.0", 2, NOW)
+            .unwrap()
+            .is_some()
+    );
+    // A record kept before conversions were counted is its conversion 0.
+    let mut stored = serde_json::to_value(&now).unwrap();
+    stored.as_object_mut().unwrap().remove("conversion");
+    let old: StoreRecord = serde_json::from_value(stored).unwrap();
+    assert_eq!(old.conversion, 0);
+}
+
+#[test]
 fn a_source_the_caller_may_not_read_creates_no_store() {
     let dir = tempfile::tempdir().unwrap();
     let (queue, stores) = open(dir.path());

@@ -53,12 +53,12 @@ pub struct ArchiveRow {
     pub outcome: String,
 }
 
-/// A store that may be archived: its token, its conversion (the `updated` of its ready
-/// record) and when it was last read or converted.
+/// A store that may be archived: its token, its conversion (its record's `conversion`) and
+/// when it was last read or converted.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Candidate {
     pub(crate) token: Uuid,
-    pub(crate) generation: i64,
+    pub(crate) conversion: u64,
     pub(crate) last_used: i64,
 }
 
@@ -107,7 +107,7 @@ impl Tier {
         candidate: Candidate,
         instance: &str,
         keys: &[(String, u64)],
-        still_ready: &dyn Fn(Uuid, i64) -> bool,
+        still_ready: &dyn Fn(Uuid, u64) -> bool,
     ) -> Result<bool> {
         let token = candidate.token;
         let store_lock = self.store_lock(token);
@@ -116,7 +116,7 @@ impl Tier {
         let _one = instance_lock.lock();
         let previous = self.state(token, instance)?;
         if previous.as_ref().is_some_and(|s| s.state != State::Hot)
-            || !still_ready(token, candidate.generation)
+            || !still_ready(token, candidate.conversion)
         {
             return Ok(false);
         }

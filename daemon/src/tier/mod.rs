@@ -291,8 +291,12 @@ pub struct Tier {
     cuts: Mutex<HashMap<Uuid, Arc<Cut>>>,
     /// Archived (or restoring) instances per store: a store with any is status 3.
     archived: Mutex<HashMap<Uuid, usize>>,
-    /// Restores under way by (store, instance).
+    /// Restores under way or queued by (store, instance).
     flights: Mutex<HashMap<InstanceId, Arc<Flight>>>,
+    /// Runs the restores readers ask for, at most `tier.max_restores` at once, stores in
+    /// turn: one reader of thousands of archived blobs neither starts thousands of downloads
+    /// at once (filling the staging space) nor holds everyone else's restores behind its own.
+    restores: crate::FairPool<Uuid>,
     /// When the last restore of an instance failed, and why (until one succeeds).
     failures: Mutex<HashMap<InstanceId, (std::time::Instant, String)>>,
     /// Per store: archives and restores of its instances hold it shared, forgetting the
@@ -379,6 +383,11 @@ impl Tier {
             cuts: Mutex::default(),
             archived: Mutex::default(),
             flights: Mutex::default(),
+            restores: crate::FairPool::new(
+                "tier-restore",
+                config.tier.max_restores,
+                config.tier.max_restores.div_ceil(2),
+            ),
             failures: Mutex::default(),
             store_locks: Mutex::default(),
             instance_locks: Mutex::default(),

@@ -1,8 +1,9 @@
 //! Restoring: an archived blob instance brought back whole from the cold tier, once, however
 //! many readers ask for its keys at the same time.
 //!
-//! The first reader of a key whose hot copy is missing starts the restore on a thread of its
-//! own; every reader of any key of that instance (the first too) waits for it, each up to
+//! The first reader of a key whose hot copy is missing queues the restore on the tier's
+//! restore threads (at most `tier.max_restores` at once, half of them for one store, stores in
+//! turn; see [`crate::FairPool`]); every reader of any key of that instance (the first too) waits for it, each up to
 //! its own bound (an HTTP request's `timeout`, the mount's `read_timeout_seconds`), so a slow
 //! cold tier never holds a reader forever: the restore goes on, and the next read finds the
 //! key. A failed restore is reported to every reader waiting for it, and the next reader
@@ -95,9 +96,10 @@ impl Tier {
                     flights.insert(id.clone(), Arc::clone(&flight));
                     let tier = Arc::clone(self);
                     let leading = Arc::clone(&flight);
-                    let started = std::thread::Builder::new()
-                        .name("tier-restore".into())
-                        .spawn(move || {
+                    drop(flights);
+                    self.restores.run(
+                        token,
+                        Box::new(move || {
                             // Once: when the keys are back (the cold object is deleted
                             // after), or when the restore ends otherwise.
                             let finish = |outcome: std::result::Result<(), String>| {
@@ -138,11 +140,8 @@ impl Tier {
                                 Ok(Err(e)) => Err(e.to_string()),
                                 Err(_) => Err("the restore failed unexpectedly".to_string()),
                             });
-                        });
-                    if let Err(e) = started {
-                        flights.remove(&(token, instance.to_string()));
-                        return Err(Error::io("start a restore", e));
-                    }
+                        }),
+                    );
                     flight
                 }
             }

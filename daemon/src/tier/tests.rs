@@ -88,7 +88,7 @@ fn fixture() -> Fixture {
 fn candidate() -> Candidate {
     Candidate {
         token: TOKEN,
-        generation: 1,
+        conversion: 1,
         last_used: 0,
     }
 }
