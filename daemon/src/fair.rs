@@ -47,8 +47,8 @@ struct State<K> {
 }
 
 impl<K: Hash + Eq + Clone + Send + 'static> FairPool<K> {
-    /// A pool of up to `threads` threads named `name-N`, at most `per_party` of them (at
-    /// least one) running one party's jobs.
+    /// A pool of up to `threads` threads (at least one) named `name-N`, at most `per_party`
+    /// of them (at least one, at most all) running one party's jobs.
     pub fn new(name: &str, threads: usize, per_party: usize) -> Self {
         FairPool {
             shared: Arc::new(Shared {
@@ -69,8 +69,11 @@ impl<K: Hash + Eq + Clone + Send + 'static> FairPool<K> {
         }
     }
 
-    /// Queues `job` of `party`; it runs on a thread of the pool in its party's turn, or here
-    /// at once when no thread can be started.
+    /// Queues `job` of `party`; it runs on a thread of the pool in its party's turn.
+    ///
+    /// When no thread can be started and the pool has none, the next job in turn (this one,
+    /// or another party's) runs here, on the caller's thread, rather than never: a machine
+    /// out of threads is better served slowly than not at all.
     pub fn run(&self, party: K, job: Job) {
         let shared = &self.shared;
         let mut state = shared.state.lock();
@@ -94,10 +97,15 @@ impl<K: Hash + Eq + Clone + Send + 'static> FairPool<K> {
             .name(format!("{}-{n}", shared.name))
             .spawn(move || worker.work());
         if let Err(e) = spawned {
-            tracing::warn!(pool = %shared.name, error = %e, "cannot start a thread; a job runs on its caller's");
             let mut state = shared.state.lock();
             state.started -= 1;
-            let next = state.next();
+            // The pool's threads take the job in turn.
+            if state.started > 0 {
+                tracing::warn!(pool = %shared.name, error = %e, "cannot start another thread");
+                return;
+            }
+            tracing::warn!(pool = %shared.name, error = %e, "cannot start a thread; a job runs on its caller's");
+            let next = state.next_within(usize::MAX);
             drop(state);
             if let Some((party, job)) = next {
                 shared.finish(&party, job);
@@ -107,13 +115,19 @@ impl<K: Hash + Eq + Clone + Send + 'static> FairPool<K> {
 }
 
 impl<K: Hash + Eq + Clone> State<K> {
-    /// The next job to run (its party's running count taken): the first party in turn
-    /// below its share, which then goes to the back of the turns.
+    /// The next job to run (its party's running count taken): of the parties below
+    /// `per_party`, the one with the fewest jobs running, the first in turn of those; it
+    /// then goes to the back of the turns. (Fewest first: a party at its share that frees a
+    /// thread does not take it back ahead of one with nothing running.)
     fn next_within(&mut self, per_party: usize) -> Option<(K, Job)> {
-        let position = self
+        let running = |party: &K| self.running.get(party).copied().unwrap_or(0);
+        let (position, _) = self
             .turns
             .iter()
-            .position(|party| self.running.get(party).copied().unwrap_or(0) < per_party)?;
+            .map(running)
+            .enumerate()
+            .filter(|(_, running)| *running < per_party)
+            .min_by_key(|(_, running)| *running)?;
         let party = self
             .turns
             .remove(position)
@@ -131,11 +145,6 @@ impl<K: Hash + Eq + Clone> State<K> {
         }
         *self.running.entry(party.clone()).or_default() += 1;
         Some((party, job))
-    }
-
-    /// The next job whatever the shares (for a caller that runs it itself).
-    fn next(&mut self) -> Option<(K, Job)> {
-        self.next_within(usize::MAX)
     }
 }
 
@@ -200,7 +209,7 @@ mod tests {
         pool.run(
             party,
             Box::new(move || {
-                started.send(party).unwrap();
+                let _ = started.send(party);
                 let _ = released.recv();
             }),
         );
@@ -229,6 +238,22 @@ mod tests {
         greedy[0].send(()).unwrap();
         assert_eq!(starts.recv_timeout(SOON), Ok("greedy"));
         assert!(starts.recv_timeout(NOT_YET).is_err());
+    }
+
+    #[test]
+    fn a_party_with_nothing_running_goes_before_one_that_frees_a_thread() {
+        let pool = FairPool::new("test", 4, 2);
+        let (started, starts) = mpsc::channel();
+        let a: Vec<_> = (0..3).map(|_| held(&pool, "a", &started)).collect();
+        let _c: Vec<_> = (0..3).map(|_| held(&pool, "c", &started)).collect();
+        for _ in 0..4 {
+            starts.recv_timeout(SOON).unwrap();
+        }
+        // Every thread is taken (two of a, two of c); b queues behind a's and c's third.
+        let _b = held(&pool, "b", &started);
+        assert!(starts.recv_timeout(NOT_YET).is_err());
+        a[0].send(()).unwrap();
+        assert_eq!(starts.recv_timeout(SOON), Ok("b"));
     }
 
     #[test]

@@ -59,7 +59,10 @@ pub use stores::read::{KeyBytes, KeyKind};
 pub use stores::request::{AccessPattern, Chunking, ConvertRequest, ShareRequest};
 pub use stores::share::SHARE_METHOD;
 pub use stores::{CONVERT, Share, Status, StoreRecord, Stores};
-pub use tier::{ArchiveOptions, ArchiveRow, BlobState, InstanceRow, State as TierState};
+pub use tier::{
+    ArchiveOptions, ArchiveRow, Asked, BlobState, InstanceRow, Listed, ListedPage,
+    State as TierState,
+};
 pub use work::{ExpensiveSlot, SLOT_WAIT};
 
 /// What `load/{flavour}` made of a search: [`Daemon::load`].

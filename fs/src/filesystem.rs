@@ -1,16 +1,15 @@
 //! The tree the mount shows: `/<token>.zarr/<key>`, as the HTTP layout names keys, with the
 //! directories that key prefixes make (`tas/`, `group0/tas/`). Pure and testable without a
-//! mount: what stores exist, their keys and sizes, and their bytes come from a [`Backend`]
-//! (the daemon's store records, key listings and read path); the FUSE adapter turns each
-//! callback into one call here and an errno out.
+//! mount: what stores exist, the entries of their directories and their bytes come from a
+//! [`Backend`] (the daemon's store records, key listings and read path); the FUSE adapter
+//! turns each callback into one call here and an errno out.
 //!
-//! Inodes: 1 is the root; a store's directory gets one when it is first listed or looked up,
-//! and everything below it the first time something inside it is, all at once from its key
-//! listing. Listing the root reads no store's keys. An inode number is never reused while
-//! the tree lives, so the kernel's cached entries stay right. When the kernel forgets a
-//! store's directory (it has let go of everything below it first: its entries hold their
-//! parents), the tree drops what it made below it ([`Tree::forget`]): a mount's memory
-//! follows the stores in use, not every key ever listed.
+//! Inodes: 1 is the root; every other inode is made when the kernel looks its name up, from
+//! one point read of its store's key listing (never from the whole listing), and goes when
+//! the kernel forgets it ([`Tree::forget`]), so the mount's memory follows what the kernel
+//! holds, whatever the size of a store. A directory is listed a page at a time straight from
+//! the listing ([`Tree::readdir`]), making no inodes. An inode number is never reused while
+//! the tree lives, so the kernel's cached entries and pages stay right.
 //!
 //! A store is looked up afresh by name each time (the kernel asks again once its entry's
 //! time is up): one that is gone or not ready is not there. A store converted again is a
@@ -20,14 +19,16 @@
 //! Permissions: a store and its keys belong to the store owner's uid; a private store is
 //! `0500`/`0400`, a public one `0555`/`0444`, from the store's current record, and the kernel
 //! enforces them (`default_permissions`). As the kernel may hold attributes for a few
-//! seconds, opening a key checks the caller against the current record too
-//! ([`Tree::may_read`]): a store no longer public is not read by others. The root is `0711`:
-//! a user reaches a store by its name, and does not list the others' stores. The tree is
-//! read-only.
+//! seconds, opening a key or a directory checks the caller against the current record too
+//! ([`Tree::may_read`]): a store no longer public is not read or listed by others. The root
+//! is `0711`: a user reaches a store by its name, and does not list the others' stores. The
+//! tree is read-only.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
+
+pub use svc_daemon::{Listed, ListedPage};
 
 /// The root directory's inode.
 pub const ROOT: u64 = 1;
@@ -40,9 +41,22 @@ pub trait Backend: Send + Sync {
     /// Store `token` now, if it is ready.
     fn store(&self, token: &str) -> Option<StoreEntry>;
 
-    /// Every key of store `token` with its size in bytes, or `None` when it no longer
-    /// exists.
-    fn keys(&self, token: &str) -> Option<Vec<(String, u64)>>;
+    /// The entry `name` of directory `dir` (`""` for the store's top, else a key prefix
+    /// ending in `/`) of the key listing of store `token`; `None` when there is none (or
+    /// the store is gone).
+    ///
+    /// # Errors
+    /// `EIO` when the listing cannot be read.
+    fn entry(&self, token: &str, dir: &str, name: &str) -> Result<Option<Listed>, i32>;
+
+    /// At most `most` entries of directory `dir` of the key listing of store `token`, from
+    /// position `from` (`""`: the first) in the listing's order, and the position after
+    /// them (`None`: no more). Positions are the backend's own; the tree only hands back
+    /// those it was given.
+    ///
+    /// # Errors
+    /// `EIO` when the listing cannot be read.
+    fn entries(&self, token: &str, dir: &str, from: &str, most: usize) -> Result<ListedPage, i32>;
 
     /// The bytes of `key` of `store` (the conversion of it that the tree shows) that `read`
     /// asks for.
@@ -93,6 +107,8 @@ pub struct Read {
     pub asked: Instant,
     /// Whether it may wait for its bytes.
     pub may_wait: bool,
+    /// The local user reading (whose restores take turns with other users').
+    pub uid: u32,
 }
 
 /// What an inode is.
@@ -127,17 +143,38 @@ pub struct Attr {
 #[derive(Debug, Clone)]
 enum Node {
     Root,
-    /// A store's directory (`<token>.zarr`) or a directory below it.
+    /// A store's directory (`<token>.zarr`, `path` empty) or a directory below it (`path`
+    /// the key prefix it stands for, ending in `/`).
     Directory {
-        store: StoreEntry,
+        store: Arc<StoreEntry>,
+        parent: u64,
+        path: String,
     },
     /// A key.
     File {
-        store: StoreEntry,
+        store: Arc<StoreEntry>,
+        parent: u64,
         key: String,
         size: u64,
     },
 }
+
+/// An entry of a directory listing: its name, what it is, and its inode when the kernel
+/// holds one for it ([`UNKNOWN_INODE`] otherwise: listing makes no inodes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Its name.
+    pub name: String,
+    /// File or directory.
+    pub kind: Kind,
+    /// Its inode, or [`UNKNOWN_INODE`].
+    pub ino: u64,
+}
+
+/// The inode number a listing gives an entry that has none yet (libfuse's
+/// `FUSE_UNKNOWN_INO`): programs that need an entry's inode `stat` it, which looks it up.
+/// Never given to a node.
+pub const UNKNOWN_INODE: u64 = 0xffff_ffff;
 
 /// The tree of the mount over `backend`.
 pub struct Tree<B> {
@@ -151,24 +188,19 @@ struct Inodes {
     nodes: HashMap<u64, Node>,
     /// The next inode number to give.
     next: u64,
-    /// How many lookups of each store directory the kernel holds (it forgets them in turn).
+    /// How many lookups of each inode the kernel holds (it forgets them in turn).
     lookups: HashMap<u64, u64>,
-    /// Children of each directory inode by name, in name order.
-    children: HashMap<u64, BTreeMap<String, u64>>,
+    /// The inodes of each directory's entries that the kernel holds, by name.
+    children: HashMap<u64, HashMap<String, u64>>,
     /// The directory inode of the current generation of each store met, by token.
     stores: HashMap<String, u64>,
     /// The latest record of each store met, by token: its owner and permissions now.
     current: HashMap<String, StoreEntry>,
-    /// The store directories whose keys are in the tree.
-    loaded: HashSet<u64>,
-    /// The entries of directories inside stores, in name order, as `readdir` pages through
-    /// them: made at the first `readdir` of each, as they never change while loaded.
-    listings: HashMap<u64, Arc<[(String, u64)]>>,
 }
 
-/// The most entries one `readdir` call gives: the kernel asks for a page at a time, and a
-/// call's work stays bounded in a directory of a million chunks.
-pub const READDIR_MOST: usize = 4096;
+/// The most entries one [`Tree::readdir`] call gives: a call's work stays bounded in a
+/// directory of a million chunks.
+pub const READDIR_MOST: usize = 1024;
 
 impl<B: Backend> Tree<B> {
     /// A tree over `backend`, with only the root known.
@@ -184,28 +216,70 @@ impl<B: Backend> Tree<B> {
         }
     }
 
-    /// The entry `name` of directory `parent`.
+    /// The entry `name` of directory `parent`; the kernel holds one more lookup of it.
     ///
     /// # Errors
     /// `ENOENT` when there is none, `ENOTDIR` when `parent` is a file, `ESTALE` inside a
-    /// store converted again since.
+    /// store converted again since, `EIO` when the listing cannot be read.
     pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr, i32> {
-        if parent == ROOT {
+        let ino = if parent == ROOT {
             let token = name.strip_suffix(".zarr").ok_or(libc::ENOENT)?;
-            let ino = self.store(token)?;
-            let attr = self.getattr(ino)?;
-            // The kernel holds this entry until it forgets it.
-            *self.write_inodes().lookups.entry(ino).or_default() += 1;
-            return Ok(attr);
-        }
-        self.load(parent)?;
-        let inodes = self.read_inodes();
-        let ino = *inodes
+            self.store(token)?
+        } else {
+            self.entry(parent, name)?
+        };
+        let mut inodes = self.write_inodes();
+        let attr = inodes.attr(ino)?;
+        *inodes.lookups.entry(ino).or_default() += 1;
+        Ok(attr)
+    }
+
+    /// The inode of entry `name` of the directory `parent` inside a store: the one the
+    /// kernel holds, or one made from the store's listing.
+    fn entry(&self, parent: u64, name: &str) -> Result<u64, i32> {
+        let (store, path) = match self.read_inodes().node(parent)? {
+            Node::Directory { store, path, .. } => (Arc::clone(store), path.clone()),
+            _ => return Err(libc::ENOTDIR),
+        };
+        // Only while it is still this conversion, before and after reading the listing
+        // (which is replaced when the store is converted again).
+        self.current(&store)?;
+        if let Some(&ino) = self
+            .read_inodes()
             .children
             .get(&parent)
-            .and_then(|children| children.get(name))
-            .ok_or(libc::ENOENT)?;
-        inodes.attr(ino)
+            .and_then(|c| c.get(name))
+        {
+            return Ok(ino);
+        }
+        let listed = self.backend.entry(&store.token, &path, name)?;
+        self.current(&store)?;
+        let node = match listed.ok_or(libc::ENOENT)? {
+            Listed::File(size) => Node::File {
+                store,
+                parent,
+                key: format!("{path}{name}"),
+                size,
+            },
+            Listed::Directory => Node::Directory {
+                store,
+                parent,
+                path: format!("{path}{name}/"),
+            },
+        };
+        let mut inodes = self.write_inodes();
+        // Made meanwhile by another lookup: that one.
+        if let Some(&ino) = inodes.children.get(&parent).and_then(|c| c.get(name)) {
+            return Ok(ino);
+        }
+        inodes.node(parent)?;
+        let ino = inodes.add(node);
+        inodes
+            .children
+            .entry(parent)
+            .or_default()
+            .insert(name.to_string(), ino);
+        Ok(ino)
     }
 
     /// The attributes of inode `ino`, with its store's current owner and permissions.
@@ -216,7 +290,7 @@ impl<B: Backend> Tree<B> {
     pub fn getattr(&self, ino: u64) -> Result<Attr, i32> {
         let snapshot = match self.read_inodes().node(ino)? {
             Node::Root => None,
-            Node::Directory { store } | Node::File { store, .. } => Some(store.clone()),
+            Node::Directory { store, .. } | Node::File { store, .. } => Some(Arc::clone(store)),
         };
         if let Some(store) = snapshot {
             self.current(&store)?;
@@ -224,61 +298,67 @@ impl<B: Backend> Tree<B> {
         self.read_inodes().attr(ino)
     }
 
-    /// The entries of directory `ino` (without `.` and `..`) in name order, from the `from`th
-    /// on, at most [`READDIR_MOST`] of them.
+    /// At most [`READDIR_MOST`] entries of directory `ino` (without `.` and `..`), from
+    /// position `from` (`""`: the first) in listing order, and the position after them
+    /// (`None`: there are no more). The root lists the stores by token; a directory inside
+    /// a store, its key listing's entries as the backend gives them.
     ///
     /// # Errors
-    /// `ENOENT` for an unknown inode, `ENOTDIR` for a file.
-    pub fn readdir(&self, ino: u64, from: usize) -> Result<Vec<(String, Attr)>, i32> {
-        if ino == ROOT {
-            let mut stores = self.backend.stores();
-            stores.sort_by(|a, b| a.token.cmp(&b.token));
-            return stores
-                .iter()
-                .skip(from)
-                .take(READDIR_MOST)
-                .map(|entry| {
-                    let ino = self.store_dir(entry);
-                    Ok((format!("{}.zarr", entry.token), self.getattr(ino)?))
-                })
-                .collect();
-        }
-        self.load(ino)?;
-        let listing = self.listing(ino)?;
+    /// `ENOENT` for an unknown inode, `ENOTDIR` for a file, `ESTALE` for a directory of an
+    /// earlier conversion, `EIO` when the listing cannot be read.
+    pub fn readdir(&self, ino: u64, from: &str) -> Result<(Vec<DirEntry>, Option<String>), i32> {
+        let (store, path) = match self.read_inodes().node(ino)? {
+            Node::Root => return Ok(self.root_entries(from)),
+            Node::File { .. } => return Err(libc::ENOTDIR),
+            Node::Directory { store, path, .. } => (Arc::clone(store), path.clone()),
+        };
+        self.current(&store)?;
+        let ListedPage {
+            entries: listed,
+            next,
+        } = self
+            .backend
+            .entries(&store.token, &path, from, READDIR_MOST)?;
         let inodes = self.read_inodes();
-        listing
-            .iter()
-            .skip(from)
-            .take(READDIR_MOST)
-            .map(|(name, child)| Ok((name.clone(), inodes.attr(*child)?)))
-            .collect()
+        let held = inodes.children.get(&ino);
+        let entries = listed
+            .into_iter()
+            .map(|(name, listed)| DirEntry {
+                ino: held
+                    .and_then(|c| c.get(&name))
+                    .copied()
+                    .unwrap_or(UNKNOWN_INODE),
+                kind: match listed {
+                    Listed::File(_) => Kind::File,
+                    Listed::Directory => Kind::Directory,
+                },
+                name,
+            })
+            .collect();
+        Ok((entries, next))
     }
 
-    /// The entries of the loaded directory `ino`, in name order (see [`Inodes::listings`]).
-    fn listing(&self, ino: u64) -> Result<Arc<[(String, u64)]>, i32> {
-        if let Some(listing) = self.read_inodes().listings.get(&ino) {
-            return Ok(Arc::clone(listing));
-        }
-        let mut inodes = self.write_inodes();
-        let Node::Directory { store } = inodes.node(ino)? else {
-            return Err(libc::ENOTDIR);
-        };
-        // Kept only while the store's keys are loaded (unloading drops it).
-        let loaded = inodes
-            .stores
-            .get(&store.token)
-            .is_some_and(|root| inodes.loaded.contains(root));
-        let listing: Arc<[(String, u64)]> = inodes
-            .children
-            .get(&ino)
+    /// A page of the root's entries (the stores by token) from the token `from` on.
+    fn root_entries(&self, from: &str) -> (Vec<DirEntry>, Option<String>) {
+        let mut stores = self.backend.stores();
+        stores.retain(|s| s.token.as_str() >= from);
+        stores.sort_unstable_by(|a, b| a.token.cmp(&b.token));
+        let next = stores.get(READDIR_MOST).map(|s| s.token.clone());
+        let inodes = self.read_inodes();
+        let entries = stores
             .into_iter()
-            .flatten()
-            .map(|(name, child)| (name.clone(), *child))
+            .take(READDIR_MOST)
+            .map(|store| DirEntry {
+                ino: inodes
+                    .stores
+                    .get(&store.token)
+                    .copied()
+                    .unwrap_or(UNKNOWN_INODE),
+                kind: Kind::Directory,
+                name: format!("{}.zarr", store.token),
+            })
             .collect();
-        if loaded {
-            inodes.listings.insert(ino, Arc::clone(&listing));
-        }
-        Ok(listing)
+        (entries, next)
     }
 
     /// The bytes of file `ino` that `read` asks for.
@@ -289,7 +369,9 @@ impl<B: Backend> Tree<B> {
     pub fn read(&self, ino: u64, read: Read) -> Result<Vec<u8>, i32> {
         let Read { offset, len, .. } = read;
         let (store, key, size) = match self.read_inodes().node(ino)? {
-            Node::File { store, key, size } => (store.clone(), key.clone(), *size),
+            Node::File {
+                store, key, size, ..
+            } => (Arc::clone(store), key.clone(), *size),
             _ => return Err(libc::EISDIR),
         };
         if offset >= size {
@@ -302,9 +384,9 @@ impl<B: Backend> Tree<B> {
         self.backend.read(&store, &key, Read { len, ..read })
     }
 
-    /// Whether the local user `uid` may read inode `ino` now: root and the store's owner
-    /// always, anyone while it is public (from its current record, whatever the kernel
-    /// holds).
+    /// Whether the local user `uid` may read inode `ino` (a file, or list a directory) now:
+    /// root and the store's owner always, anyone while it is public (from its current
+    /// record, whatever the kernel holds).
     ///
     /// # Errors
     /// `EACCES` for another user of a private store, `ENOENT` for a store gone, `ESTALE` for
@@ -312,7 +394,7 @@ impl<B: Backend> Tree<B> {
     pub fn may_read(&self, ino: u64, uid: u32) -> Result<(), i32> {
         let store = match self.read_inodes().node(ino)? {
             Node::Root => return Ok(()),
-            Node::Directory { store } | Node::File { store, .. } => store.clone(),
+            Node::Directory { store, .. } | Node::File { store, .. } => Arc::clone(store),
         };
         let now = self.current(&store)?;
         if uid == 0 || uid == now.uid || now.public {
@@ -326,7 +408,7 @@ impl<B: Backend> Tree<B> {
     /// has none or `ino` is not a file.
     pub fn hot_file(&self, ino: u64) -> Option<std::fs::File> {
         let (store, key) = match self.read_inodes().node(ino).ok()? {
-            Node::File { store, key, .. } => (store.clone(), key.clone()),
+            Node::File { store, key, .. } => (Arc::clone(store), key.clone()),
             _ => return None,
         };
         self.backend.hot_file(&store, &key)
@@ -344,10 +426,9 @@ impl<B: Backend> Tree<B> {
         }
     }
 
-    /// The kernel forgets `lookups` lookups of `ino`. A store directory it no longer holds
-    /// has nothing below it in use (the kernel's entries hold their parents), so what was
-    /// made below it goes; the directory itself too, unless it is the store's current one.
-    /// Other inodes live as long as their store's directory.
+    /// The kernel forgets `lookups` lookups of `ino`. An inode it no longer holds goes (a
+    /// store's current directory stays, known by its token); the kernel lets go of a
+    /// directory's entries before the directory itself, as they hold their parents.
     pub fn forget(&self, ino: u64, lookups: u64) {
         let mut inodes = self.write_inodes();
         let Some(held) = inodes.lookups.get_mut(&ino) else {
@@ -356,7 +437,7 @@ impl<B: Backend> Tree<B> {
         *held = held.saturating_sub(lookups);
         if *held == 0 {
             inodes.lookups.remove(&ino);
-            inodes.unload(ino);
+            inodes.drop_node(ino);
         }
     }
 
@@ -368,10 +449,9 @@ impl<B: Backend> Tree<B> {
     /// Whether `ino` is inside a store (a key or a directory below a store's directory),
     /// not the root or a store's directory.
     pub fn inside_store(&self, ino: u64) -> bool {
-        let inodes = self.read_inodes();
-        match inodes.node(ino) {
+        match self.read_inodes().node(ino) {
             Ok(Node::File { .. }) => true,
-            Ok(Node::Directory { store }) => inodes.stores.get(&store.token) != Some(&ino),
+            Ok(Node::Directory { path, .. }) => !path.is_empty(),
             _ => false,
         }
     }
@@ -389,7 +469,7 @@ impl<B: Backend> Tree<B> {
         Ok(now)
     }
 
-    /// The inode of store `token` now (its directory; its keys are loaded on first use).
+    /// The inode of store `token` now (its directory).
     fn store(&self, token: &str) -> Result<u64, i32> {
         match self.backend.store(token) {
             // A store has one name: its token as the backend spells it (not another spelling
@@ -399,10 +479,10 @@ impl<B: Backend> Tree<B> {
             None => {
                 // Gone or not ready: its name leads nowhere.
                 let mut inodes = self.write_inodes();
-                if inodes.stores.remove(token).is_some()
-                    && let Some(children) = inodes.children.get_mut(&ROOT)
+                if let Some(ino) = inodes.stores.remove(token)
+                    && !inodes.lookups.contains_key(&ino)
                 {
-                    children.remove(&format!("{token}.zarr"));
+                    inodes.nodes.remove(&ino);
                 }
                 Err(libc::ENOENT)
             }
@@ -415,96 +495,22 @@ impl<B: Backend> Tree<B> {
         let mut inodes = self.write_inodes();
         inodes.current.insert(entry.token.clone(), entry.clone());
         if let Some(&ino) = inodes.stores.get(&entry.token)
-            && matches!(inodes.node(ino), Ok(Node::Directory { store }) if store.generation == entry.generation)
+            && matches!(inodes.node(ino), Ok(Node::Directory { store, .. }) if store.generation == entry.generation)
         {
             return ino;
         }
-        let ino = inodes.add(
-            ROOT,
-            &format!("{}.zarr", entry.token),
-            Node::Directory {
-                store: entry.clone(),
-            },
-        );
-        inodes.stores.insert(entry.token.clone(), ino);
+        let ino = inodes.add(Node::Directory {
+            store: Arc::new(entry.clone()),
+            parent: ROOT,
+            path: String::new(),
+        });
+        // The earlier generation's directory stays while the kernel holds it.
+        if let Some(earlier) = inodes.stores.insert(entry.token.clone(), ino)
+            && !inodes.lookups.contains_key(&earlier)
+        {
+            inodes.nodes.remove(&earlier);
+        }
         ino
-    }
-
-    /// Makes the subtree of the store that directory `ino` belongs to from its key listing,
-    /// the first time (a ready store is immutable).
-    fn load(&self, ino: u64) -> Result<(), i32> {
-        let store = match self.read_inodes().node(ino)? {
-            Node::Directory { store } => store.clone(),
-            Node::File { .. } => return Err(libc::ENOTDIR),
-            Node::Root => return Ok(()),
-        };
-        let root = {
-            let inodes = self.read_inodes();
-            let Some(&root) = inodes.stores.get(&store.token) else {
-                return Err(libc::ENOENT);
-            };
-            if inodes.loaded.contains(&root) {
-                return Ok(());
-            }
-            root
-        };
-        // Listed only while it is still this conversion, before and after the listing.
-        self.current(&store)?;
-        let keys = self.backend.keys(&store.token).ok_or(libc::ENOENT)?;
-        self.current(&store)?;
-        let mut inodes = self.write_inodes();
-        if inodes.stores.get(&store.token) != Some(&root) {
-            return Err(libc::ESTALE);
-        }
-        if !inodes.loaded.insert(root) {
-            return Ok(());
-        }
-        for (key, size) in keys {
-            let mut parent = root;
-            let parts: Vec<&str> = key.split('/').filter(|p| !p.is_empty()).collect();
-            // A listing's keys are the store's files; one that names `.` or `..` (or is a
-            // directory and a file at once) is not shown rather than shown somewhere else.
-            if parts.iter().any(|p| *p == "." || *p == "..") {
-                continue;
-            }
-            let Some((file, directories)) = parts.split_last() else {
-                continue;
-            };
-            let mut clash = false;
-            for directory in directories {
-                parent = match inodes.children.get(&parent).and_then(|c| c.get(*directory)) {
-                    Some(ino) if matches!(inodes.node(*ino), Ok(Node::Directory { .. })) => *ino,
-                    Some(_) => {
-                        clash = true;
-                        break;
-                    }
-                    None => inodes.add(
-                        parent,
-                        directory,
-                        Node::Directory {
-                            store: store.clone(),
-                        },
-                    ),
-                };
-            }
-            let taken = inodes
-                .children
-                .get(&parent)
-                .is_some_and(|c| c.contains_key(*file));
-            if clash || taken {
-                continue;
-            }
-            inodes.add(
-                parent,
-                file,
-                Node::File {
-                    store: store.clone(),
-                    key: key.clone(),
-                    size,
-                },
-            );
-        }
-        Ok(())
     }
 
     fn write_inodes(&self) -> std::sync::RwLockWriteGuard<'_, Inodes> {
@@ -525,39 +531,40 @@ impl Inodes {
         self.nodes.get(&ino).ok_or(libc::ENOENT)
     }
 
-    /// Drops everything below the store directory `dir`, and `dir` itself unless it is its
-    /// store's current directory (which then loads its keys again when next entered).
-    fn unload(&mut self, dir: u64) {
-        let mut below: Vec<u64> = self
-            .children
-            .remove(&dir)
-            .map(|children| children.into_values().collect())
-            .unwrap_or_default();
-        while let Some(ino) = below.pop() {
-            if let Some(children) = self.children.remove(&ino) {
-                below.extend(children.into_values());
+    /// Drops `ino`, which the kernel no longer holds, unless it is the root or a store's
+    /// current directory.
+    fn drop_node(&mut self, ino: u64) {
+        let (parent, name) = match self.nodes.get(&ino) {
+            Some(Node::Directory { store, path, .. }) if path.is_empty() => {
+                if self.stores.get(&store.token) != Some(&ino) {
+                    self.nodes.remove(&ino);
+                }
+                return;
             }
-            self.listings.remove(&ino);
-            self.nodes.remove(&ino);
+            Some(Node::Directory { parent, path, .. }) => (*parent, path.trim_end_matches('/')),
+            Some(Node::File { parent, key, .. }) => (*parent, key.as_str()),
+            Some(Node::Root) | None => return,
+        };
+        let name = name.rsplit('/').next().unwrap_or(name).to_string();
+        if let Some(children) = self.children.get_mut(&parent) {
+            if children.get(&name) == Some(&ino) {
+                children.remove(&name);
+            }
+            if children.is_empty() {
+                self.children.remove(&parent);
+            }
         }
-        self.listings.remove(&dir);
-        self.loaded.remove(&dir);
-        let current = matches!(self.nodes.get(&dir), Some(Node::Directory { store })
-            if self.stores.get(&store.token) == Some(&dir));
-        if !current {
-            self.nodes.remove(&dir);
-        }
+        self.nodes.remove(&ino);
     }
 
-    /// Adds `node` as `name` in directory `parent`; its inode.
-    fn add(&mut self, parent: u64, name: &str, node: Node) -> u64 {
+    /// Adds `node`; its inode.
+    fn add(&mut self, node: Node) -> u64 {
+        if self.next == UNKNOWN_INODE {
+            self.next += 1;
+        }
         let ino = self.next;
         self.next += 1;
         self.nodes.insert(ino, node);
-        self.children
-            .entry(parent)
-            .or_default()
-            .insert(name.to_string(), ino);
         ino
     }
 
@@ -574,8 +581,8 @@ impl Inodes {
                     modified: 0,
                 });
             }
-            Node::Directory { store, .. } => (Kind::Directory, 0, store),
-            Node::File { store, size, .. } => (Kind::File, *size, store),
+            Node::Directory { store, .. } => (Kind::Directory, 0, &**store),
+            Node::File { store, size, .. } => (Kind::File, *size, &**store),
         };
         // The owner and permissions of the store's latest record, for its current generation.
         let store = self
@@ -612,6 +619,53 @@ mod tests {
             len,
             asked: Instant::now(),
             may_wait: true,
+            uid: 0,
+        }
+    }
+
+    /// The entries of directory `dir` of the key listing `keys`, as the daemon gives them:
+    /// in key order, names empty, `.` or `..` left out, and a name that is a key and a
+    /// directory once, as the key.
+    fn entries_of(keys: &[(String, u64)], dir: &str) -> Vec<(String, Listed)> {
+        let mut sorted = keys.to_vec();
+        sorted.sort();
+        let files: HashMap<&str, u64> = keys.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        let mut seen = std::collections::HashSet::new();
+        let mut entries: Vec<(String, Listed)> = Vec::new();
+        for (key, size) in &sorted {
+            let Some(rest) = key.strip_prefix(dir) else {
+                continue;
+            };
+            let (name, listed) = match rest.split_once('/') {
+                None => (rest, Listed::File(*size)),
+                Some((name, _)) => (name, Listed::Directory),
+            };
+            let file_too = files.contains_key(format!("{dir}{name}").as_str());
+            if matches!(name, "" | "." | "..")
+                || (listed == Listed::Directory && file_too)
+                || !seen.insert(name.to_string())
+            {
+                continue;
+            }
+            entries.push((name.to_string(), listed));
+        }
+        entries
+    }
+
+    fn entry_in(keys: &[(String, u64)], dir: &str, name: &str) -> Option<Listed> {
+        entries_of(keys, dir)
+            .into_iter()
+            .find_map(|(n, listed)| (n == name).then_some(listed))
+    }
+
+    /// A page of [`entries_of`]; positions are indexes.
+    fn entries_in(keys: &[(String, u64)], dir: &str, from: &str, most: usize) -> ListedPage {
+        let all = entries_of(keys, dir);
+        let start: usize = from.parse().unwrap_or(0);
+        let end = start.saturating_add(most).min(all.len());
+        ListedPage {
+            entries: all.get(start..end).unwrap_or_default().to_vec(),
+            next: (end < all.len()).then(|| end.to_string()),
         }
     }
 
@@ -626,6 +680,18 @@ mod tests {
         ("group0/pr/0", "pr"),
         ("group0/.zgroup", "{}"),
     ];
+
+    impl Two {
+        fn keys(token: &str) -> Vec<(String, u64)> {
+            if token == "a1" || token == "b2" {
+                KEYS.iter()
+                    .map(|(k, v)| ((*k).to_string(), v.len() as u64))
+                    .collect()
+            } else {
+                Vec::new()
+            }
+        }
+    }
 
     impl Backend for Two {
         fn stores(&self) -> Vec<StoreEntry> {
@@ -653,12 +719,18 @@ mod tests {
             self.stores().into_iter().find(|s| s.token == token)
         }
 
-        fn keys(&self, token: &str) -> Option<Vec<(String, u64)>> {
-            (token == "a1" || token == "b2").then(|| {
-                KEYS.iter()
-                    .map(|(k, v)| ((*k).to_string(), v.len() as u64))
-                    .collect()
-            })
+        fn entry(&self, token: &str, dir: &str, name: &str) -> Result<Option<Listed>, i32> {
+            Ok(entry_in(&Two::keys(token), dir, name))
+        }
+
+        fn entries(
+            &self,
+            token: &str,
+            dir: &str,
+            from: &str,
+            most: usize,
+        ) -> Result<ListedPage, i32> {
+            Ok(entries_in(&Two::keys(token), dir, from, most))
         }
 
         fn read(&self, _: &StoreEntry, key: &str, read: Read) -> Result<Vec<u8>, i32> {
@@ -669,21 +741,44 @@ mod tests {
         }
     }
 
+    /// Every entry of directory `ino`, page after page.
+    fn list<B: Backend>(tree: &Tree<B>, ino: u64) -> Vec<DirEntry> {
+        let mut entries = Vec::new();
+        let mut from = String::new();
+        loop {
+            let (page, next) = tree.readdir(ino, &from).unwrap();
+            assert!(page.len() <= READDIR_MOST);
+            entries.extend(page);
+            match next {
+                Some(next) => from = next,
+                None => return entries,
+            }
+        }
+    }
+
+    fn names(entries: &[DirEntry]) -> Vec<(&str, Kind)> {
+        entries.iter().map(|e| (e.name.as_str(), e.kind)).collect()
+    }
+
     #[test]
     fn stores_are_directories_of_their_keys() {
         let tree = Tree::new(Two);
-        let root = tree.readdir(ROOT, 0).unwrap();
-        let names: Vec<&str> = root.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["a1.zarr", "b2.zarr"]);
+        let root = list(&tree, ROOT);
+        assert_eq!(
+            names(&root),
+            [("a1.zarr", Kind::Directory), ("b2.zarr", Kind::Directory)]
+        );
         let store = tree.lookup(ROOT, "a1.zarr").unwrap();
         assert_eq!(store.kind, Kind::Directory);
-        let entries: Vec<String> = tree
-            .readdir(store.ino, 0)
-            .unwrap()
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect();
-        assert_eq!(entries, [".zgroup", ".zmetadata", "group0", "tas"]);
+        assert_eq!(
+            names(&list(&tree, store.ino)),
+            [
+                (".zgroup", Kind::File),
+                (".zmetadata", Kind::File),
+                ("group0", Kind::Directory),
+                ("tas", Kind::Directory)
+            ]
+        );
         let group = tree.lookup(store.ino, "group0").unwrap();
         let pr_dir = tree.lookup(group.ino, "pr").unwrap();
         let chunk = tree.lookup(pr_dir.ino, "0").unwrap();
@@ -693,12 +788,16 @@ mod tests {
         let data = tree.lookup(tas.ino, "0.0.0").unwrap();
         assert_eq!(tree.read(data.ino, at(6, 3)).unwrap(), b"byt");
         assert_eq!(tree.read(data.ino, at(11, 10)).unwrap(), b"");
-        // The same path is the same inode, also after a fresh lookup.
+        // The same path is the same inode while the kernel holds it, and listings give it.
         assert_eq!(tree.lookup(ROOT, "a1.zarr").unwrap().ino, store.ino);
+        assert_eq!(tree.lookup(tas.ino, "0.0.0").unwrap().ino, data.ino);
+        let listed = list(&tree, tas.ino);
+        assert_eq!(listed[1].ino, data.ino);
+        assert_eq!(list(&tree, ROOT)[0].ino, store.ino);
     }
 
     #[test]
-    fn a_forgotten_store_leaves_the_tree_and_comes_back_when_looked_up() {
+    fn inodes_go_when_the_kernel_forgets_them_and_come_back_when_looked_up() {
         let tree = Tree::new(Two);
         let before = tree.inodes();
         let store = tree.lookup(ROOT, "a1.zarr").unwrap();
@@ -706,15 +805,19 @@ mod tests {
         assert_eq!(store.ino, again.ino);
         let tas = tree.lookup(store.ino, "tas").unwrap();
         let chunk = tree.lookup(tas.ino, "0.0.0").unwrap();
-        assert!(tree.inodes() > before + 3);
-        // One of the two lookups forgotten: everything stays.
-        tree.forget(store.ino, 1);
+        tree.lookup(tas.ino, "0.0.0").unwrap();
+        assert_eq!(tree.inodes(), before + 3);
+        // One of the two lookups forgotten: it stays.
+        tree.forget(chunk.ino, 1);
         assert_eq!(tree.read(chunk.ino, at(0, 5)).unwrap(), b"chunk");
-        // Both: what was made below the store goes; the store's directory stays.
-        tree.forget(store.ino, 1);
-        assert_eq!(tree.inodes(), before + 1);
+        // Both: it goes, and its directory with it, then the store's lookups; the store's
+        // current directory stays.
+        tree.forget(chunk.ino, 1);
         assert_eq!(tree.read(chunk.ino, at(0, 5)), Err(libc::ENOENT));
-        // Looked up again, its keys come back under new inodes.
+        tree.forget(tas.ino, 1);
+        tree.forget(store.ino, 2);
+        assert_eq!(tree.inodes(), before + 1);
+        // Looked up again, it comes back under a new inode.
         let back = tree.lookup(ROOT, "a1.zarr").unwrap();
         assert_eq!(back.ino, store.ino);
         let tas = tree.lookup(back.ino, "tas").unwrap();
@@ -724,12 +827,39 @@ mod tests {
         // Forgetting what the tree does not count is harmless.
         tree.forget(chunk_again.ino, 7);
         tree.forget(12345, 1);
-        assert_eq!(tree.read(chunk_again.ino, at(0, 5)).unwrap(), b"chunk");
+        tree.forget(ROOT, 1);
+        assert_eq!(tree.getattr(ROOT).unwrap().ino, ROOT);
     }
 
-    /// [`Two`], counting the key listings asked for; with `chunks`, each store holds that
-    /// many chunks of one array instead.
-    struct Counted(std::sync::atomic::AtomicUsize, Option<usize>);
+    /// Stores of `chunks` chunks of one array (`tas/<n>.0`), counting the entries and the
+    /// pages asked of the listing.
+    struct Counted {
+        chunks: usize,
+        entries: std::sync::atomic::AtomicUsize,
+        pages: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Counted {
+        fn new(chunks: usize) -> Self {
+            Counted {
+                chunks,
+                entries: 0.into(),
+                pages: 0.into(),
+            }
+        }
+
+        fn keys(&self) -> Vec<(String, u64)> {
+            (0..self.chunks)
+                .map(|n| (format!("tas/{n}.0"), 1))
+                .collect()
+        }
+
+        fn counts(&self) -> (usize, usize) {
+            let load =
+                |n: &std::sync::atomic::AtomicUsize| n.load(std::sync::atomic::Ordering::SeqCst);
+            (load(&self.entries), load(&self.pages))
+        }
+    }
 
     impl Backend for Counted {
         fn stores(&self) -> Vec<StoreEntry> {
@@ -740,31 +870,46 @@ mod tests {
             Two.store(token)
         }
 
-        fn keys(&self, token: &str) -> Option<Vec<(String, u64)>> {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            match self.1 {
-                Some(chunks) => Some((0..chunks).map(|n| (format!("tas/{n}.0"), 1)).collect()),
-                None => Two.keys(token),
-            }
+        fn entry(&self, _: &str, dir: &str, name: &str) -> Result<Option<Listed>, i32> {
+            self.entries
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(entry_in(&self.keys(), dir, name))
         }
 
-        fn read(&self, store: &StoreEntry, key: &str, read: Read) -> Result<Vec<u8>, i32> {
-            Two.read(store, key, read)
+        fn entries(&self, _: &str, dir: &str, from: &str, most: usize) -> Result<ListedPage, i32> {
+            self.pages.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(entries_in(&self.keys(), dir, from, most))
+        }
+
+        fn read(&self, _: &StoreEntry, _: &str, _: Read) -> Result<Vec<u8>, i32> {
+            Ok(vec![0])
         }
     }
 
     #[test]
-    fn a_store_keys_are_listed_once_and_only_when_it_is_entered() {
-        let tree = Tree::new(Counted(std::sync::atomic::AtomicUsize::new(0), None));
-        let listed = || tree.backend.0.load(std::sync::atomic::Ordering::SeqCst);
-        let root = tree.readdir(ROOT, 0).unwrap();
-        assert_eq!((root.len(), listed()), (2, 0));
+    fn a_lookup_reads_one_entry_of_the_listing_and_a_listing_makes_no_inodes() {
+        let tree = Tree::new(Counted::new(10));
+        let root = list(&tree, ROOT);
+        assert_eq!(root.len(), 2);
+        assert!(root.iter().all(|e| e.ino == UNKNOWN_INODE));
         let store = tree.lookup(ROOT, "a1.zarr").unwrap();
-        assert_eq!(store.ino, root[0].1.ino);
-        assert_eq!(listed(), 0);
-        tree.readdir(store.ino, 0).unwrap();
-        tree.lookup(store.ino, "tas").unwrap();
-        assert_eq!(listed(), 1);
+        assert_eq!(tree.backend.counts(), (0, 0));
+        let tas = tree.lookup(store.ino, "tas").unwrap();
+        tree.lookup(tas.ino, "3.0").unwrap();
+        assert_eq!(tree.backend.counts(), (2, 0));
+        // Held by the kernel: answered without the listing.
+        tree.lookup(tas.ino, "3.0").unwrap();
+        assert_eq!(tree.backend.counts(), (2, 0));
+        let inodes = tree.inodes();
+        let listed = list(&tree, tas.ino);
+        assert_eq!(tree.backend.counts(), (2, 1));
+        assert_eq!(listed.len(), 10);
+        assert_eq!(tree.inodes(), inodes);
+        assert_eq!(
+            listed.iter().filter(|e| e.ino != UNKNOWN_INODE).count(),
+            1,
+            "only the entry looked up has an inode"
+        );
     }
 
     #[test]
@@ -783,6 +928,15 @@ mod tests {
     /// A listing with keys that must not be shown.
     struct Odd;
 
+    impl Odd {
+        fn keys() -> Vec<(String, u64)> {
+            ["../escape", "a/./b", "x", "x/y", "d/e", "d", "//z//"]
+                .iter()
+                .map(|k| ((*k).to_string(), 1))
+                .collect()
+        }
+    }
+
     impl Backend for Odd {
         fn stores(&self) -> Vec<StoreEntry> {
             vec![StoreEntry {
@@ -799,13 +953,12 @@ mod tests {
             self.stores().pop()
         }
 
-        fn keys(&self, _token: &str) -> Option<Vec<(String, u64)>> {
-            Some(
-                ["../escape", "a/./b", "x", "x/y", "d/e", "d", "//z//"]
-                    .iter()
-                    .map(|k| ((*k).to_string(), 1))
-                    .collect(),
-            )
+        fn entry(&self, _: &str, dir: &str, name: &str) -> Result<Option<Listed>, i32> {
+            Ok(entry_in(&Odd::keys(), dir, name))
+        }
+
+        fn entries(&self, _: &str, dir: &str, from: &str, most: usize) -> Result<ListedPage, i32> {
+            Ok(entries_in(&Odd::keys(), dir, from, most))
         }
 
         fn read(&self, _: &StoreEntry, _: &str, _: Read) -> Result<Vec<u8>, i32> {
@@ -817,21 +970,24 @@ mod tests {
     fn keys_that_escape_or_clash_are_not_shown() {
         let tree = Tree::new(Odd);
         let store = tree.lookup(ROOT, "o.zarr").unwrap();
-        let names: Vec<(String, Kind)> = tree
-            .readdir(store.ino, 0)
-            .unwrap()
-            .into_iter()
-            .map(|(n, a)| (n, a.kind))
-            .collect();
-        // `x` stays the file it was listed as first, `d` the directory, `//z//` is `z`.
+        // `x` and `d` are keys and directories: the keys; empty names, `.` and `..` are not
+        // shown or found.
         assert_eq!(
-            names,
-            [
-                ("d".to_string(), Kind::Directory),
-                ("x".to_string(), Kind::File),
-                ("z".to_string(), Kind::File),
-            ]
+            names(&list(&tree, store.ino)),
+            [("a", Kind::Directory), ("d", Kind::File), ("x", Kind::File)]
         );
+        let a = tree.lookup(store.ino, "a").unwrap();
+        assert!(list(&tree, a.ino).is_empty());
+        for (dir, name) in [
+            (store.ino, ".."),
+            (store.ino, ""),
+            (a.ino, "."),
+            (store.ino, "z"),
+        ] {
+            assert_eq!(tree.lookup(dir, name), Err(libc::ENOENT), "{name:?}");
+        }
+        let d = tree.lookup(store.ino, "d").unwrap();
+        assert_eq!(tree.lookup(d.ino, "e"), Err(libc::ENOTDIR));
     }
 
     /// One store whose record changes: made public or private, converted again, removed.
@@ -846,8 +1002,12 @@ mod tests {
             self.0.lock().unwrap().clone()
         }
 
-        fn keys(&self, _token: &str) -> Option<Vec<(String, u64)>> {
-            Some(vec![("tas/0".to_string(), 3)])
+        fn entry(&self, _: &str, dir: &str, name: &str) -> Result<Option<Listed>, i32> {
+            Ok(entry_in(&[("tas/0".to_string(), 3)], dir, name))
+        }
+
+        fn entries(&self, _: &str, dir: &str, from: &str, most: usize) -> Result<ListedPage, i32> {
+            Ok(entries_in(&[("tas/0".to_string(), 3)], dir, from, most))
         }
 
         fn read(&self, store: &StoreEntry, _: &str, _: Read) -> Result<Vec<u8>, i32> {
@@ -875,10 +1035,12 @@ mod tests {
         let dir = tree.lookup(store.ino, "tas").unwrap();
         let key = tree.lookup(dir.ino, "0").unwrap();
         assert_eq!(tree.may_read(key.ino, 1001), Ok(()));
+        assert_eq!(tree.may_read(dir.ino, 1001), Ok(()));
         // No longer public: another user is refused at open, whatever the kernel holds, and
         // the attributes say so.
         change(&|s| s.public = false);
         assert_eq!(tree.may_read(key.ino, 1001), Err(libc::EACCES));
+        assert_eq!(tree.may_read(dir.ino, 1001), Err(libc::EACCES));
         assert_eq!(tree.may_read(key.ino, 1000), Ok(()));
         assert_eq!(tree.may_read(key.ino, 0), Ok(()));
         assert_eq!(tree.getattr(key.ino).unwrap().perm, 0o400);
@@ -886,6 +1048,8 @@ mod tests {
         change(&|s| s.generation = 2);
         assert_eq!(tree.read(key.ino, at(0, 3)), Err(libc::ESTALE));
         assert_eq!(tree.getattr(key.ino), Err(libc::ESTALE));
+        assert_eq!(tree.readdir(dir.ino, ""), Err(libc::ESTALE));
+        assert_eq!(tree.lookup(store.ino, "tas"), Err(libc::ESTALE));
         let again = tree.lookup(ROOT, "s.zarr").unwrap();
         assert_ne!(again.ino, store.ino);
         let dir = tree.lookup(again.ino, "tas").unwrap();
@@ -896,7 +1060,7 @@ mod tests {
         *tree.backend.0.lock().unwrap() = None;
         assert_eq!(tree.lookup(ROOT, "s.zarr"), Err(libc::ENOENT));
         assert_eq!(tree.read(fresh.ino, at(0, 3)), Err(libc::ENOENT));
-        assert!(tree.readdir(ROOT, 0).unwrap().is_empty());
+        assert!(list(&tree, ROOT).is_empty());
     }
 
     #[test]
@@ -908,42 +1072,35 @@ mod tests {
         assert_eq!(tree.lookup(store.ino, "nope"), Err(libc::ENOENT));
         let key = tree.lookup(store.ino, ".zgroup").unwrap();
         assert_eq!(tree.lookup(key.ino, "x"), Err(libc::ENOTDIR));
-        assert_eq!(tree.readdir(key.ino, 0), Err(libc::ENOTDIR));
+        assert_eq!(tree.readdir(key.ino, ""), Err(libc::ENOTDIR));
         assert_eq!(tree.read(store.ino, at(0, 1)), Err(libc::EISDIR));
         assert_eq!(tree.getattr(9999), Err(libc::ENOENT));
         assert_eq!(tree.getattr(0), Err(libc::ENOENT));
+        assert_eq!(tree.readdir(9999, ""), Err(libc::ENOENT));
     }
 
     #[test]
-    fn a_large_directory_is_listed_a_page_at_a_time_in_name_order() {
+    fn a_large_directory_is_listed_a_page_at_a_time_and_lookups_follow_the_kernel() {
         let keys = 2 * READDIR_MOST + 10;
-        let tree = Tree::new(Counted(std::sync::atomic::AtomicUsize::new(0), Some(keys)));
+        let tree = Tree::new(Counted::new(keys));
         let store = tree.lookup(ROOT, "a1.zarr").unwrap();
         let tas = tree.lookup(store.ino, "tas").unwrap();
-        let mut listed = Vec::new();
-        loop {
-            let page = tree.readdir(tas.ino, listed.len()).unwrap();
-            assert!(page.len() <= READDIR_MOST);
-            if page.is_empty() {
-                break;
-            }
-            listed.extend(page.into_iter().map(|(name, _)| name));
-        }
+        let inodes = tree.inodes();
+        let listed: Vec<String> = list(&tree, tas.ino).into_iter().map(|e| e.name).collect();
         let mut expected: Vec<String> = (0..keys).map(|n| format!("{n}.0")).collect();
         expected.sort();
         assert_eq!(listed, expected);
-        assert!(tree.readdir(tas.ino, usize::MAX).unwrap().is_empty());
-        // Forgotten and entered again, the directory lists its new inodes.
-        tree.forget(store.ino, 1);
-        let store = tree.lookup(ROOT, "a1.zarr").unwrap();
-        let again = tree.lookup(store.ino, "tas").unwrap();
-        assert_ne!(again.ino, tas.ino);
-        let first = tree.readdir(again.ino, 0).unwrap();
-        assert_eq!(first[0].0, expected[0]);
-        assert_eq!(
-            first[0].1.ino,
-            tree.lookup(again.ino, &expected[0]).unwrap().ino
-        );
-        assert_eq!(tree.readdir(tas.ino, 0), Err(libc::ENOENT));
+        assert_eq!(tree.backend.counts().1, 3, "three pages");
+        assert_eq!(tree.inodes(), inodes);
+        // Every chunk looked up, then forgotten: the tree is back to what it was.
+        let looked: Vec<u64> = expected
+            .iter()
+            .map(|name| tree.lookup(tas.ino, name).unwrap().ino)
+            .collect();
+        assert_eq!(tree.inodes(), inodes + keys);
+        for ino in looked {
+            tree.forget(ino, 1);
+        }
+        assert_eq!(tree.inodes(), inodes);
     }
 }

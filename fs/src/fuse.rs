@@ -22,7 +22,7 @@ use fuser::{
 
 use svc_daemon::FairPool;
 
-use crate::filesystem::{Attr, Backend, Kind, ROOT, Read, Tree};
+use crate::filesystem::{Attr, Backend, DirEntry, Kind, ROOT, Read, Tree};
 
 /// How long the kernel keeps the entry and attributes of a store's directory: the store may
 /// be converted again (its name then leads to a new directory inode, and everything below
@@ -51,8 +51,34 @@ pub struct Fuse<B> {
     passthrough: AtomicBool,
     /// The backing files registered with the kernel.
     backing: Mutex<Backing>,
-    /// The next file handle of a passthrough open (0 is every other open's).
+    /// The next file handle of a passthrough open (0 is every other open's) or of an open
+    /// directory.
     next_handle: AtomicU64,
+    /// Where each open directory's listing stands, by handle.
+    listings: Mutex<HashMap<u64, Arc<Mutex<Listing>>>>,
+}
+
+/// Where the listing of an open directory stands: the page of entries the kernel reads now
+/// (the directory's entries from position `start` on), and the tree's position after it.
+/// The kernel asks for a few dozen entries at a time, from the offset of the last it took;
+/// a page serves many such calls, and the next page is read from where this one ended, so
+/// listing a directory of a million chunks reads each entry once.
+struct Listing {
+    start: usize,
+    page: Vec<DirEntry>,
+    /// `None`: the page is the directory's last.
+    next: Option<String>,
+}
+
+impl Listing {
+    /// Before the first page.
+    fn new() -> Self {
+        Listing {
+            start: 0,
+            page: Vec::new(),
+            next: Some(String::new()),
+        }
+    }
 }
 
 /// The open handles of the mount's files. The kernel wants one backing file per inode while
@@ -102,6 +128,7 @@ impl<B: Backend + 'static> Fuse<B> {
             passthrough: AtomicBool::new(passthrough),
             backing: Mutex::default(),
             next_handle: AtomicU64::new(1),
+            listings: Mutex::default(),
         }
     }
 
@@ -330,6 +357,7 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
             len: size,
             asked: Instant::now(),
             may_wait: false,
+            uid: req.uid(),
         };
         // First without waiting, on the threads of reads from the hot tier; a read that
         // would wait (for a restore from the cold tier) goes on to the threads of reads that
@@ -360,38 +388,99 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
         );
     }
 
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The kernel checked the attributes it holds; the store's record may have changed.
+        if let Err(code) = self.tree.may_read(ino.0, req.uid()) {
+            reply.error(errno(code));
+            return;
+        }
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.listings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(handle, Arc::new(Mutex::new(Listing::new())));
+        reply.opened(FileHandle(handle), FopenFlags::empty());
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.listings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh.0);
+        reply.ok();
+    }
+
     fn readdir(
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         // Positions 0 and 1 are `.` and `..`, the directory's entries follow; the offset
-        // of an entry is the position of the next one. The tree gives a page of entries
-        // from the offset on, so a directory of a million keys is listed in linear time.
+        // of an entry is the position of the next one.
         let offset = usize::try_from(offset).unwrap_or(usize::MAX);
-        let entries = match self.tree.readdir(ino.0, offset.saturating_sub(2)) {
-            Ok(entries) => entries,
-            Err(code) => {
-                reply.error(errno(code));
-                return;
+        let index = offset.saturating_sub(2);
+        let listing = self
+            .listings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh.0)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(Mutex::new(Listing::new())));
+        let mut listing = listing.lock().unwrap_or_else(|e| e.into_inner());
+        if index < listing.start {
+            // Rewound (`rewinddir`, `seekdir`): read again from the first page.
+            *listing = Listing::new();
+        }
+        while index >= listing.start + listing.page.len() {
+            let Some(from) = listing.next.take() else {
+                break;
+            };
+            match self.tree.readdir(ino.0, &from) {
+                Ok((page, next)) => {
+                    listing.start += listing.page.len();
+                    listing.page = page;
+                    listing.next = next;
+                }
+                Err(code) => {
+                    listing.next = Some(from);
+                    reply.error(errno(code));
+                    return;
+                }
             }
-        };
+        }
         let dots = [
-            (".".to_string(), FileType::Directory, ino.0),
-            ("..".to_string(), FileType::Directory, ROOT),
+            (".", FileType::Directory, ino.0),
+            ("..", FileType::Directory, ROOT),
         ];
-        let all =
-            dots.into_iter()
-                .enumerate()
-                .skip(offset)
-                .chain(entries.into_iter().enumerate().map(|(n, (name, attr))| {
-                    let kind = file_attr(&attr).kind;
-                    (offset.max(2) + n, (name, kind, attr.ino))
-                }));
-        for (position, (name, kind, child)) in all {
+        let skip = index.saturating_sub(listing.start);
+        let entries = listing
+            .page
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .map(|(n, entry)| {
+                let kind = match entry.kind {
+                    Kind::Directory => FileType::Directory,
+                    Kind::File => FileType::RegularFile,
+                };
+                (
+                    listing.start + n + 2,
+                    (entry.name.as_str(), kind, entry.ino),
+                )
+            });
+        for (position, (name, kind, child)) in
+            dots.into_iter().enumerate().skip(offset).chain(entries)
+        {
             if reply.add(INodeNo(child), position as u64 + 1, kind, name) {
                 break;
             }

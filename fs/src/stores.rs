@@ -1,5 +1,6 @@
 //! The daemon as the tree's [`Backend`]: complete stores (ready or archived) from its
-//! records, their keys and sizes from the key listing in RocksDB (never from the cold tier),
+//! records, their directories' entries and sizes from the key listing in RocksDB, a point
+//! read or a page at a time (never from the cold tier),
 //! their bytes through [`svc_daemon::Stores::read`], the read path HTTP uses (which restores
 //! an archived blob when one of its keys is read). The kernel has checked the caller's permissions by then (`default_permissions`
 //! over the owners and modes the tree gives), so a read is made as the store's owner.
@@ -8,10 +9,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use svc_daemon::{Caller, Daemon, ErrorKind, StoreRecord};
+use svc_daemon::{Asked, Caller, Daemon, ErrorKind, StoreRecord};
 use uuid::Uuid;
 
-use crate::filesystem::{Backend, Read, StoreEntry};
+use crate::filesystem::{Backend, Listed, ListedPage, Read, StoreEntry};
 
 /// The stores of a running daemon.
 pub struct DaemonStores {
@@ -33,6 +34,12 @@ impl DaemonStores {
             accounts: Accounts::default(),
         }
     }
+}
+
+/// `EIO`, logged: a store's key listing could not be read.
+fn listing_failed(token: &str, e: &svc_daemon::Error) -> i32 {
+    tracing::warn!(%token, error = %e, "the mount cannot read a store's key listing");
+    libc::EIO
 }
 
 fn now() -> i64 {
@@ -113,15 +120,24 @@ impl Backend for DaemonStores {
             .then(|| entry(&self.accounts, &record, now()))
     }
 
-    fn keys(&self, token: &str) -> Option<Vec<(String, u64)>> {
-        let uuid = Uuid::parse_str(token).ok()?;
-        match self.daemon.stores().keys(uuid) {
-            Ok(keys) => Some(keys),
-            Err(e) => {
-                tracing::warn!(%token, error = %e, "the mount cannot read a store's key listing");
-                None
-            }
-        }
+    fn entry(&self, token: &str, dir: &str, name: &str) -> Result<Option<Listed>, i32> {
+        let Ok(uuid) = Uuid::parse_str(token) else {
+            return Ok(None);
+        };
+        self.daemon
+            .stores()
+            .listed_entry(uuid, dir, name)
+            .map_err(|e| listing_failed(token, &e))
+    }
+
+    fn entries(&self, token: &str, dir: &str, from: &str, most: usize) -> Result<ListedPage, i32> {
+        let Ok(uuid) = Uuid::parse_str(token) else {
+            return Ok(ListedPage::default());
+        };
+        self.daemon
+            .stores()
+            .listed_entries(uuid, dir, from, most)
+            .map_err(|e| listing_failed(token, &e))
     }
 
     fn read(&self, store: &StoreEntry, key: &str, read: Read) -> Result<Vec<u8>, i32> {
@@ -130,9 +146,14 @@ impl Backend for DaemonStores {
             len,
             asked,
             may_wait,
+            uid,
         } = read;
         let token = Uuid::parse_str(&store.token).map_err(|_| libc::ENOENT)?;
-        let bytes = self.served(token, key, store.generation, may_wait, asked)?;
+        let asked = Asked {
+            at: asked,
+            by: format!("uid {uid}"),
+        };
+        let bytes = self.served(token, key, store.generation, may_wait, &asked)?;
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
             .min(bytes.len());
@@ -166,7 +187,7 @@ impl DaemonStores {
         key: &str,
         generation: u64,
         may_wait: bool,
-        asked: Instant,
+        asked: &Asked,
     ) -> Result<bytes::Bytes, i32> {
         let stores = self.daemon.stores();
         let record = stores

@@ -313,6 +313,35 @@ impl Db {
         Ok(())
     }
 
+    /// Visits the entries whose key starts with `prefix`, in key order from `from` on,
+    /// where `visit` may skip ahead ([`Step::SeekTo`]) or stop: a directory listing that
+    /// steps over each subdirectory's keys in one seek.
+    ///
+    /// # Errors
+    /// A RocksDB read error, or the first error `visit` returns.
+    pub fn scan_prefixed(
+        &self,
+        family: &str,
+        prefix: &[u8],
+        from: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<Step>,
+    ) -> Result<()> {
+        let mut items = self.db.raw_iterator_cf(self.family(family));
+        items.seek(from.max(prefix));
+        while let (Some(key), Some(value)) = (items.key(), items.value()) {
+            if !key.starts_with(prefix) {
+                break;
+            }
+            match visit(key, value)? {
+                Step::Next => items.next(),
+                Step::SeekTo(to) if to.as_slice() > key => items.seek(&to),
+                Step::SeekTo(_) => items.next(),
+                Step::Stop => return Ok(()),
+            }
+        }
+        Ok(items.status()?)
+    }
+
     /// Whether any key of `family` starts with `prefix`.
     ///
     /// # Errors
@@ -379,6 +408,17 @@ fn dir_size(path: &Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+/// Where [`Db::scan_prefixed`] goes after an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// To the next entry.
+    Next,
+    /// To the first entry at or after this key (the next one if it is not past the entry).
+    SeekTo(Vec<u8>),
+    /// Nowhere: the scan ends.
+    Stop,
 }
 
 /// Encodes a value as a format byte followed by its JSON.

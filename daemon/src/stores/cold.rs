@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use super::Stores;
 use crate::error::Result;
-use crate::tier::{ArchiveOptions, ArchiveRow, Candidate, InstanceRow};
+use crate::tier::{ArchiveOptions, ArchiveRow, Candidate, InstanceRow, Listed, ListedPage};
 
 /// What an archive or restore run reports as it goes: the instance done and how many there
 /// are; it answers whether the run goes on (`false`: whoever asked for it is gone, and it
@@ -180,14 +180,37 @@ impl Stores {
         )
     }
 
-    /// The key listing of a complete store (empty for any other): what the mount shows.
+    /// The entry `name` of directory `dir` of the key listing of a complete store, as the
+    /// mount shows it (see [`crate::tier::Tier::listed_entry`]; `None` for any store not
+    /// complete).
     ///
     /// # Errors
     /// A read error.
-    pub fn keys(&self, token: Uuid) -> Result<Vec<(String, u64)>> {
+    pub fn listed_entry(&self, token: Uuid, dir: &str, name: &str) -> Result<Option<Listed>> {
         match self.record(token)? {
-            Some(record) if record.is_complete() => self.tier.keys(token),
-            _ => Ok(Vec::new()),
+            Some(record) if record.is_complete() => self.tier.listed_entry(token, dir, name),
+            _ => Ok(None),
+        }
+    }
+
+    /// A page of the entries of directory `dir` of the key listing of a complete store, from
+    /// position `from`, and the position after it (see
+    /// [`crate::tier::Tier::listed_entries`]; nothing for any store not complete).
+    ///
+    /// # Errors
+    /// A read error.
+    pub fn listed_entries(
+        &self,
+        token: Uuid,
+        dir: &str,
+        from: &str,
+        most: usize,
+    ) -> Result<ListedPage> {
+        match self.record(token)? {
+            Some(record) if record.is_complete() => {
+                self.tier.listed_entries(token, dir, from, most)
+            }
+            _ => Ok(ListedPage::default()),
         }
     }
 }

@@ -204,6 +204,10 @@ pub struct Stores {
     share_key: share::ShareKey,
     /// Reads since the last sweep.
     reads: sweep::Reads,
+    /// Held by each read, change and write back of a store's record by a request or the
+    /// sweep, so that none writes back a record read before another's write (a reload's
+    /// new conversion put back as the one before it, say).
+    records: parking_lot::Mutex<()>,
     /// Chunks and metadata being computed on demand.
     on_demand: read::OnDemand,
     /// Key listings, blob manifests and the cold tier.
@@ -246,6 +250,7 @@ impl Stores {
             cache: read::ReadCache::default(),
             share_key: share::ShareKey::open(share_key)?,
             reads: sweep::Reads::default(),
+            records: parking_lot::Mutex::default(),
             on_demand: read::OnDemand::default(),
             tier,
         };
@@ -437,6 +442,7 @@ impl Stores {
                 request.aggregation.as_ref(),
                 request.reduction.as_ref(),
             );
+            let _record = self.records.lock();
             let existing = self.record(token)?;
             let reuse = !request.reload
                 && existing.as_ref().is_some_and(|r| {

@@ -25,6 +25,7 @@ use super::{Status, StoreRecord, Stores};
 use crate::auth::Caller;
 use crate::convert;
 use crate::error::{Error, Fault, Missing, Result};
+use crate::tier::Asked;
 
 /// How often a reader looks for metadata or a chunk that is being written: soon at first (a
 /// store just requested has its metadata within milliseconds), then every 20 ms.
@@ -216,10 +217,12 @@ impl Stores {
         now: i64,
         wait: Duration,
     ) -> Result<KeyBytes> {
-        self.read_asked(caller, token, key, now, wait, Instant::now())
+        let by = caller.map(|c| c.user.clone()).unwrap_or_default();
+        self.read_asked(caller, token, key, now, wait, &Asked::now(by))
     }
 
-    /// As [`Stores::read`], for a request asked at `asked`: it waits up to `wait` from then.
+    /// As [`Stores::read`], for a request `asked` (when, and for whom: the restores of the
+    /// users asking take turns): it waits up to `wait` from then.
     /// A reader that tries first without waiting (a `wait` of zero) and then again, waiting,
     /// passes the same `asked` both times: a restore its first try started that failed since
     /// is then its answer, not run again (see [`crate::tier::Tier::restore_for_read`]).
@@ -234,13 +237,13 @@ impl Stores {
         key: &str,
         now: i64,
         wait: Duration,
-        asked: Instant,
+        asked: &Asked,
     ) -> Result<KeyBytes> {
         let mut record = self.readable(caller, token, now)?;
         let parsed = parse_key(key)?;
         // Only users' reads count: the sweep removes stores nobody reads.
         self.reads.note(token, now);
-        let deadline = asked + wait;
+        let deadline = asked.at + wait;
         let mut interval = FIRST_POLL;
         let served = loop {
             match record.status {

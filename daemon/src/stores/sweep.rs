@@ -78,19 +78,27 @@ impl Stores {
         let reads = std::mem::take(&mut *self.reads.0.lock());
         let expiry = i64::try_from(self.config.unread_expiry_seconds).unwrap_or(i64::MAX);
         let mut removed = 0;
-        for mut record in self.list()? {
-            if let Some(&read) = reads.get(&record.token)
-                && read > record.last_read
-            {
-                record.last_read = read;
-                let mut batch = Batch::default();
-                batch.put(
-                    cf::STORES,
-                    record.token.as_bytes().to_vec(),
-                    record.encode(),
-                );
-                self.db.write(batch)?;
-            }
+        for listed in self.list()? {
+            // Read again, with the record to itself: it may have changed since the list.
+            let record = {
+                let _record = self.records.lock();
+                let Some(mut record) = self.record(listed.token)? else {
+                    continue;
+                };
+                if let Some(&read) = reads.get(&record.token)
+                    && read > record.last_read
+                {
+                    record.last_read = read;
+                    let mut batch = Batch::default();
+                    batch.put(
+                        cf::STORES,
+                        record.token.as_bytes().to_vec(),
+                        record.encode(),
+                    );
+                    self.db.write(batch)?;
+                }
+                record
+            };
             let last = record.last_read.max(record.updated);
             // An archived store expires as a ready one does: its cold objects go with it.
             let idle = record.is_complete() || record.status == Status::Failed;

@@ -82,7 +82,7 @@ use svc_manifests::{Manifest, ManifestStore, Resolution, Trie};
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::db::{self, Batch, Db, cf};
+use crate::db::{self, Batch, Db, Step, cf};
 use crate::error::{Error, Result};
 
 pub(crate) use archive::Candidate;
@@ -246,6 +246,46 @@ fn decode_size(token: Uuid, key: &str, value: &[u8]) -> Result<u64> {
     Ok(u64::from_be_bytes(size))
 }
 
+/// When a read was asked and for whom: a read waits for its restore from then, and the
+/// restores of the users asking take turns ([`Tier::restore_for_read`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asked {
+    /// When.
+    pub at: std::time::Instant,
+    /// Who: the user's name over HTTP (empty for anonymous readers), `uid N` for a local
+    /// user through the mount.
+    pub by: String,
+}
+
+impl Asked {
+    /// A read asked now by `by`.
+    pub fn now(by: impl Into<String>) -> Self {
+        Asked {
+            at: std::time::Instant::now(),
+            by: by.into(),
+        }
+    }
+}
+
+/// A page of the entries of a directory of a store's key listing, and the position after it
+/// (`None`: there are no more).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListedPage {
+    /// The entries' names and what they are, in listing order.
+    pub entries: Vec<(String, Listed)>,
+    /// Where the next page starts.
+    pub next: Option<String>,
+}
+
+/// An entry of a directory of a store's key listing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    /// A key, with its size in bytes.
+    File(u64),
+    /// A directory: keys start with its path.
+    Directory,
+}
+
 /// A store's manifest and the trie resolving its keys.
 pub(crate) struct Cut {
     manifest: Manifest,
@@ -293,10 +333,11 @@ pub struct Tier {
     archived: Mutex<HashMap<Uuid, usize>>,
     /// Restores under way or queued by (store, instance).
     flights: Mutex<HashMap<InstanceId, Arc<Flight>>>,
-    /// Runs the restores readers ask for, at most `tier.max_restores` at once, stores in
-    /// turn: one reader of thousands of archived blobs neither starts thousands of downloads
-    /// at once (filling the staging space) nor holds everyone else's restores behind its own.
-    restores: crate::FairPool<Uuid>,
+    /// Runs the restores readers ask for, at most `tier.max_restores` at once, the users
+    /// asking in turn, each with at most half of them: one user's job reading thousands of
+    /// archived blobs neither starts thousands of downloads at once (filling the staging
+    /// space) nor holds everyone else's restores behind its own.
+    restores: crate::FairPool<String>,
     /// When the last restore of an instance failed, and why (until one succeeds).
     failures: Mutex<HashMap<InstanceId, (std::time::Instant, String)>>,
     /// Per store: archives and restores of its instances hold it shared, forgetting the
@@ -468,6 +509,95 @@ impl Tier {
     /// A read error or a corrupt entry.
     pub fn keys(&self, token: Uuid) -> Result<Vec<(String, u64)>> {
         self.keys_under(token, "")
+    }
+
+    /// The entry `name` of the directory `dir` (`""` for the store's top, else a key prefix
+    /// ending in `/`, such as `tas/`) of the key listing of `token`: a key there, with its
+    /// size, or a directory (some key starts with `dir name /`); a name that is both is the
+    /// key. `None` for no such entry, and for names no entry has (empty, `.`, `..`, or
+    /// holding `/`). Two point reads at most, whatever the listing's size.
+    ///
+    /// # Errors
+    /// A read error or a corrupt entry.
+    pub(crate) fn listed_entry(
+        &self,
+        token: Uuid,
+        dir: &str,
+        name: &str,
+    ) -> Result<Option<Listed>> {
+        if matches!(name, "" | "." | "..") || name.contains('/') {
+            return Ok(None);
+        }
+        let path = format!("{dir}{name}");
+        if let Some(value) = self.db.get(cf::KEYS, &scoped_key(token, &path))? {
+            return Ok(Some(Listed::File(decode_size(token, &path, &value)?)));
+        }
+        let below = scoped_key(token, &format!("{path}/"));
+        Ok(self
+            .db
+            .any_prefixed(cf::KEYS, &below)?
+            .then_some(Listed::Directory))
+    }
+
+    /// At most `most` entries of the directory `dir` (as for [`Tier::listed_entry`]) of the
+    /// key listing of `token`, from the position `from` on (`""`: the first), in listing
+    /// order, and the position after them (`None`: there are no more). A directory's keys
+    /// are stepped over in one seek, so a page costs its entries, not the keys below them.
+    /// The names of the keys beside, as the mount shows them: never empty, `.` or `..`, and
+    /// a name that is a key and a directory once, as the key.
+    ///
+    /// # Errors
+    /// A read error or a corrupt entry.
+    pub(crate) fn listed_entries(
+        &self,
+        token: Uuid,
+        dir: &str,
+        from: &str,
+        most: usize,
+    ) -> Result<ListedPage> {
+        let prefix = scoped_key(token, dir);
+        let mut start = prefix.clone();
+        start.extend_from_slice(from.as_bytes());
+        let mut entries = Vec::new();
+        let mut next = None;
+        self.db
+            .scan_prefixed(cf::KEYS, &prefix, &start, |key, value| {
+                let Ok(rest) = std::str::from_utf8(&key[prefix.len()..]) else {
+                    return Err(Error::Corrupt {
+                        family: cf::KEYS,
+                        reason: format!("a listed key of store {token} is not UTF-8"),
+                    });
+                };
+                if entries.len() >= most {
+                    next = Some(rest.to_string());
+                    return Ok(Step::Stop);
+                }
+                match rest.split_once('/') {
+                    None => {
+                        if !matches!(rest, "." | "..") {
+                            let size = decode_size(token, rest, value)?;
+                            entries.push((rest.to_string(), Listed::File(size)));
+                        }
+                        Ok(Step::Next)
+                    }
+                    Some((name, _)) => {
+                        let shown = !matches!(name, "" | "." | "..")
+                            && self
+                                .db
+                                .get(cf::KEYS, &scoped_key(token, &format!("{dir}{name}")))?
+                                .is_none();
+                        if shown {
+                            entries.push((name.to_string(), Listed::Directory));
+                        }
+                        // Past every key below it: `/` + 1 is `0`.
+                        let mut past = prefix.clone();
+                        past.extend_from_slice(name.as_bytes());
+                        past.push(b'0');
+                        Ok(Step::SeekTo(past))
+                    }
+                }
+            })?;
+        Ok(ListedPage { entries, next })
     }
 
     /// The listed keys of `token` that start with `prefix`, in key order.

@@ -2,7 +2,7 @@
 //! many readers ask for its keys at the same time.
 //!
 //! The first reader of a key whose hot copy is missing queues the restore on the tier's
-//! restore threads (at most `tier.max_restores` at once, half of them for one store, stores in
+//! restore threads (at most `tier.max_restores` at once, half of them for one user, users in
 //! turn; see [`crate::FairPool`]); every reader of any key of that instance (the first too) waits for it, each up to
 //! its own bound (an HTTP request's `timeout`, the mount's `read_timeout_seconds`), so a slow
 //! cold tier never holds a reader forever: the restore goes on, and the next read finds the
@@ -19,7 +19,9 @@ use svc_manifests::object_store::{ObjectStoreExt, path::Path as ObjectPath};
 use uuid::Uuid;
 
 use super::archive::hex;
-use super::{Flight, MOST_FAILURES_KEPT, State, Tier, now, partial_path, remove_file, tier_error};
+use super::{
+    Asked, Flight, MOST_FAILURES_KEPT, State, Tier, now, partial_path, remove_file, tier_error,
+};
 use crate::error::{Error, Result};
 
 /// How long a reader that gave up waiting is told to wait before asking again.
@@ -52,7 +54,7 @@ impl Tier {
         token: Uuid,
         key: &str,
         wait: Duration,
-        asked: Instant,
+        asked: &Asked,
     ) -> Result<bool> {
         if !self.is_archived(token) {
             return Ok(false);
@@ -79,7 +81,7 @@ impl Tier {
         token: Uuid,
         instance: &str,
         wait: Duration,
-        asked: Instant,
+        asked: &Asked,
     ) -> Result<()> {
         let id = (token, instance.to_string());
         let flight = {
@@ -88,7 +90,7 @@ impl Tier {
                 Some(flight) => Arc::clone(flight),
                 None => {
                     if let Some((failed, reason)) = self.failures.lock().get(&id)
-                        && *failed > asked
+                        && *failed > asked.at
                     {
                         return Err(restore_failed(instance, reason));
                     }
@@ -98,7 +100,7 @@ impl Tier {
                     let leading = Arc::clone(&flight);
                     drop(flights);
                     self.restores.run(
-                        token,
+                        asked.by.clone(),
                         Box::new(move || {
                             // Once: when the keys are back (the cold object is deleted
                             // after), or when the restore ends otherwise.

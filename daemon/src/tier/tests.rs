@@ -132,7 +132,7 @@ fn assert_restores(fixture: &Fixture, step: usize) {
     assert!(
         fixture
             .tier
-            .restore_for_read(TOKEN, &key, Duration::from_secs(30), Instant::now())
+            .restore_for_read(TOKEN, &key, Duration::from_secs(30), &Asked::now("jane"))
             .unwrap()
     );
     assert_eq!(hot(fixture, &key), Some(chunk(step)));
@@ -219,8 +219,13 @@ fn archive_then_restore_gives_back_every_byte() {
     assert_eq!(archived.checksum.len(), 64);
     // A key of an archived instance restores it (not the others) and reads back.
     assert!(
-        tier.restore_for_read(TOKEN, "tas/3.0", Duration::from_secs(30), Instant::now())
-            .unwrap()
+        tier.restore_for_read(
+            TOKEN,
+            "tas/3.0",
+            Duration::from_secs(30),
+            &Asked::now("jane")
+        )
+        .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/2.0"), Some(chunk(2)));
     assert_eq!(hot(&fixture, "tas/3.0"), Some(chunk(3)));
@@ -235,12 +240,17 @@ fn archive_then_restore_gives_back_every_byte() {
     // A key in no blob, or of a hot instance, restores nothing.
     assert!(
         !tier
-            .restore_for_read(TOKEN, "time/0", Duration::from_secs(1), Instant::now())
+            .restore_for_read(TOKEN, "time/0", Duration::from_secs(1), &Asked::now("jane"))
             .unwrap()
     );
     assert!(
         !tier
-            .restore_for_read(TOKEN, "tas/2.0", Duration::from_secs(1), Instant::now())
+            .restore_for_read(
+                TOKEN,
+                "tas/2.0",
+                Duration::from_secs(1),
+                &Asked::now("jane")
+            )
             .unwrap()
     );
 }
@@ -264,7 +274,7 @@ fn a_failed_restore_reaches_every_waiter_and_the_next_read_tries_again() {
                         TOKEN,
                         &format!("tas/{}.0", i % 2),
                         Duration::from_secs(30),
-                        Instant::now(),
+                        &Asked::now("jane"),
                     )
                 })
             })
@@ -285,8 +295,13 @@ fn a_failed_restore_reaches_every_waiter_and_the_next_read_tries_again() {
     // The damage mended, the next reader restores it.
     std::fs::write(&zip, &good).unwrap();
     assert!(
-        tier.restore_for_read(TOKEN, "tas/1.0", Duration::from_secs(30), Instant::now())
-            .unwrap()
+        tier.restore_for_read(
+            TOKEN,
+            "tas/1.0",
+            Duration::from_secs(30),
+            &Asked::now("jane")
+        )
+        .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/0.0"), Some(chunk(0)));
     assert_eq!(state(tier, "b_tas_0").restores, 1);
@@ -319,7 +334,12 @@ fn a_hostile_cold_object_with_a_matching_checksum_restores_nothing() {
     forged.cold_bytes = bytes.len() as u64;
     tier.put_state(TOKEN, "b_tas_0", &forged).unwrap();
     let error = tier
-        .restore_for_read(TOKEN, "tas/0.0", Duration::from_secs(30), Instant::now())
+        .restore_for_read(
+            TOKEN,
+            "tas/0.0",
+            Duration::from_secs(30),
+            &Asked::now("jane"),
+        )
         .unwrap_err();
     assert!(
         error.to_string().contains("not a key of the store"),
@@ -402,7 +422,12 @@ fn repair_rolls_an_interrupted_restore_back_to_archived_without_partial_files() 
     assert!(
         fixture
             .tier
-            .restore_for_read(TOKEN, "tas/1.0", Duration::from_secs(30), Instant::now())
+            .restore_for_read(
+                TOKEN,
+                "tas/1.0",
+                Duration::from_secs(30),
+                &Asked::now("jane")
+            )
             .unwrap()
     );
     assert_eq!(hot(&fixture, "tas/1.0"), Some(chunk(1)));
@@ -685,8 +710,13 @@ fn a_start_lists_only_stores_marked_since_the_last_and_a_full_clean_reaches_ever
     );
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
     assert!(
-        tier.restore_for_read(TOKEN, "tas/5.0", Duration::from_secs(30), Instant::now())
-            .unwrap()
+        tier.restore_for_read(
+            TOKEN,
+            "tas/5.0",
+            Duration::from_secs(30),
+            &Asked::now("jane")
+        )
+        .unwrap()
     );
     let store = data.join("stores").join(TOKEN.to_string());
     assert_eq!(std::fs::read(store.join("tas/5.0")).unwrap(), chunk(5));
@@ -704,10 +734,10 @@ fn a_reader_gets_the_failure_of_the_restore_it_started_and_a_later_reader_starts
     let object = cold_object(&fixture, "b_tas_1");
     let hidden = object.with_extension("hidden");
     std::fs::rename(&object, &hidden).unwrap();
-    let asked = Instant::now();
+    let asked = Asked::now("jane");
     // Tried without waiting: the restore starts, and the reader goes on.
     let error = tier
-        .restore_for_read(TOKEN, "tas/3.0", Duration::ZERO, asked)
+        .restore_for_read(TOKEN, "tas/3.0", Duration::ZERO, &asked)
         .unwrap_err();
     assert!(matches!(error, Error::Restoring { .. }), "{error}");
     let id = (TOKEN, "b_tas_1".to_string());
@@ -718,7 +748,7 @@ fn a_reader_gets_the_failure_of_the_restore_it_started_and_a_later_reader_starts
     std::fs::rename(&hidden, &object).unwrap();
     // The same reader, now waiting: the restore it started failed, and is not run again.
     let error = tier
-        .restore_for_read(TOKEN, "tas/3.0", Duration::from_secs(30), asked)
+        .restore_for_read(TOKEN, "tas/3.0", Duration::from_secs(30), &asked)
         .unwrap_err();
     assert!(
         error.to_string().contains("could not be restored"),
@@ -1469,4 +1499,80 @@ fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
     assert_eq!(hot(&fixture, "tas/3.0"), Some(chunk(3)));
     assert!(!cold_files(&fixture).contains(&"b_tas_1".to_string()));
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
+}
+
+#[test]
+fn a_listing_is_read_a_directory_at_a_time_in_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = open(dir.path());
+    let other = Uuid::from_u128(TOKEN.as_u128() + 1);
+    let keys = [
+        ".zattrs",
+        ".zgroup",
+        "a",
+        "a/b",
+        "g/sub/.zarray",
+        "tas.x",
+        "tas/.zarray",
+        "tas/0.0",
+        "tas/0.1",
+        "tas/1.0",
+        "x//y",
+        "./z",
+        "../w",
+    ];
+    let mut batch = Batch::default();
+    let sized: Vec<(String, u64)> = (0u64..)
+        .zip(keys)
+        .map(|(n, k)| (k.to_string(), n))
+        .collect();
+    Tier::put_listing(&mut batch, TOKEN, &sized);
+    // Another store's keys sort right after: never this store's.
+    Tier::put_listing(&mut batch, other, &[("tas/9.9".to_string(), 1)]);
+    tier.db.write(batch).unwrap();
+    let all = |dir: &str, most: usize| {
+        let mut entries = Vec::new();
+        let mut from = String::new();
+        loop {
+            let page = tier.listed_entries(TOKEN, dir, &from, most).unwrap();
+            assert!(page.entries.len() <= most);
+            entries.extend(page.entries);
+            match page.next {
+                Some(next) => from = next,
+                None => return entries,
+            }
+        }
+    };
+    use Listed::{Directory, File};
+    // `a` is a key and a directory: the key; names empty, `.` or `..` are not shown.
+    let top = vec![
+        (".zattrs".to_string(), File(0)),
+        (".zgroup".to_string(), File(1)),
+        ("a".to_string(), File(2)),
+        ("g".to_string(), Directory),
+        ("tas.x".to_string(), File(5)),
+        ("tas".to_string(), Directory),
+        ("x".to_string(), Directory),
+    ];
+    for most in [1, 2, 3, 100] {
+        assert_eq!(all("", most), top, "pages of {most}");
+    }
+    assert_eq!(
+        all("tas/", 2),
+        [(".zarray", 6), ("0.0", 7), ("0.1", 8), ("1.0", 9)]
+            .map(|(name, size)| (name.to_string(), File(size)))
+    );
+    assert_eq!(all("g/", 5), [("sub".to_string(), Directory)]);
+    assert_eq!(all("x/", 5), []);
+    assert_eq!(all("nothing/", 5), []);
+    let entry = |dir: &str, name: &str| tier.listed_entry(TOKEN, dir, name).unwrap();
+    assert_eq!(entry("", "a"), Some(File(2)));
+    assert_eq!(entry("", "tas"), Some(Directory));
+    assert_eq!(entry("tas/", "0.1"), Some(File(8)));
+    assert_eq!(entry("tas/", "9.9"), None);
+    assert_eq!(entry("g/", "sub"), Some(Directory));
+    for name in ["", ".", "..", "tas/0.0", "ta"] {
+        assert_eq!(entry("", name), None, "{name:?}");
+    }
+    assert_eq!(entry("x/", ""), None);
 }
