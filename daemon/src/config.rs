@@ -110,9 +110,9 @@ pub struct TierConfig {
     /// seconds (default 600, at most a week).
     pub cleaning_interval_seconds: u64,
     /// Restores from the cold tier that readers' reads run at once (default 8, at most
-    /// [`MAX_RESTORES`]); one user's take at most half of them (rounded up), and users with
-    /// restores waiting take turns (see [`crate::FairPool`]). `svcd tier restore` runs its
-    /// restores itself, one after another, outside this count.
+    /// [`MAX_RESTORES`]); one reader's (see [`crate::Asked::by`]) take at most half of them
+    /// (rounded up), and readers with restores waiting take turns (see [`crate::FairPool`]).
+    /// `svcd tier restore` runs its restores itself, one after another, outside this count.
     pub max_restores: usize,
 }
 

@@ -71,9 +71,9 @@ impl<K: Hash + Eq + Clone + Send + 'static> FairPool<K> {
 
     /// Queues `job` of `party`; it runs on a thread of the pool in its party's turn.
     ///
-    /// When no thread can be started and the pool has none, the next job in turn (this one,
-    /// or another party's) runs here, on the caller's thread, rather than never: a machine
-    /// out of threads is better served slowly than not at all.
+    /// When no thread can be started and the pool has none, the jobs queued (this one, and
+    /// any other party's) run here, on the caller's thread, rather than never: a machine out
+    /// of threads is better served slowly than not at all.
     pub fn run(&self, party: K, job: Job) {
         let shared = &self.shared;
         let mut state = shared.state.lock();
@@ -104,11 +104,14 @@ impl<K: Hash + Eq + Clone + Send + 'static> FairPool<K> {
                 tracing::warn!(pool = %shared.name, error = %e, "cannot start another thread");
                 return;
             }
-            tracing::warn!(pool = %shared.name, error = %e, "cannot start a thread; a job runs on its caller's");
-            let next = state.next_within(usize::MAX);
-            drop(state);
-            if let Some((party, job)) = next {
+            tracing::warn!(pool = %shared.name, error = %e, "cannot start a thread; jobs run on their caller's");
+            // Every job queued meanwhile too: no thread would take it.
+            while state.started == 0
+                && let Some((party, job)) = state.next_within(usize::MAX)
+            {
+                drop(state);
                 shared.finish(&party, job);
+                state = shared.state.lock();
             }
         }
     }

@@ -200,7 +200,7 @@ struct Inodes {
 
 /// The most entries one [`Tree::readdir`] call gives: a call's work stays bounded in a
 /// directory of a million chunks.
-pub const READDIR_MOST: usize = 1024;
+pub const READDIR_MOST: usize = 256;
 
 impl<B: Backend> Tree<B> {
     /// A tree over `backend`, with only the root known.
@@ -222,21 +222,13 @@ impl<B: Backend> Tree<B> {
     /// `ENOENT` when there is none, `ENOTDIR` when `parent` is a file, `ESTALE` inside a
     /// store converted again since, `EIO` when the listing cannot be read.
     pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr, i32> {
-        let ino = if parent == ROOT {
+        if parent == ROOT {
             let token = name.strip_suffix(".zarr").ok_or(libc::ENOENT)?;
-            self.store(token)?
-        } else {
-            self.entry(parent, name)?
-        };
-        let mut inodes = self.write_inodes();
-        let attr = inodes.attr(ino)?;
-        *inodes.lookups.entry(ino).or_default() += 1;
-        Ok(attr)
-    }
-
-    /// The inode of entry `name` of the directory `parent` inside a store: the one the
-    /// kernel holds, or one made from the store's listing.
-    fn entry(&self, parent: u64, name: &str) -> Result<u64, i32> {
+            let entry = self.store(token)?;
+            let mut inodes = self.write_inodes();
+            let ino = inodes.store_dir(&entry);
+            return inodes.looked_up(ino);
+        }
         let (store, path) = match self.read_inodes().node(parent)? {
             Node::Directory { store, path, .. } => (Arc::clone(store), path.clone()),
             _ => return Err(libc::ENOTDIR),
@@ -244,13 +236,12 @@ impl<B: Backend> Tree<B> {
         // Only while it is still this conversion, before and after reading the listing
         // (which is replaced when the store is converted again).
         self.current(&store)?;
-        if let Some(&ino) = self
-            .read_inodes()
-            .children
-            .get(&parent)
-            .and_then(|c| c.get(name))
         {
-            return Ok(ino);
+            // Found and counted under one lock: a forget in between would drop it.
+            let mut inodes = self.write_inodes();
+            if let Some(&ino) = inodes.children.get(&parent).and_then(|c| c.get(name)) {
+                return inodes.looked_up(ino);
+            }
         }
         let listed = self.backend.entry(&store.token, &path, name)?;
         self.current(&store)?;
@@ -270,7 +261,7 @@ impl<B: Backend> Tree<B> {
         let mut inodes = self.write_inodes();
         // Made meanwhile by another lookup: that one.
         if let Some(&ino) = inodes.children.get(&parent).and_then(|c| c.get(name)) {
-            return Ok(ino);
+            return inodes.looked_up(ino);
         }
         inodes.node(parent)?;
         let ino = inodes.add(node);
@@ -279,7 +270,7 @@ impl<B: Backend> Tree<B> {
             .entry(parent)
             .or_default()
             .insert(name.to_string(), ino);
-        Ok(ino)
+        inodes.looked_up(ino)
     }
 
     /// The attributes of inode `ino`, with its store's current owner and permissions.
@@ -307,10 +298,15 @@ impl<B: Backend> Tree<B> {
     /// `ENOENT` for an unknown inode, `ENOTDIR` for a file, `ESTALE` for a directory of an
     /// earlier conversion, `EIO` when the listing cannot be read.
     pub fn readdir(&self, ino: u64, from: &str) -> Result<(Vec<DirEntry>, Option<String>), i32> {
-        let (store, path) = match self.read_inodes().node(ino)? {
-            Node::Root => return Ok(self.root_entries(from)),
+        let directory = match self.read_inodes().node(ino)? {
+            Node::Root => None,
             Node::File { .. } => return Err(libc::ENOTDIR),
-            Node::Directory { store, path, .. } => (Arc::clone(store), path.clone()),
+            Node::Directory { store, path, .. } => Some((Arc::clone(store), path.clone())),
+        };
+        // (Not within that match: its read lock would be held while the root lists every
+        // store, and a second one taken behind a waiting writer never comes.)
+        let Some((store, path)) = directory else {
+            return Ok(self.root_entries(from));
         };
         self.current(&store)?;
         let ListedPage {
@@ -319,6 +315,9 @@ impl<B: Backend> Tree<B> {
         } = self
             .backend
             .entries(&store.token, &path, from, READDIR_MOST)?;
+        // Read while it was this conversion (a page of another, or the empty page of a
+        // store being converted again, would end the listing short).
+        self.current(&store)?;
         let inodes = self.read_inodes();
         let held = inodes.children.get(&ino);
         let entries = listed
@@ -469,12 +468,12 @@ impl<B: Backend> Tree<B> {
         Ok(now)
     }
 
-    /// The inode of store `token` now (its directory).
-    fn store(&self, token: &str) -> Result<u64, i32> {
+    /// The record of store `token` now, as the tree shows it.
+    fn store(&self, token: &str) -> Result<StoreEntry, i32> {
         match self.backend.store(token) {
             // A store has one name: its token as the backend spells it (not another spelling
             // the same UUID parses from).
-            Some(entry) if entry.token == token => Ok(self.store_dir(&entry)),
+            Some(entry) if entry.token == token => Ok(entry),
             Some(_) => Err(libc::ENOENT),
             None => {
                 // Gone or not ready: its name leads nowhere.
@@ -487,30 +486,6 @@ impl<B: Backend> Tree<B> {
                 Err(libc::ENOENT)
             }
         }
-    }
-
-    /// The directory inode of the store `entry` (its current record), made for each new
-    /// generation.
-    fn store_dir(&self, entry: &StoreEntry) -> u64 {
-        let mut inodes = self.write_inodes();
-        inodes.current.insert(entry.token.clone(), entry.clone());
-        if let Some(&ino) = inodes.stores.get(&entry.token)
-            && matches!(inodes.node(ino), Ok(Node::Directory { store, .. }) if store.generation == entry.generation)
-        {
-            return ino;
-        }
-        let ino = inodes.add(Node::Directory {
-            store: Arc::new(entry.clone()),
-            parent: ROOT,
-            path: String::new(),
-        });
-        // The earlier generation's directory stays while the kernel holds it.
-        if let Some(earlier) = inodes.stores.insert(entry.token.clone(), ino)
-            && !inodes.lookups.contains_key(&earlier)
-        {
-            inodes.nodes.remove(&earlier);
-        }
-        ino
     }
 
     fn write_inodes(&self) -> std::sync::RwLockWriteGuard<'_, Inodes> {
@@ -555,6 +530,36 @@ impl Inodes {
             }
         }
         self.nodes.remove(&ino);
+    }
+
+    /// The directory inode of the store `entry` (its current record), made for each new
+    /// generation.
+    fn store_dir(&mut self, entry: &StoreEntry) -> u64 {
+        self.current.insert(entry.token.clone(), entry.clone());
+        if let Some(&ino) = self.stores.get(&entry.token)
+            && matches!(self.node(ino), Ok(Node::Directory { store, .. }) if store.generation == entry.generation)
+        {
+            return ino;
+        }
+        let ino = self.add(Node::Directory {
+            store: Arc::new(entry.clone()),
+            parent: ROOT,
+            path: String::new(),
+        });
+        // The earlier generation's directory stays while the kernel holds it.
+        if let Some(earlier) = self.stores.insert(entry.token.clone(), ino)
+            && !self.lookups.contains_key(&earlier)
+        {
+            self.nodes.remove(&earlier);
+        }
+        ino
+    }
+
+    /// The attributes of `ino`, looked up once more by the kernel.
+    fn looked_up(&mut self, ino: u64) -> Result<Attr, i32> {
+        let attr = self.attr(ino)?;
+        *self.lookups.entry(ino).or_default() += 1;
+        Ok(attr)
     }
 
     /// Adds `node`; its inode.
@@ -910,6 +915,30 @@ mod tests {
             1,
             "only the entry looked up has an inode"
         );
+    }
+
+    #[test]
+    fn a_name_looked_up_while_the_kernel_forgets_it_is_always_found() {
+        let tree = Arc::new(Tree::new(Two));
+        let store = tree.lookup(ROOT, "a1.zarr").unwrap();
+        let tas = tree.lookup(store.ino, "tas").unwrap();
+        // Two threads look the same chunk up and forget it, as the kernel's evictions and
+        // reads do on two FUSE threads: never "not found".
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let tree = Arc::clone(&tree);
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        let chunk = tree.lookup(tas.ino, "0.0.0").unwrap();
+                        tree.forget(chunk.ino, 1);
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(tree.lookup(tas.ino, "0.0.0").unwrap().size, 11);
     }
 
     #[test]

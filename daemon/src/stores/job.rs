@@ -79,7 +79,7 @@ impl Handler for ConvertJob {
             }
         };
         tracing::info!(%token, status = u8::from(status), %reason, "conversion finished");
-        let mut batch = self.stores.outcome(token, status, &reason, now())?;
+        let mut batch = Batch::default();
         if status == Status::Ready {
             // The listing and the manifest are written with the record that says ready, so a
             // ready store always has them.
@@ -87,7 +87,12 @@ impl Handler for ConvertJob {
             crate::tier::Tier::put_listing(&mut batch, token, &keys);
             self.stores.tier.put_manifest(&mut batch, token);
         }
-        Ok(Outcome::Done(batch))
+        // Written here, under the lock of the store's record, not with the job's removal: a
+        // crash between the two runs the job again, and it finds the store no longer
+        // preparing and does nothing.
+        self.stores
+            .record_outcome(token, status, &reason, now(), batch)?;
+        Ok(Outcome::Done(Batch::default()))
     }
 
     fn give_up(&self, job: &Job, reason: &str) -> Batch {
@@ -96,9 +101,13 @@ impl Handler for ConvertJob {
         };
         self.stores.cache.forget(token);
         remove_dir(&self.stores.dir(token));
-        self.stores
-            .outcome(token, Status::Failed, reason, now())
-            .unwrap_or_default()
+        if let Err(e) =
+            self.stores
+                .record_outcome(token, Status::Failed, reason, now(), Batch::default())
+        {
+            tracing::warn!(%token, error = %e, "cannot record a conversion given up");
+        }
+        Batch::default()
     }
 }
 

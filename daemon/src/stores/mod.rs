@@ -511,8 +511,18 @@ impl Stores {
     /// # Errors
     /// [`Error::NotFound`] for an unknown store; a read or write error.
     pub fn remove(&self, token: Uuid, reason: &str, now: i64) -> Result<StoreRecord> {
-        let batch = self.outcome(token, Status::Gone, reason, now)?;
-        self.db.write(batch)?;
+        self.record_outcome(token, Status::Gone, reason, now, Batch::default())?;
+        self.delete_data(token)?;
+        self.record(token)?
+            .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))
+    }
+
+    /// Deletes the data of store `token`, which is gone: its listing, manifest, tier state
+    /// and cold objects, what readers keep of it, and its directory. Blocking.
+    ///
+    /// # Errors
+    /// A read, write or delete error.
+    fn delete_data(&self, token: Uuid) -> Result<()> {
         self.tier.forget_store(token)?;
         self.cache.forget(token);
         let dir = self.dir(token);
@@ -521,25 +531,50 @@ impl Stores {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io(format!("remove {}", dir.display()), e)),
         }
-        self.record(token)?
-            .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))
+        Ok(())
     }
 
-    /// Records the outcome of a store's conversion: the writes the conversion job commits
-    /// together with its removal from the queue.
+    /// Records the outcome of a store's conversion (ready or failed) or its removal (gone),
+    /// together with `batch` (a ready store's listing and manifest): the record is read,
+    /// changed and written as one, under the lock every change of a record takes, so that
+    /// no other write puts back what it read before.
     ///
     /// # Errors
-    /// A read error or a corrupt record; [`Error::NotFound`] when the store is gone.
-    pub fn outcome(&self, token: Uuid, status: Status, reason: &str, now: i64) -> Result<Batch> {
+    /// A read or write error or a corrupt record; [`Error::NotFound`] when the store is gone.
+    pub fn record_outcome(
+        &self,
+        token: Uuid,
+        status: Status,
+        reason: &str,
+        now: i64,
+        batch: Batch,
+    ) -> Result<()> {
+        let _record = self.records.lock();
         let mut record = self
             .record(token)?
             .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?;
+        self.write_outcome(&mut record, status, reason, now, batch)
+    }
+
+    /// Writes `record` as `status` for `reason` at `now` with `batch`; the caller holds the
+    /// records lock and read `record` under it.
+    fn write_outcome(
+        &self,
+        record: &mut StoreRecord,
+        status: Status,
+        reason: &str,
+        now: i64,
+        mut batch: Batch,
+    ) -> Result<()> {
         record.status = status;
         record.reason = reason.to_string();
         record.updated = now;
-        let mut batch = Batch::default();
-        batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
-        Ok(batch)
+        batch.put(
+            cf::STORES,
+            record.token.as_bytes().to_vec(),
+            record.encode(),
+        );
+        self.db.write(batch)
     }
 }
 

@@ -337,6 +337,16 @@ impl Stores {
                         // no blob and not on the hot tier was never written: it is missing.
                         let left = deadline.saturating_duration_since(Instant::now());
                         if self.tier.restore_for_read(token, key, left, asked)? {
+                            // Converted again while it waited: the file is the new
+                            // conversion's, which this read's ETag does not name.
+                            if self.current(&record)?.conversion != record.conversion {
+                                return Err(Error::Restoring {
+                                    detail: "The store was converted again while this read \
+                                             waited for its restore; read it again."
+                                        .into(),
+                                    retry: Duration::from_secs(1),
+                                });
+                            }
                             continue;
                         }
                         // Not archived now: a restore may have renamed it into place since

@@ -80,36 +80,33 @@ impl Stores {
         let mut removed = 0;
         for listed in self.list()? {
             // Read again, with the record to itself: it may have changed since the list.
-            let record = {
-                let _record = self.records.lock();
-                let Some(mut record) = self.record(listed.token)? else {
-                    continue;
-                };
-                if let Some(&read) = reads.get(&record.token)
-                    && read > record.last_read
-                {
-                    record.last_read = read;
-                    let mut batch = Batch::default();
-                    batch.put(
-                        cf::STORES,
-                        record.token.as_bytes().to_vec(),
-                        record.encode(),
-                    );
-                    self.db.write(batch)?;
-                }
-                record
+            let held = self.records.lock();
+            let Some(mut record) = self.record(listed.token)? else {
+                continue;
             };
+            let mut batch = Batch::default();
+            if let Some(&read) = reads.get(&record.token)
+                && read > record.last_read
+            {
+                record.last_read = read;
+                batch.put(
+                    cf::STORES,
+                    record.token.as_bytes().to_vec(),
+                    record.encode(),
+                );
+            }
             let last = record.last_read.max(record.updated);
             // An archived store expires as a ready one does: its cold objects go with it.
             let idle = record.is_complete() || record.status == Status::Failed;
             if expiry > 0 && idle && now.saturating_sub(last) > expiry {
                 let days = expiry / 86_400;
-                self.remove(
-                    record.token,
-                    &format!("removed: not read for {days} days"),
-                    now,
-                )?;
+                let reason = format!("removed: not read for {days} days");
+                self.write_outcome(&mut record, Status::Gone, &reason, now, batch)?;
+                drop(held);
+                self.delete_data(record.token)?;
                 removed += 1;
+            } else if !batch.is_empty() {
+                self.db.write(batch)?;
             }
         }
         Ok(removed)

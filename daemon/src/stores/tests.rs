@@ -171,15 +171,15 @@ fn failed_stores_and_reloads_are_converted_again() {
         .try_into()
         .unwrap();
     // The job's outcome, as the queue commits it.
-    let batch = stores
-        .outcome(
+    stores
+        .record_outcome(
             record.token,
             Status::Failed,
             "/data/a.nc: no such file",
             NOW + 1,
+            Batch::default(),
         )
         .unwrap();
-    stores.db.write(batch).unwrap();
     let failed = stores.record(record.token).unwrap().unwrap();
     assert_eq!(failed.status, Status::Failed);
     assert_eq!(failed.reason, "/data/a.nc: no such file");
@@ -188,10 +188,9 @@ fn failed_stores_and_reloads_are_converted_again() {
         .unwrap();
     assert_eq!(retried[0].status, Status::Preparing);
     assert_eq!(retried[0].created, NOW, "a store keeps its birth time");
-    let ready = stores
-        .outcome(record.token, Status::Ready, "", NOW + 3)
+    stores
+        .record_outcome(record.token, Status::Ready, "", NOW + 3, Batch::default())
         .unwrap();
-    stores.db.write(ready).unwrap();
     let reloaded = stores
         .request(
             &jane,
@@ -213,10 +212,9 @@ fn each_conversion_of_a_store_is_counted_even_within_one_second() {
     let (stores, jane, record) = one_store(dir.path(), 1.0);
     assert_eq!(record.conversion, 1);
     let ready = |stores: &Stores| {
-        let batch = stores
-            .outcome(record.token, Status::Ready, "", NOW)
+        stores
+            .record_outcome(record.token, Status::Ready, "", NOW, Batch::default())
             .unwrap();
-        stores.db.write(batch).unwrap();
         convert_into(stores, &record, &record.chunking, &stores.dir(record.token));
     };
     ready(&stores);
@@ -338,8 +336,9 @@ fn the_sweep_removes_stores_nobody_reads() {
         .unwrap();
     let (read, unread, busy) = (made[0].token, made[1].token, made[2].token);
     for token in [read, unread] {
-        let ready = stores.outcome(token, Status::Ready, "", NOW).unwrap();
-        stores.db.write(ready).unwrap();
+        stores
+            .record_outcome(token, Status::Ready, "", NOW, Batch::default())
+            .unwrap();
     }
     let month = 30 * 86_400;
     // Read on day 20: kept on day 31, removed 30 days after that read.
@@ -605,12 +604,7 @@ fn a_mapped_chunk_of_a_reconverted_store_is_never_the_earlier_one() {
         std::fs::remove_dir_all(&store).ok();
         convert_into(&stores, &record, &record.chunking, &store);
         stores
-            .db
-            .write(
-                stores
-                    .outcome(record.token, Status::Ready, "", NOW)
-                    .unwrap(),
-            )
+            .record_outcome(record.token, Status::Ready, "", NOW, Batch::default())
             .unwrap();
         let written = std::fs::read(store.join("tas/0.0.0")).unwrap();
         assert!(written.len() as u64 >= super::read::MAP_FROM_BYTES);

@@ -574,7 +574,7 @@ impl Tier {
                 }
                 match rest.split_once('/') {
                     None => {
-                        if !matches!(rest, "." | "..") {
+                        if !matches!(rest, "" | "." | "..") {
                             let size = decode_size(token, rest, value)?;
                             entries.push((rest.to_string(), Listed::File(size)));
                         }

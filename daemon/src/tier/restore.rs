@@ -2,12 +2,12 @@
 //! many readers ask for its keys at the same time.
 //!
 //! The first reader of a key whose hot copy is missing queues the restore on the tier's
-//! restore threads (at most `tier.max_restores` at once, half of them for one user, users in
-//! turn; see [`crate::FairPool`]); every reader of any key of that instance (the first too) waits for it, each up to
-//! its own bound (an HTTP request's `timeout`, the mount's `read_timeout_seconds`), so a slow
-//! cold tier never holds a reader forever: the restore goes on, and the next read finds the
-//! key. A failed restore is reported to every reader waiting for it, and the next reader
-//! tries again.
+//! restore threads (at most `tier.max_restores` at once, half of them for one reader,
+//! readers in turn; see [`crate::FairPool`]); every reader of any key of that instance (the
+//! first too) waits for it, each up to its own bound (an HTTP request's `timeout`, the
+//! mount's `read_timeout_seconds`), so a slow cold tier never holds a reader forever: the
+//! restore goes on, and the next read finds the key. A failed restore is reported to every
+//! reader waiting for it, and the next reader tries again.
 
 use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom, Write};

@@ -1520,6 +1520,7 @@ fn a_listing_is_read_a_directory_at_a_time_in_pages() {
         "x//y",
         "./z",
         "../w",
+        "g/",
     ];
     let mut batch = Batch::default();
     let sized: Vec<(String, u64)> = (0u64..)
