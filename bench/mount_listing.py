@@ -6,7 +6,8 @@ converted once into a data directory kept in `--data`, is served by each svcd bi
 (`--svcd`, in turn, on the same data directory) with the stores mounted. For each: the
 daemon's resident memory (MiB) once serving, `os.listdir` of `tas` through the mount
 (seconds, and the memory after it: a listing makes no inodes), then `os.scandir` with
-`stat` of every entry (seconds: one lookup each, and the memory after it). The page cache
+`stat` of every entry (seconds: a second listing and one lookup per entry, and the memory
+after it). The page cache
 and the kernel's dentries are dropped before each binary starts.
 
 Needs root (the mount, dropping caches) and /dev/fuse, and the Python of .venv-test.
@@ -138,6 +139,8 @@ def main():
                 started = time.perf_counter()
                 row["entries"] = len(os.listdir(tas))
                 row["listdir_s"] = round(time.perf_counter() - started, 2)
+                # Every chunk and the array's two documents: a listing cut short is no result.
+                assert row["entries"] == args.chunks + 2, row
                 row["rss_after_listdir_mib"] = rss_mib(proc)
                 started = time.perf_counter()
                 with os.scandir(tas) as entries:

@@ -209,9 +209,14 @@ impl DaemonStores {
         } else {
             Duration::ZERO
         };
-        let bytes = stores
-            .read_asked(Some(&caller), token, key, now(), wait, asked)
-            .map(|read| read.bytes).map_err(|e| match e.kind() {
+        let read = stores.read_asked(Some(&caller), token, key, now(), wait, asked);
+        // The read path serves the store as it is when it reads: converted again meanwhile
+        // (a reload while this read waited for a restore, say), the bytes may be the new
+        // conversion's, which this inode must not show, and a failure is the old inode's.
+        if !self.is_conversion(token, generation)? {
+            return Err(libc::ESTALE);
+        }
+        read.map(|read| read.bytes).map_err(|e| match e.kind() {
             ErrorKind::NotFound => libc::ENOENT,
             // It would wait (for a restore), and may not: asked again by one that may.
             ErrorKind::Unavailable if !may_wait => libc::EAGAIN,
@@ -219,15 +224,7 @@ impl DaemonStores {
                 tracing::warn!(%token, %key, ?kind, error = %e, "a read through the mount failed");
                 libc::EIO
             }
-        })?;
-        // The read path serves the store as it is when it reads: converted again meanwhile
-        // (a reload while this read waited for a restore, say), the bytes may be the new
-        // conversion's, which this inode must not show.
-        if self.is_conversion(token, generation)? {
-            Ok(bytes)
-        } else {
-            Err(libc::ESTALE)
-        }
+        })
     }
 
     /// Whether store `token` is complete and still its conversion `generation`; `EIO` when

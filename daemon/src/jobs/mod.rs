@@ -10,8 +10,10 @@
 //! therefore be idempotent (a conversion rewrites its store).
 //!
 //! Order and bounds: jobs run in the order they were queued, at most `workers` at a time, each
-//! on a thread of its own (never on the async runtime). One subject has at most one job queued
-//! or running per kind: [`Queue::enqueue`] of a subject that has one returns it instead.
+//! on a thread of its own (never on the async runtime). One subject has at most one job
+//! waiting per kind ([`Queue::enqueue`] of a subject that has one returns it instead), and its
+//! jobs of one kind never run at once: a job asked for while another of its subject runs (a
+//! store reloaded during its conversion) waits for that one to end, then runs.
 //!
 //! Shutdown: [`Queue::stop`] lets running handlers see [`Stop::requested`]; a handler that
 //! stops early answers [`Outcome::Interrupted`] and its job stays queued for the next start.
@@ -111,8 +113,10 @@ struct State {
     pending: VecDeque<u64>,
     /// Every queued or running job by sequence number.
     jobs: BTreeMap<u64, Job>,
-    /// `(kind, subject)` -> sequence number of its queued or running job.
+    /// `(kind, subject)` -> sequence number of its job waiting to run.
     subjects: HashMap<(String, String), u64>,
+    /// `(kind, subject)` -> sequence number of its running job.
+    running: HashMap<(String, String), u64>,
     /// The next sequence number to hand out.
     next_seq: u64,
     /// Set by [`Queue::stop`]: workers take no further job.
@@ -159,8 +163,9 @@ impl Queue {
     }
 
     /// Queues a job of `kind` on `subject`, committing it together with `batch` (the request
-    /// it belongs to). When the subject already has a job of this kind queued or running,
-    /// only `batch` is written and that job is returned.
+    /// it belongs to). When the subject already has a job of this kind waiting to run, only
+    /// `batch` is written and that job is returned; one running does not count (its work
+    /// may predate the request).
     ///
     /// # Errors
     /// A write error; then neither the job nor `batch` was written.
@@ -190,12 +195,14 @@ impl Queue {
         Ok(job)
     }
 
-    /// The queued or running job of `kind` on `subject`.
+    /// The job of `kind` on `subject` waiting to run, else the one running.
     pub fn find(&self, kind: &str, subject: &str) -> Option<Job> {
         let state = self.state.lock();
+        let identity = (kind.to_string(), subject.to_string());
         let seq = state
             .subjects
-            .get(&(kind.to_string(), subject.to_string()))?;
+            .get(&identity)
+            .or_else(|| state.running.get(&identity))?;
         Some(state.jobs[seq].clone())
     }
 
@@ -279,10 +286,22 @@ impl Queue {
             if state.stopping {
                 return None;
             }
-            if let Some(seq) = state.pending.pop_front() {
+            // The oldest whose subject has no job of its kind running.
+            let runnable = state.pending.iter().position(|seq| {
+                let job = &state.jobs[seq];
+                !state
+                    .running
+                    .contains_key(&(job.kind.clone(), job.subject.clone()))
+            });
+            if let Some(seq) = runnable.and_then(|at| state.pending.remove(at)) {
                 let job = state.jobs.get_mut(&seq).expect("pending jobs are known");
                 job.starts += 1;
                 let job = job.clone();
+                let identity = (job.kind.clone(), job.subject.clone());
+                if state.subjects.get(&identity) == Some(&seq) {
+                    state.subjects.remove(&identity);
+                }
+                state.running.insert(identity, seq);
                 drop(state);
                 // Counting the start durably tells an operator which job keeps crashing the
                 // daemon; losing the count in a crash loses nothing else.
@@ -301,6 +320,8 @@ impl Queue {
     /// queued (for the next start: this run stops taking jobs).
     fn finish(&self, job: &Job, outcome: Option<Batch>) {
         let mut state = self.state.lock();
+        let identity = (job.kind.clone(), job.subject.clone());
+        state.running.remove(&identity);
         if let Some(mut batch) = outcome {
             batch.delete(cf::JOBS, job.seq.to_be_bytes());
             if let Err(e) = self.db.write(batch) {
@@ -309,11 +330,13 @@ impl Queue {
                     "cannot record a job's outcome; it runs again at the next start");
             }
             state.jobs.remove(&job.seq);
-            state
-                .subjects
-                .remove(&(job.kind.clone(), job.subject.clone()));
+        } else {
+            // Interrupted: it waits for the next start, as queued again.
+            state.subjects.entry(identity).or_insert(job.seq);
         }
         drop(state);
+        // A job of the same subject may run now.
+        self.wake.notify_all();
         self.idle.notify_all();
     }
 }

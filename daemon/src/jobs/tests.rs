@@ -117,7 +117,7 @@ fn jobs_run_in_order_and_their_outcomes_commit_with_their_removal() {
 }
 
 #[test]
-fn a_subject_has_one_job_at_a_time() {
+fn a_subject_has_one_job_waiting_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let (db, queue) = open(dir.path());
     let first = queue.enqueue(Batch::default(), "convert", "a").unwrap();
@@ -195,4 +195,66 @@ fn at_most_the_configured_number_of_jobs_run_at_once() {
     for subject in subjects {
         assert_eq!(outcome(&db, subject).as_deref(), Some("done"), "{subject}");
     }
+}
+
+/// Holds each job of subject `held` until the test lets it go, and records every start and
+/// end in order.
+struct Gate {
+    events: Mutex<Vec<String>>,
+    started: std::sync::mpsc::Sender<u64>,
+    release: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Handler for Gate {
+    fn run(&self, job: &Job, _stop: &Stop) -> Result<Outcome> {
+        self.events.lock().push(format!("start {}", job.seq));
+        self.started.send(job.seq).unwrap();
+        if job.subject == "held" {
+            self.release.lock().recv().unwrap();
+        }
+        self.events.lock().push(format!("end {}", job.seq));
+        Ok(Outcome::Done(Batch::default()))
+    }
+
+    fn give_up(&self, _job: &Job, _reason: &str) -> Batch {
+        Batch::default()
+    }
+}
+
+#[test]
+fn a_job_asked_for_while_its_subject_runs_waits_for_it_then_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, queue) = open(dir.path());
+    let (started, starts) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel();
+    let gate = Arc::new(Gate {
+        events: Mutex::default(),
+        started,
+        release: Mutex::new(released),
+    });
+    let first = queue.enqueue(Batch::default(), "convert", "held").unwrap();
+    queue
+        .start(2, &(Arc::clone(&gate) as Arc<dyn Handler>))
+        .unwrap();
+    assert_eq!(starts.recv_timeout(Duration::from_secs(10)), Ok(first.seq));
+    // Asked for again while it runs (a reload): a job of its own, which waits for the
+    // first while another worker is free, and is not asked for twice.
+    let second = queue.enqueue(Batch::default(), "convert", "held").unwrap();
+    assert_ne!(second.seq, first.seq);
+    assert_eq!(
+        queue.enqueue(Batch::default(), "convert", "held").unwrap(),
+        second
+    );
+    let other = queue.enqueue(Batch::default(), "convert", "other").unwrap();
+    assert_eq!(starts.recv_timeout(Duration::from_secs(10)), Ok(other.seq));
+    assert!(starts.recv_timeout(Duration::from_millis(300)).is_err());
+    release.send(()).unwrap();
+    assert_eq!(starts.recv_timeout(Duration::from_secs(10)), Ok(second.seq));
+    release.send(()).unwrap();
+    queue.wait_idle();
+    queue.stop();
+    let events = gate.events.lock().clone();
+    let at = |event: String| events.iter().position(|e| *e == event).unwrap();
+    assert!(at(format!("end {}", first.seq)) < at(format!("start {}", second.seq)));
+    assert!(queue.is_empty());
 }

@@ -89,9 +89,28 @@ impl Handler for ConvertJob {
         }
         // Written here, under the lock of the store's record, not with the job's removal: a
         // crash between the two runs the job again, and it finds the store no longer
-        // preparing and does nothing.
-        self.stores
-            .record_outcome(token, status, &reason, now(), batch)?;
+        // preparing and does nothing. Only while the store still prepares this conversion:
+        // reloaded meanwhile, the reload's job follows and converts again; removed, what this
+        // one wrote goes.
+        let recorded = self.stores.record_conversion_outcome(
+            token,
+            Some(record.conversion),
+            status,
+            &reason,
+            now(),
+            batch,
+        )?;
+        if !recorded {
+            tracing::info!(%token, "the store was reloaded or removed during its conversion");
+            if self
+                .stores
+                .record(token)?
+                .is_none_or(|now| now.status == Status::Gone)
+            {
+                self.stores.cache.forget(token);
+                remove_dir(&dir);
+            }
+        }
         Ok(Outcome::Done(Batch::default()))
     }
 
@@ -99,12 +118,26 @@ impl Handler for ConvertJob {
         let Some(token) = Self::token(job) else {
             return Batch::default();
         };
+        // A reload asked for during this run has its own job waiting: that one converts.
+        if self
+            .stores
+            .queue
+            .find(&job.kind, &job.subject)
+            .is_some_and(|next| next.seq != job.seq)
+        {
+            return Batch::default();
+        }
         self.stores.cache.forget(token);
         remove_dir(&self.stores.dir(token));
-        if let Err(e) =
-            self.stores
-                .record_outcome(token, Status::Failed, reason, now(), Batch::default())
-        {
+        let failed = self.stores.record_conversion_outcome(
+            token,
+            None,
+            Status::Failed,
+            reason,
+            now(),
+            Batch::default(),
+        );
+        if let Err(e) = failed {
             tracing::warn!(%token, error = %e, "cannot record a conversion given up");
         }
         Batch::default()

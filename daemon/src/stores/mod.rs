@@ -556,6 +556,35 @@ impl Stores {
         self.write_outcome(&mut record, status, reason, now, batch)
     }
 
+    /// Records the outcome of the conversion `conversion` of store `token` (any conversion
+    /// being prepared, when `None`), as [`Stores::record_outcome`] does, while the store is
+    /// still preparing that conversion; `false` when it is not (it was converted again or
+    /// removed meanwhile: then nothing is written, and a reload's own job follows).
+    ///
+    /// # Errors
+    /// A read or write error or a corrupt record.
+    pub(crate) fn record_conversion_outcome(
+        &self,
+        token: Uuid,
+        conversion: Option<u64>,
+        status: Status,
+        reason: &str,
+        now: i64,
+        batch: Batch,
+    ) -> Result<bool> {
+        let _record = self.records.lock();
+        match self.record(token)? {
+            Some(mut record)
+                if record.status == Status::Preparing
+                    && conversion.is_none_or(|c| c == record.conversion) =>
+            {
+                self.write_outcome(&mut record, status, reason, now, batch)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Writes `record` as `status` for `reason` at `now` with `batch`; the caller holds the
     /// records lock and read `record` under it.
     fn write_outcome(

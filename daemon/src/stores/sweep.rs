@@ -103,7 +103,10 @@ impl Stores {
                 let reason = format!("removed: not read for {days} days");
                 self.write_outcome(&mut record, Status::Gone, &reason, now, batch)?;
                 drop(held);
-                self.delete_data(record.token)?;
+                // One store's files that cannot be deleted leave the others' expiry alone.
+                if let Err(e) = self.delete_data(record.token) {
+                    tracing::warn!(token = %record.token, error = %e, "cannot delete an expired store's data");
+                }
                 removed += 1;
             } else if !batch.is_empty() {
                 self.db.write(batch)?;

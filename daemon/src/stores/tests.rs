@@ -261,6 +261,48 @@ fn each_conversion_of_a_store_is_counted_even_within_one_second() {
 }
 
 #[test]
+fn a_conversion_outcome_is_recorded_only_while_the_store_still_prepares_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stores, jane, record) = one_store(dir.path(), 1.0);
+    let reload = convert(&format!(
+        r#"{{"path": "{}", "reload": true}}"#,
+        record.sources[0]
+    ));
+    // Reloaded while conversion 1 ran: its outcome is not recorded, the reload's is.
+    stores.request(&jane, &reload, NOW).unwrap();
+    let outcome = |conversion| {
+        stores
+            .record_conversion_outcome(
+                record.token,
+                conversion,
+                Status::Ready,
+                "",
+                NOW,
+                Batch::default(),
+            )
+            .unwrap()
+    };
+    assert!(!outcome(Some(1)));
+    let now = stores.record(record.token).unwrap().unwrap();
+    assert_eq!((now.status, now.conversion), (Status::Preparing, 2));
+    assert!(outcome(Some(2)));
+    assert_eq!(
+        stores.record(record.token).unwrap().unwrap().status,
+        Status::Ready
+    );
+    // Removed while converting again: a late outcome does not bring it back.
+    stores.request(&jane, &reload, NOW).unwrap();
+    stores
+        .remove(record.token, "removed by an operator", NOW)
+        .unwrap();
+    assert!(!outcome(None));
+    assert_eq!(
+        stores.record(record.token).unwrap().unwrap().status,
+        Status::Gone
+    );
+}
+
+#[test]
 fn a_source_the_caller_may_not_read_creates_no_store() {
     let dir = tempfile::tempdir().unwrap();
     let (queue, stores) = open(dir.path());
