@@ -41,6 +41,11 @@ impl Handler for ConvertJob {
             return Ok(Outcome::Done(Batch::default()));
         };
         if record.status != Status::Preparing {
+            // Removed while this job ran, and the daemon stopped before the removal deleted
+            // its data (or the deletion failed): deleted now.
+            if record.status == Status::Gone {
+                self.stores.delete_data(token)?;
+            }
             return Ok(Outcome::Done(Batch::default()));
         }
         let dir = self.stores.dir(token);
@@ -94,7 +99,7 @@ impl Handler for ConvertJob {
         // one wrote goes.
         let recorded = self.stores.record_conversion_outcome(
             token,
-            Some(record.conversion),
+            record.conversion,
             status,
             &reason,
             now(),
@@ -107,8 +112,7 @@ impl Handler for ConvertJob {
                 .record(token)?
                 .is_none_or(|now| now.status == Status::Gone)
             {
-                self.stores.cache.forget(token);
-                remove_dir(&dir);
+                self.stores.delete_data(token)?;
             }
         }
         Ok(Outcome::Done(Batch::default()))
@@ -118,27 +122,25 @@ impl Handler for ConvertJob {
         let Some(token) = Self::token(job) else {
             return Batch::default();
         };
-        // A reload asked for during this run has its own job waiting: that one converts.
-        if self
+        // Only while no reload asked for during this run has its own job waiting (that one
+        // converts), checked under the records lock a request holds while it queues one.
+        let failed = self
             .stores
-            .queue
-            .find(&job.kind, &job.subject)
-            .is_some_and(|next| next.seq != job.seq)
-        {
-            return Batch::default();
-        }
-        self.stores.cache.forget(token);
-        remove_dir(&self.stores.dir(token));
-        let failed = self.stores.record_conversion_outcome(
-            token,
-            None,
-            Status::Failed,
-            reason,
-            now(),
-            Batch::default(),
-        );
-        if let Err(e) = failed {
-            tracing::warn!(%token, error = %e, "cannot record a conversion given up");
+            .record_conversion_failed(token, job.seq, reason, now());
+        match failed {
+            Ok(true) => {
+                self.stores.cache.forget(token);
+                remove_dir(&self.stores.dir(token));
+            }
+            // Removed meanwhile: what the run wrote goes too.
+            Ok(false) => {
+                if matches!(self.stores.record(token), Ok(Some(now)) if now.status == Status::Gone)
+                    && let Err(e) = self.stores.delete_data(token)
+                {
+                    tracing::warn!(%token, error = %e, "cannot delete a removed store's data");
+                }
+            }
+            Err(e) => tracing::warn!(%token, error = %e, "cannot record a conversion given up"),
         }
         Batch::default()
     }

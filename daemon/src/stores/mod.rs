@@ -556,9 +556,8 @@ impl Stores {
         self.write_outcome(&mut record, status, reason, now, batch)
     }
 
-    /// Records the outcome of the conversion `conversion` of store `token` (any conversion
-    /// being prepared, when `None`), as [`Stores::record_outcome`] does, while the store is
-    /// still preparing that conversion; `false` when it is not (it was converted again or
+    /// Records the outcome of the conversion `conversion` of store `token`, as
+    /// [`Stores::record_outcome`] does, while the store is still preparing that conversion; `false` when it is not (it was converted again or
     /// removed meanwhile: then nothing is written, and a reload's own job follows).
     ///
     /// # Errors
@@ -566,7 +565,7 @@ impl Stores {
     pub(crate) fn record_conversion_outcome(
         &self,
         token: Uuid,
-        conversion: Option<u64>,
+        conversion: u64,
         status: Status,
         reason: &str,
         now: i64,
@@ -575,10 +574,36 @@ impl Stores {
         let _record = self.records.lock();
         match self.record(token)? {
             Some(mut record)
-                if record.status == Status::Preparing
-                    && conversion.is_none_or(|c| c == record.conversion) =>
+                if record.status == Status::Preparing && record.conversion == conversion =>
             {
                 self.write_outcome(&mut record, status, reason, now, batch)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Records that the conversion job `job` of store `token` failed for `reason`, while
+    /// the store prepares a conversion and no other job of it waits (a reload asked for
+    /// during the run, which converts again); `false` when not, and nothing is written.
+    ///
+    /// # Errors
+    /// A read or write error or a corrupt record.
+    pub(crate) fn record_conversion_failed(
+        &self,
+        token: Uuid,
+        job: u64,
+        reason: &str,
+        now: i64,
+    ) -> Result<bool> {
+        let _record = self.records.lock();
+        let waiting = self
+            .queue
+            .find(CONVERT, &token.to_string())
+            .is_some_and(|next| next.seq != job);
+        match self.record(token)? {
+            Some(mut record) if record.status == Status::Preparing && !waiting => {
+                self.write_outcome(&mut record, Status::Failed, reason, now, Batch::default())?;
                 Ok(true)
             }
             _ => Ok(false),

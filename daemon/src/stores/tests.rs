@@ -282,20 +282,37 @@ fn a_conversion_outcome_is_recorded_only_while_the_store_still_prepares_it() {
             )
             .unwrap()
     };
-    assert!(!outcome(Some(1)));
+    assert!(!outcome(1));
     let now = stores.record(record.token).unwrap().unwrap();
     assert_eq!((now.status, now.conversion), (Status::Preparing, 2));
-    assert!(outcome(Some(2)));
+    assert!(outcome(2));
     assert_eq!(
         stores.record(record.token).unwrap().unwrap().status,
         Status::Ready
     );
-    // Removed while converting again: a late outcome does not bring it back.
+    // Reloaded, and a run fails while the reload's job waits: the store is left to it.
     stores.request(&jane, &reload, NOW).unwrap();
+    let waiting = stores
+        .queue
+        .find(CONVERT, &record.token.to_string())
+        .unwrap();
+    assert!(
+        !stores
+            .record_conversion_failed(record.token, waiting.seq + 1, "a run failed", NOW)
+            .unwrap()
+    );
+    let now = stores.record(record.token).unwrap().unwrap();
+    assert_eq!((now.status, now.conversion), (Status::Preparing, 3));
+    // Removed while converting again: a late outcome does not bring it back.
     stores
         .remove(record.token, "removed by an operator", NOW)
         .unwrap();
-    assert!(!outcome(None));
+    assert!(!outcome(3));
+    assert!(
+        !stores
+            .record_conversion_failed(record.token, 7, "too late", NOW)
+            .unwrap()
+    );
     assert_eq!(
         stores.record(record.token).unwrap().unwrap().status,
         Status::Gone
