@@ -55,6 +55,8 @@ impl Handler for ConvertJob {
         self.stores.cache.forget(token);
         remove_dir(&dir);
         tracing::info!(%token, sources = ?record.sources, "converting");
+        // Sources changed after this are not in this run's result.
+        let started = std::time::SystemTime::now();
         let compressor = self.stores.config.compressor;
         let converted = match (&record.aggregation, &record.reduction) {
             (None, None) => self.stores.open_source(&record).and_then(|source| {
@@ -94,12 +96,12 @@ impl Handler for ConvertJob {
         }
         // Written here, under the lock of the store's record, not with the job's removal: a
         // crash between the two runs the job again, and it finds the store no longer
-        // preparing and does nothing. Only while the store still prepares this conversion:
-        // reloaded meanwhile, the reload's job follows and converts again; removed, what this
-        // one wrote goes.
+        // preparing and does nothing. Only while the store still prepares this conversion (or
+        // a reload of the same unchanged sources and options): reloaded otherwise, the
+        // reload's job follows and converts again; removed, what this one wrote goes.
         let recorded = self.stores.record_conversion_outcome(
-            token,
-            record.conversion,
+            &record,
+            started,
             status,
             &reason,
             now(),

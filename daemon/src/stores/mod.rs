@@ -171,6 +171,20 @@ impl StoreRecord {
     }
 }
 
+/// Whether converting `later` would do what the run of `run` that started at `started`
+/// did: the same sources, none changed since, with the same options.
+fn same_work(later: &StoreRecord, run: &StoreRecord, started: std::time::SystemTime) -> bool {
+    later.sources == run.sources
+        && later.chunking == run.chunking
+        && later.aggregation == run.aggregation
+        && later.reduction == run.reduction
+        && run.sources.iter().all(|source| {
+            std::fs::metadata(source)
+                .and_then(|m| m.modified())
+                .is_ok_and(|modified| modified < started)
+        })
+}
+
 /// The token of the store `owner` gets for `sources`.
 pub(crate) fn token(
     owner: &str,
@@ -556,25 +570,31 @@ impl Stores {
         self.write_outcome(&mut record, status, reason, now, batch)
     }
 
-    /// Records the outcome of the conversion `conversion` of store `token`, as
-    /// [`Stores::record_outcome`] does, while the store is still preparing that conversion; `false` when it is not (it was converted again or
-    /// removed meanwhile: then nothing is written, and a reload's own job follows).
+    /// Records the outcome of a conversion run of store `token` that started at `started`
+    /// from the record `run`, as [`Stores::record_outcome`] does, while the store is still
+    /// preparing that conversion, or a later one (a reload asked for during the run) of the
+    /// same sources and options whose sources have not changed since the run started: that
+    /// run's result is then the later conversion's too (so a store reloaded again and again
+    /// faster than it converts still becomes ready). `false` when not (converted again
+    /// otherwise, or removed): nothing is written, and a reload's own job follows.
     ///
     /// # Errors
     /// A read or write error or a corrupt record.
     pub(crate) fn record_conversion_outcome(
         &self,
-        token: Uuid,
-        conversion: u64,
+        run: &StoreRecord,
+        started: std::time::SystemTime,
         status: Status,
         reason: &str,
         now: i64,
         batch: Batch,
     ) -> Result<bool> {
         let _record = self.records.lock();
-        match self.record(token)? {
+        match self.record(run.token)? {
             Some(mut record)
-                if record.status == Status::Preparing && record.conversion == conversion =>
+                if record.status == Status::Preparing
+                    && (record.conversion == run.conversion
+                        || same_work(&record, run, started)) =>
             {
                 self.write_outcome(&mut record, status, reason, now, batch)?;
                 Ok(true)

@@ -268,28 +268,31 @@ fn a_conversion_outcome_is_recorded_only_while_the_store_still_prepares_it() {
         r#"{{"path": "{}", "reload": true}}"#,
         record.sources[0]
     ));
-    // Reloaded while conversion 1 ran: its outcome is not recorded, the reload's is.
-    stores.request(&jane, &reload, NOW).unwrap();
-    let outcome = |conversion| {
+    // Reloaded while conversion 1 ran, with other options, or with its source changed
+    // since the run started: the run's outcome is not recorded, the reload's is.
+    let started = std::time::SystemTime::now();
+    let time_series = convert(&format!(
+        r#"{{"path": "{}", "reload": true, "access_pattern": "time_series"}}"#,
+        record.sources[0]
+    ));
+    stores.request(&jane, &time_series, NOW).unwrap();
+    let outcome = |run: &StoreRecord, started| {
         stores
-            .record_conversion_outcome(
-                record.token,
-                conversion,
-                Status::Ready,
-                "",
-                NOW,
-                Batch::default(),
-            )
+            .record_conversion_outcome(run, started, Status::Ready, "", NOW, Batch::default())
             .unwrap()
     };
-    assert!(!outcome(1));
+    assert!(!outcome(&record, started));
     let now = stores.record(record.token).unwrap().unwrap();
     assert_eq!((now.status, now.conversion), (Status::Preparing, 2));
-    assert!(outcome(2));
-    assert_eq!(
-        stores.record(record.token).unwrap().unwrap().status,
-        Status::Ready
-    );
+    let before_the_source = std::time::UNIX_EPOCH;
+    let second = now.clone();
+    stores.request(&jane, &time_series, NOW).unwrap();
+    assert!(!outcome(&second, before_the_source));
+    // The same sources and options, unchanged since the run started: the run's result is
+    // the reload's too.
+    assert!(outcome(&second, std::time::SystemTime::now()));
+    let now = stores.record(record.token).unwrap().unwrap();
+    assert_eq!((now.status, now.conversion), (Status::Ready, 3));
     // Reloaded, and a run fails while the reload's job waits: the store is left to it.
     stores.request(&jane, &reload, NOW).unwrap();
     let waiting = stores
@@ -302,12 +305,12 @@ fn a_conversion_outcome_is_recorded_only_while_the_store_still_prepares_it() {
             .unwrap()
     );
     let now = stores.record(record.token).unwrap().unwrap();
-    assert_eq!((now.status, now.conversion), (Status::Preparing, 3));
+    assert_eq!((now.status, now.conversion), (Status::Preparing, 4));
     // Removed while converting again: a late outcome does not bring it back.
     stores
         .remove(record.token, "removed by an operator", NOW)
         .unwrap();
-    assert!(!outcome(3));
+    assert!(!outcome(&now, std::time::SystemTime::now()));
     assert!(
         !stores
             .record_conversion_failed(record.token, 7, "too late", NOW)
