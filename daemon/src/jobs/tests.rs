@@ -205,14 +205,36 @@ struct Gate {
     release: Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
+impl Gate {
+    /// A gate, the starts it reports, and the way to let a held job go.
+    fn new() -> (
+        Arc<Gate>,
+        std::sync::mpsc::Receiver<u64>,
+        std::sync::mpsc::Sender<()>,
+    ) {
+        let (started, starts) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel();
+        let gate = Arc::new(Gate {
+            events: Mutex::default(),
+            started,
+            release: Mutex::new(released),
+        });
+        (gate, starts, release)
+    }
+}
+
 impl Handler for Gate {
-    fn run(&self, job: &Job, _stop: &Stop) -> Result<Outcome> {
+    fn run(&self, job: &Job, stop: &Stop) -> Result<Outcome> {
         self.events.lock().push(format!("start {}", job.seq));
         self.started.send(job.seq).unwrap();
         if job.subject == "held" {
             self.release.lock().recv().unwrap();
         }
         self.events.lock().push(format!("end {}", job.seq));
+        // Let go while the daemon stops: interrupted, as a conversion is.
+        if stop.requested() {
+            return Ok(Outcome::Interrupted);
+        }
         Ok(Outcome::Done(Batch::default()))
     }
 
@@ -225,13 +247,7 @@ impl Handler for Gate {
 fn a_job_asked_for_while_its_subject_runs_waits_for_it_then_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (_db, queue) = open(dir.path());
-    let (started, starts) = std::sync::mpsc::channel();
-    let (release, released) = std::sync::mpsc::channel();
-    let gate = Arc::new(Gate {
-        events: Mutex::default(),
-        started,
-        release: Mutex::new(released),
-    });
+    let (gate, starts, release) = Gate::new();
     let first = queue.enqueue(Batch::default(), "convert", "held").unwrap();
     queue
         .start(2, &(Arc::clone(&gate) as Arc<dyn Handler>))
@@ -257,4 +273,51 @@ fn a_job_asked_for_while_its_subject_runs_waits_for_it_then_runs() {
     let at = |event: String| events.iter().position(|e| *e == event).unwrap();
     assert!(at(format!("end {}", first.seq)) < at(format!("start {}", second.seq)));
     assert!(queue.is_empty());
+}
+
+#[test]
+fn two_stored_jobs_of_one_subject_run_one_after_the_other_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_db, queue) = open(dir.path());
+        let (gate, starts, release) = Gate::new();
+        let first = queue.enqueue(Batch::default(), "convert", "held").unwrap();
+        queue
+            .start(1, &(Arc::clone(&gate) as Arc<dyn Handler>))
+            .unwrap();
+        assert_eq!(starts.recv_timeout(Duration::from_secs(10)), Ok(first.seq));
+        // Asked for again while it runs, then the daemon stops: both rows stay.
+        queue.enqueue(Batch::default(), "convert", "held").unwrap();
+        let stopping = {
+            let queue = Arc::clone(&queue);
+            std::thread::spawn(move || queue.stop())
+        };
+        while !queue.stop.requested() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        release.send(()).unwrap();
+        stopping.join().unwrap();
+    }
+    let (db, queue) = open(dir.path());
+    let stored = stored_jobs(&db);
+    assert_eq!(stored.len(), 2);
+    let (gate, starts, release) = Gate::new();
+    queue
+        .start(2, &(Arc::clone(&gate) as Arc<dyn Handler>))
+        .unwrap();
+    // In their order, the second only once the first has ended, though a worker is free.
+    assert_eq!(
+        starts.recv_timeout(Duration::from_secs(10)),
+        Ok(stored[0].seq)
+    );
+    assert!(starts.recv_timeout(Duration::from_millis(300)).is_err());
+    release.send(()).unwrap();
+    assert_eq!(
+        starts.recv_timeout(Duration::from_secs(10)),
+        Ok(stored[1].seq)
+    );
+    release.send(()).unwrap();
+    queue.wait_idle();
+    queue.stop();
+    assert!(stored_jobs(&db).is_empty());
 }
