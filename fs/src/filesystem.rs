@@ -239,7 +239,7 @@ impl<B: Backend> Tree<B> {
         {
             // Found and counted under one lock: a forget in between would drop it.
             let mut inodes = self.write_inodes();
-            if let Some(&ino) = inodes.children.get(&parent).and_then(|c| c.get(name)) {
+            if let Some(ino) = inodes.child(parent, name) {
                 return inodes.looked_up(ino);
             }
         }
@@ -260,7 +260,7 @@ impl<B: Backend> Tree<B> {
         };
         let mut inodes = self.write_inodes();
         // Made meanwhile by another lookup: that one.
-        if let Some(&ino) = inodes.children.get(&parent).and_then(|c| c.get(name)) {
+        if let Some(ino) = inodes.child(parent, name) {
             return inodes.looked_up(ino);
         }
         inodes.node(parent)?;
@@ -319,14 +319,10 @@ impl<B: Backend> Tree<B> {
         // store being converted again, would end the listing short).
         self.current(&store)?;
         let inodes = self.read_inodes();
-        let held = inodes.children.get(&ino);
         let entries = listed
             .into_iter()
             .map(|(name, listed)| DirEntry {
-                ino: held
-                    .and_then(|c| c.get(&name))
-                    .copied()
-                    .unwrap_or(UNKNOWN_INODE),
+                ino: inodes.child(ino, &name).unwrap_or(UNKNOWN_INODE),
                 kind: match listed {
                     Listed::File(_) => Kind::File,
                     Listed::Directory => Kind::Directory,
@@ -504,6 +500,11 @@ impl<B: Backend> Tree<B> {
 impl Inodes {
     fn node(&self, ino: u64) -> Result<&Node, i32> {
         self.nodes.get(&ino).ok_or(libc::ENOENT)
+    }
+
+    /// The inode of entry `name` of directory `parent` that the kernel holds, if any.
+    fn child(&self, parent: u64, name: &str) -> Option<u64> {
+        self.children.get(&parent)?.get(name).copied()
     }
 
     /// Drops `ino`, which the kernel no longer holds, unless it is the root or a store's

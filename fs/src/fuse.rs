@@ -226,6 +226,14 @@ impl<B: Backend + 'static> Fuse<B> {
     }
 }
 
+/// The FUSE file type of `kind`.
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Directory => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+    }
+}
+
 fn file_attr(attr: &Attr) -> FileAttr {
     let directory = attr.kind == Kind::Directory;
     let modified = UNIX_EPOCH + Duration::from_secs(u64::try_from(attr.modified).unwrap_or(0));
@@ -237,11 +245,7 @@ fn file_attr(attr: &Attr) -> FileAttr {
         mtime: modified,
         ctime: modified,
         crtime: modified,
-        kind: if directory {
-            FileType::Directory
-        } else {
-            FileType::RegularFile
-        },
+        kind: file_type(attr.kind),
         perm: attr.perm,
         nlink: if directory { 2 } else { 1 },
         uid: attr.uid,
@@ -352,12 +356,13 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let uid = req.uid();
         let read = Read {
             offset,
             len: size,
             asked: Instant::now(),
             may_wait: false,
-            uid: req.uid(),
+            uid,
         };
         // First without waiting, on the threads of reads from the hot tier; a read that
         // would wait (for a restore from the cold tier) goes on to the threads of reads that
@@ -365,7 +370,6 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
         // (lookups, opens) never do I/O.
         let tree = Arc::clone(&self.tree);
         let waiting = Arc::clone(&self.waiting);
-        let uid = req.uid();
         self.readers.run(
             uid,
             Box::new(move || match tree.read(ino.0, read) {
@@ -469,13 +473,9 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
             .enumerate()
             .skip(skip)
             .map(|(n, entry)| {
-                let kind = match entry.kind {
-                    Kind::Directory => FileType::Directory,
-                    Kind::File => FileType::RegularFile,
-                };
                 (
                     listing.start + n + 2,
-                    (entry.name.as_str(), kind, entry.ino),
+                    (entry.name.as_str(), file_type(entry.kind), entry.ino),
                 )
             });
         for (position, (name, kind, child)) in

@@ -109,13 +109,7 @@ impl Handler for ConvertJob {
         )?;
         if !recorded {
             tracing::info!(%token, "the store was reloaded or removed during its conversion");
-            if self
-                .stores
-                .record(token)?
-                .is_none_or(|now| now.status == Status::Gone)
-            {
-                self.stores.delete_data(token)?;
-            }
+            self.stores.delete_data_if_gone(token)?;
         }
         Ok(Outcome::Done(Batch::default()))
     }
@@ -136,9 +130,7 @@ impl Handler for ConvertJob {
             }
             // Removed meanwhile: what the run wrote goes too.
             Ok(false) => {
-                if matches!(self.stores.record(token), Ok(Some(now)) if now.status == Status::Gone)
-                    && let Err(e) = self.stores.delete_data(token)
-                {
+                if let Err(e) = self.stores.delete_data_if_gone(token) {
                     tracing::warn!(%token, error = %e, "cannot delete a removed store's data");
                 }
             }

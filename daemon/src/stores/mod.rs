@@ -531,6 +531,18 @@ impl Stores {
             .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))
     }
 
+    /// Deletes the data of store `token` when it is gone (removed while a conversion job of
+    /// it ran, which may have written some since); nothing otherwise. Blocking.
+    ///
+    /// # Errors
+    /// A read, write or delete error.
+    pub(crate) fn delete_data_if_gone(&self, token: Uuid) -> Result<()> {
+        match self.record(token)? {
+            Some(record) if record.status != Status::Gone => Ok(()),
+            _ => self.delete_data(token),
+        }
+    }
+
     /// Deletes the data of store `token`, which is gone: its listing, manifest, tier state
     /// and cold objects, what readers keep of it, and its directory. Blocking.
     ///

@@ -267,6 +267,13 @@ impl Asked {
     }
 }
 
+/// Whether an entry named `name` in a store's key listing is shown (the mount gives no entry
+/// an empty name, `.` or `..`; an empty one is a key that is its directory's own path, `a/`,
+/// or a segment between two slashes).
+fn shown(name: &str) -> bool {
+    !matches!(name, "" | "." | "..")
+}
+
 /// A page of the entries of a directory of a store's key listing, and the position after it
 /// (`None`: there are no more).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -525,7 +532,7 @@ impl Tier {
         dir: &str,
         name: &str,
     ) -> Result<Option<Listed>> {
-        if matches!(name, "" | "." | "..") || name.contains('/') {
+        if !shown(name) || name.contains('/') {
             return Ok(None);
         }
         let path = format!("{dir}{name}");
@@ -574,19 +581,20 @@ impl Tier {
                 }
                 match rest.split_once('/') {
                     None => {
-                        if !matches!(rest, "" | "." | "..") {
+                        if shown(rest) {
                             let size = decode_size(token, rest, value)?;
                             entries.push((rest.to_string(), Listed::File(size)));
                         }
                         Ok(Step::Next)
                     }
                     Some((name, _)) => {
-                        let shown = !matches!(name, "" | "." | "..")
+                        // A name that is a key too is listed as the key.
+                        let directory = shown(name)
                             && self
                                 .db
                                 .get(cf::KEYS, &scoped_key(token, &format!("{dir}{name}")))?
                                 .is_none();
-                        if shown {
+                        if directory {
                             entries.push((name.to_string(), Listed::Directory));
                         }
                         // Past every key below it: `/` + 1 is `0`.
