@@ -140,10 +140,8 @@ impl Daemon {
     /// # Errors
     /// When a worker thread cannot be started.
     pub fn start_jobs(&self) -> Result<()> {
-        let handler: Arc<dyn Handler> = Arc::new(stores::job::ConvertJob {
-            stores: Arc::clone(&self.stores),
-        });
-        self.queue.start(self.config.stores.workers, &handler)?;
+        self.queue
+            .start(self.config.stores.workers, &self.store_jobs())?;
         let stop = Stop::default();
         let sweeping = (Arc::clone(&self.stores), stop.clone());
         let cleaning = std::time::Duration::from_secs(self.config.tier.cleaning_interval_seconds);
@@ -153,6 +151,29 @@ impl Daemon {
             .map_err(|e| Error::io("start the store sweep", e))?;
         *self.sweeper.lock() = Some((stop, sweeper));
         Ok(())
+    }
+
+    /// What does the jobs of the stores.
+    fn store_jobs(&self) -> Arc<dyn Handler> {
+        Arc::new(stores::job::ConvertJob {
+            stores: Arc::clone(&self.stores),
+        })
+    }
+
+    /// Removes store `token` for `reason` at `now` ([`Stores::remove`]): it is gone at once
+    /// and its job deletes its data, run by the workers of a serving daemon, or here (before
+    /// this returns) on a stopped daemon's store. Blocking.
+    ///
+    /// # Errors
+    /// As [`Stores::remove`].
+    pub fn remove_store(&self, token: uuid::Uuid, reason: &str, now: i64) -> Result<StoreRecord> {
+        let record = self.stores.remove(token, reason, now)?;
+        self.queue.run_waiting(
+            stores::CONVERT,
+            &token.to_string(),
+            self.store_jobs().as_ref(),
+        );
+        Ok(record)
     }
 
     /// Waits until no conversion is queued or running (for `svcd store convert` on a stopped

@@ -408,6 +408,11 @@ def test_operators_list_show_and_remove_stores(daemon, portal):
     removed = cli("rm", token)
     assert removed.returncode == 0 and removed.stdout.strip() == f"removed {token}"
     assert requests.get(f"{url}/.zmetadata", headers=headers, timeout=10).status_code == 404
+    # Its data is deleted by the store's job, which a worker runs next.
+    deadline = time.monotonic() + 30
+    while (daemon.data / "stores" / token).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not (daemon.data / "stores" / token).exists()
     status = requests.get(f"{daemon.base}/data-portal/zarr-utils/status", params={"url": url}, headers=headers, timeout=10)
     assert status.json()["status"] == 4
     missing = cli("rm", "00000000-0000-0000-0000-000000000000")
@@ -437,6 +442,11 @@ def test_operators_convert_with_and_without_a_running_daemon(daemon, tmp_path):
     assert (offline_data / "stores" / token / ".zmetadata").exists()
     listed = run(offline_data, "list")
     assert f"{token}  ready" in listed.stdout, listed.stdout + listed.stderr
+    # Removed on a stopped store: its data is deleted before the CLI returns.
+    removed = run(offline_data, "rm", token)
+    assert removed.returncode == 0, removed.stderr
+    assert not (offline_data / "stores" / token).exists()
+    assert f"{token}  gone" in run(offline_data, "list").stdout
     failed = run(offline_data, "convert", str(daemon.data / "sources" / "nothere.nc"))
     assert failed.returncode != 0 and "nothere.nc" in failed.stderr
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use crate::db::{self, Batch, Db, cf};
@@ -255,28 +255,57 @@ impl Queue {
         }
     }
 
+    /// Runs the job of `kind` on `subject` waiting to run, here and now, when the queue has
+    /// no workers (a stopped daemon's store opened by the CLI, whose removal of a store should
+    /// not wait for the next start, nor start every other queued job); `false` when it has
+    /// workers (they run it) or no such job waits.
+    pub fn run_waiting(&self, kind: &str, subject: &str, handler: &dyn Handler) -> bool {
+        let workers = self.workers.lock();
+        if !workers.is_empty() {
+            return false;
+        }
+        let mut state = self.state.lock();
+        let identity = (kind.to_string(), subject.to_string());
+        let Some(&seq) = state.subjects.get(&identity) else {
+            return false;
+        };
+        if state.stopping || state.running.contains_key(&identity) {
+            return false;
+        }
+        state.pending.retain(|&pending| pending != seq);
+        let job = self.mark_started(state, seq);
+        // Held, so that no worker starts meanwhile to take the subject's next job.
+        self.run(&job, handler);
+        drop(workers);
+        true
+    }
+
     /// One worker: takes the oldest pending job, runs it, records its outcome.
     fn work(&self, handler: &dyn Handler) {
         while let Some(job) = self.next() {
-            let outcome =
-                std::panic::catch_unwind(AssertUnwindSafe(|| handler.run(&job, &self.stop)));
-            let finished = match outcome {
-                Ok(Ok(Outcome::Done(batch))) => Some(batch),
-                Ok(Ok(Outcome::Interrupted)) => None,
-                Ok(Err(e)) => {
-                    tracing::error!(job = job.seq, kind = %job.kind, subject = %job.subject,
-                        error = %e.chain(), "job failed");
-                    Some(handler.give_up(&job, &e.to_string()))
-                }
-                Err(panic) => {
-                    let reason = panic_message(panic.as_ref());
-                    tracing::error!(job = job.seq, kind = %job.kind, subject = %job.subject,
-                        %reason, "job panicked");
-                    Some(handler.give_up(&job, &format!("internal error: {reason}")))
-                }
-            };
-            self.finish(&job, finished);
+            self.run(&job, handler);
         }
+    }
+
+    /// Runs `job`, marked as started, and records its outcome.
+    fn run(&self, job: &Job, handler: &dyn Handler) {
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| handler.run(job, &self.stop)));
+        let finished = match outcome {
+            Ok(Ok(Outcome::Done(batch))) => Some(batch),
+            Ok(Ok(Outcome::Interrupted)) => None,
+            Ok(Err(e)) => {
+                tracing::error!(job = job.seq, kind = %job.kind, subject = %job.subject,
+                    error = %e.chain(), "job failed");
+                Some(handler.give_up(job, &e.to_string()))
+            }
+            Err(panic) => {
+                let reason = panic_message(panic.as_ref());
+                tracing::error!(job = job.seq, kind = %job.kind, subject = %job.subject,
+                    %reason, "job panicked");
+                Some(handler.give_up(job, &format!("internal error: {reason}")))
+            }
+        };
+        self.finish(job, finished);
     }
 
     /// The next pending job, marked as started; `None` once the queue stops.
@@ -294,26 +323,32 @@ impl Queue {
                     .contains_key(&(job.kind.clone(), job.subject.clone()))
             });
             if let Some(seq) = runnable.and_then(|at| state.pending.remove(at)) {
-                let job = state.jobs.get_mut(&seq).expect("pending jobs are known");
-                job.starts += 1;
-                let job = job.clone();
-                let identity = (job.kind.clone(), job.subject.clone());
-                if state.subjects.get(&identity) == Some(&seq) {
-                    state.subjects.remove(&identity);
-                }
-                state.running.insert(identity, seq);
-                drop(state);
-                // Counting the start durably tells an operator which job keeps crashing the
-                // daemon; losing the count in a crash loses nothing else.
-                let mut batch = Batch::default();
-                batch.put(cf::JOBS, job.seq.to_be_bytes(), job.encode());
-                if let Err(e) = self.db.write(batch) {
-                    tracing::warn!(job = job.seq, error = %e.chain(), "cannot count a job start");
-                }
-                return Some(job);
+                return Some(self.mark_started(state, seq));
             }
             self.wake.wait(&mut state);
         }
+    }
+
+    /// Marks job `seq`, taken out of `pending`, as started: running, no longer waiting, one
+    /// start more.
+    fn mark_started(&self, mut state: MutexGuard<'_, State>, seq: u64) -> Job {
+        let job = state.jobs.get_mut(&seq).expect("pending jobs are known");
+        job.starts += 1;
+        let job = job.clone();
+        let identity = (job.kind.clone(), job.subject.clone());
+        if state.subjects.get(&identity) == Some(&seq) {
+            state.subjects.remove(&identity);
+        }
+        state.running.insert(identity, seq);
+        drop(state);
+        // Counting the start durably tells an operator which job keeps crashing the daemon;
+        // losing the count in a crash loses nothing else.
+        let mut batch = Batch::default();
+        batch.put(cf::JOBS, job.seq.to_be_bytes(), job.encode());
+        if let Err(e) = self.db.write(batch) {
+            tracing::warn!(job = job.seq, error = %e.chain(), "cannot count a job start");
+        }
+        job
     }
 
     /// Removes a finished job with the writes of its outcome, or leaves an interrupted one

@@ -1,8 +1,10 @@
-//! The conversion job: what a worker of the [queue](crate::jobs) does with a store that is
-//! being prepared. It writes the store's directory under `<data_dir>/stores/<token>` from
-//! scratch (a job that runs again after a crash or a `reload` starts over, so it is
-//! idempotent) and records the outcome: ready, or failed with the reason, its partial data
-//! removed.
+//! The store job: what a worker of the [queue](crate::jobs) does with a store, by what its
+//! record says when the job runs. A store being prepared is converted: its directory under
+//! `<data_dir>/stores/<token>` is written from scratch (a job that runs again after a crash
+//! or a `reload` starts over, so it is idempotent) and the outcome recorded: ready, or failed
+//! with the reason, its partial data removed. A gone store's data is deleted (a removal and
+//! the sweep queue this job rather than delete beside a conversion; see
+//! [`Stores::mark_gone`]). Anything else is left as it is.
 
 use std::sync::Arc;
 
@@ -41,8 +43,7 @@ impl Handler for ConvertJob {
             return Ok(Outcome::Done(Batch::default()));
         };
         if record.status != Status::Preparing {
-            // Removed while this job ran, and the daemon stopped before the removal deleted
-            // its data (or the deletion failed): deleted now.
+            // Removed, or expired: this job is the one that deletes its data.
             if record.status == Status::Gone {
                 self.stores.delete_data(token)?;
             }
@@ -97,8 +98,8 @@ impl Handler for ConvertJob {
         // Written here, under the lock of the store's record, not with the job's removal: a
         // crash between the two runs the job again, and it finds the store no longer
         // preparing and does nothing. Only while the store still prepares this conversion (or
-        // a reload of the same unchanged sources and options): reloaded otherwise, the
-        // reload's job follows and converts again; removed, what this one wrote goes.
+        // a reload of the same unchanged sources and options): reloaded or removed otherwise,
+        // and the job that follows converts again or deletes what this one wrote.
         let recorded = self.stores.record_conversion_outcome(
             &record,
             started,
@@ -109,7 +110,6 @@ impl Handler for ConvertJob {
         )?;
         if !recorded {
             tracing::info!(%token, "the store was reloaded or removed during its conversion");
-            self.stores.delete_data_if_gone(token)?;
         }
         Ok(Outcome::Done(Batch::default()))
     }
@@ -128,12 +128,8 @@ impl Handler for ConvertJob {
                 self.stores.cache.forget(token);
                 remove_dir(&self.stores.dir(token));
             }
-            // Removed meanwhile: what the run wrote goes too.
-            Ok(false) => {
-                if let Err(e) = self.stores.delete_data_if_gone(token) {
-                    tracing::warn!(%token, error = %e, "cannot delete a removed store's data");
-                }
-            }
+            // Reloaded or removed meanwhile: the job that follows converts or deletes.
+            Ok(false) => {}
             Err(e) => tracing::warn!(%token, error = %e, "cannot record a conversion given up"),
         }
         Batch::default()

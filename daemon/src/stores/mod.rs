@@ -35,7 +35,8 @@ use crate::error::{Error, Missing, Result};
 use crate::jobs::Queue;
 use request::{Aggregation, Chunking, ConvertRequest, Reduction};
 
-/// The job kind of a conversion; its subject is the store's token.
+/// The job kind of a store's work (converting it, or deleting a removed store's data: see
+/// [`job`]); its subject is the store's token. Job rows store it, so it stays `convert`.
 pub const CONVERT: &str = "convert";
 
 /// Format byte of a stored record.
@@ -519,28 +520,40 @@ impl Stores {
         Ok(records)
     }
 
-    /// Removes a store for `reason`: its data is deleted and it is gone (status 4), so its
-    /// URLs and share links answer 404 from now on. Blocking.
+    /// Removes a store for `reason`: it is gone (status 4) at once, so its URLs and share
+    /// links answer 404 from now on, and its data is deleted by a job of the store (see
+    /// [`Stores::mark_gone`]). Blocking.
     ///
     /// # Errors
     /// [`Error::NotFound`] for an unknown store; a read or write error.
     pub fn remove(&self, token: Uuid, reason: &str, now: i64) -> Result<StoreRecord> {
-        self.record_outcome(token, Status::Gone, reason, now, Batch::default())?;
-        self.delete_data(token)?;
-        self.record(token)?
-            .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))
+        let _record = self.records.lock();
+        let mut record = self
+            .record(token)?
+            .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?;
+        self.mark_gone(&mut record, reason, now, Batch::default())?;
+        Ok(record)
     }
 
-    /// Deletes the data of store `token` when it is gone (removed while a conversion job of
-    /// it ran, which may have written some since); nothing otherwise. Blocking.
+    /// Writes `record` as gone for `reason` at `now` with `batch`, and queues the store's job
+    /// in the same write; the caller holds the records lock and read `record` under it.
     ///
-    /// # Errors
-    /// A read, write or delete error.
-    pub(crate) fn delete_data_if_gone(&self, token: Uuid) -> Result<()> {
-        match self.record(token)? {
-            Some(record) if record.status != Status::Gone => Ok(()),
-            _ => self.delete_data(token),
-        }
+    /// The data is deleted by that job ([`job::ConvertJob`] deletes a gone store's data), not
+    /// here: a store's jobs run one at a time in the order they were asked for, so the
+    /// deletion never runs beside a conversion of the store still writing, nor after a
+    /// conversion asked for since (which finds its job waiting, and converts in its place).
+    /// A crash after the write deletes the data at the next start.
+    fn mark_gone(
+        &self,
+        record: &mut StoreRecord,
+        reason: &str,
+        now: i64,
+        batch: Batch,
+    ) -> Result<()> {
+        let batch = Self::outcome(record, Status::Gone, reason, now, batch);
+        self.queue
+            .enqueue(batch, CONVERT, &record.token.to_string())
+            .map(drop)
     }
 
     /// Deletes the data of store `token`, which is gone: its listing, manifest, tier state
@@ -548,7 +561,7 @@ impl Stores {
     ///
     /// # Errors
     /// A read, write or delete error.
-    fn delete_data(&self, token: Uuid) -> Result<()> {
+    pub(crate) fn delete_data(&self, token: Uuid) -> Result<()> {
         self.tier.forget_store(token)?;
         self.cache.forget(token);
         let dir = self.dir(token);
@@ -650,8 +663,20 @@ impl Stores {
         status: Status,
         reason: &str,
         now: i64,
-        mut batch: Batch,
+        batch: Batch,
     ) -> Result<()> {
+        self.db
+            .write(Self::outcome(record, status, reason, now, batch))
+    }
+
+    /// `batch` with `record` written as `status` for `reason` at `now`.
+    fn outcome(
+        record: &mut StoreRecord,
+        status: Status,
+        reason: &str,
+        now: i64,
+        mut batch: Batch,
+    ) -> Batch {
         record.status = status;
         record.reason = reason.to_string();
         record.updated = now;
@@ -660,7 +685,7 @@ impl Stores {
             record.token.as_bytes().to_vec(),
             record.encode(),
         );
-        self.db.write(batch)
+        batch
     }
 }
 

@@ -1,5 +1,5 @@
 //! The sweep: stores nobody has read for `stores.unread_expiry_seconds` are removed (status 4,
-//! data deleted), so the hot tier does not fill with forgotten stores. Reads are counted in
+//! their data deleted by their jobs), so the hot tier does not fill with forgotten stores. Reads are counted in
 //! memory ([`Reads`]) and written to the records by the sweep, not on every read; a crash
 //! loses at most the reads since the last sweep, which only delays a removal. The same
 //! thread cleans the cold tier of the stores marked for it ([`Stores::clean_cold_marked`]).
@@ -80,7 +80,7 @@ impl Stores {
         let mut removed = 0;
         for listed in self.list()? {
             // Read again, with the record to itself: it may have changed since the list.
-            let held = self.records.lock();
+            let _record = self.records.lock();
             let Some(mut record) = self.record(listed.token)? else {
                 continue;
             };
@@ -101,12 +101,7 @@ impl Stores {
             if expiry > 0 && idle && now.saturating_sub(last) > expiry {
                 let days = expiry / 86_400;
                 let reason = format!("removed: not read for {days} days");
-                self.write_outcome(&mut record, Status::Gone, &reason, now, batch)?;
-                drop(held);
-                // One store's files that cannot be deleted leave the others' expiry alone.
-                if let Err(e) = self.delete_data(record.token) {
-                    tracing::warn!(token = %record.token, error = %e, "cannot delete an expired store's data");
-                }
+                self.mark_gone(&mut record, &reason, now, batch)?;
                 removed += 1;
             } else if !batch.is_empty() {
                 self.db.write(batch)?;

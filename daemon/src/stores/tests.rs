@@ -368,6 +368,18 @@ fn an_operator_lists_and_removes_stores() {
         .remove(made[0].token, "removed by an operator", NOW + 1)
         .unwrap();
     assert_eq!(gone.status, Status::Gone);
+    // Its data goes with its job, the one its request queued.
+    let job = stores.queue.find(CONVERT, &made[0].token.to_string());
+    assert_eq!(job.map(|j| j.starts), Some(0));
+    let stores = Arc::new(stores);
+    let handler = job::ConvertJob {
+        stores: Arc::clone(&stores),
+    };
+    assert!(
+        stores
+            .queue
+            .run_waiting(CONVERT, &made[0].token.to_string(), &handler)
+    );
     assert!(!stores.dir(made[0].token).exists());
     let err = stores
         .read(
@@ -383,6 +395,104 @@ fn an_operator_lists_and_removes_stores() {
         stores.remove(Uuid::new_v4(), "", NOW).unwrap_err().kind(),
         crate::ErrorKind::NotFound
     );
+}
+
+/// Runs the store jobs of `stores` with a worker whose first job, once done, is held running
+/// until the returned sender sends (or is dropped); the receiver hears when it is held.
+fn hold_first_job(
+    stores: &Arc<Stores>,
+) -> (std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>) {
+    struct Held {
+        job: job::ConvertJob,
+        held: parking_lot::Mutex<
+            Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>,
+        >,
+    }
+    impl crate::jobs::Handler for Held {
+        fn run(&self, job: &Job, stop: &crate::jobs::Stop) -> Result<crate::jobs::Outcome> {
+            let outcome = self.job.run(job, stop);
+            if let Some((held, release)) = self.held.lock().take() {
+                held.send(()).unwrap();
+                let _ = release.recv();
+            }
+            outcome
+        }
+        fn give_up(&self, job: &Job, reason: &str) -> Batch {
+            self.job.give_up(job, reason)
+        }
+    }
+    let (held, is_held) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel();
+    let handler: Arc<dyn crate::jobs::Handler> = Arc::new(Held {
+        job: job::ConvertJob {
+            stores: Arc::clone(stores),
+        },
+        held: parking_lot::Mutex::new(Some((held, released))),
+    });
+    stores.queue.start(1, &handler).unwrap();
+    (release, is_held)
+}
+
+#[test]
+fn a_removal_deletes_nothing_under_a_running_job_of_the_store_and_yields_to_a_reconversion() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stores, jane, record) = one_store(dir.path(), 2.0);
+    let stores = Arc::new(stores);
+    let token = record.token;
+    let source = dir.path().join("data/a.nc");
+    let chunk = stores.dir(token).join("tas/0.0.0");
+    let read = |key| stores.read(Some(&jane), token, key, NOW, std::time::Duration::ZERO);
+    let handler = job::ConvertJob {
+        stores: Arc::clone(&stores),
+    };
+    let run_waiting = || {
+        stores
+            .queue
+            .run_waiting(CONVERT, &token.to_string(), &handler)
+    };
+    assert!(run_waiting());
+    let converted = std::fs::read(&chunk).unwrap();
+    // Removed, and asked for again before the removal's job ran: that job converts, and
+    // the store is whole.
+    stores.remove(token, "removed by an operator", NOW).unwrap();
+    assert_eq!(
+        read(".zmetadata").unwrap_err().kind(),
+        crate::ErrorKind::NotFound
+    );
+    let again = request_one(&stores, &jane, &source);
+    assert_eq!((again.status, stores.queue.len()), (Status::Preparing, 1));
+    assert!(run_waiting());
+    assert_eq!(stores.record(token).unwrap().unwrap().status, Status::Ready);
+    assert_eq!(read("tas/0.0.0").unwrap().bytes, converted);
+    // Converted again, everything written, and its job still runs: a removal now deletes
+    // none of it (a conversion still writing could otherwise end ready with files missing,
+    // or the deletion fail on a directory not empty).
+    let reload = convert(&format!(
+        r#"{{"path": "{}", "reload": true}}"#,
+        source.display()
+    ));
+    stores.request(&jane, &reload, NOW).unwrap();
+    let (release, is_held) = hold_first_job(&stores);
+    is_held.recv().unwrap();
+    assert_eq!(stores.record(token).unwrap().unwrap().status, Status::Ready);
+    stores.remove(token, "removed by an operator", NOW).unwrap();
+    assert_eq!(
+        std::fs::read(&chunk).ok(),
+        Some(converted),
+        "deleted under the running job"
+    );
+    // Its own job deletes it, after the running one.
+    release.send(()).unwrap();
+    stores.queue.wait_idle();
+    assert!(!stores.dir(token).exists());
+    assert!(
+        stores
+            .tier
+            .listed_entry(token, "tas", "0.0.0")
+            .unwrap()
+            .is_none()
+    );
+    stores.queue.stop();
 }
 
 #[test]
