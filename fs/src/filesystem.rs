@@ -30,13 +30,21 @@ use std::time::Instant;
 
 pub use svc_daemon::{Listed, ListedPage};
 
+/// A page of the stores: those on it, and the token the next page starts at.
+pub type StoresPage = (Vec<StoreEntry>, Option<String>);
+
 /// The root directory's inode.
 pub const ROOT: u64 = 1;
 
 /// What the tree needs of the daemon.
 pub trait Backend: Send + Sync {
-    /// The stores the mount shows now (ready ones).
-    fn stores(&self) -> Vec<StoreEntry>;
+    /// At most `most` of the stores the mount shows now (ready ones), in token order from
+    /// the token `from` on (`""`: the first), and the token the next page starts at
+    /// (`None`: no more). A page may be short, even empty, and have more after it.
+    ///
+    /// # Errors
+    /// `EIO` when the stores cannot be listed.
+    fn stores(&self, from: &str, most: usize) -> Result<StoresPage, i32>;
 
     /// Store `token` now, if it is ready.
     fn store(&self, token: &str) -> Option<StoreEntry>;
@@ -306,7 +314,7 @@ impl<B: Backend> Tree<B> {
         // (Not within that match: its read lock would be held while the root lists every
         // store, and a second one taken behind a waiting writer never comes.)
         let Some((store, path)) = directory else {
-            return Ok(self.root_entries(from));
+            return self.root_entries(from);
         };
         self.current(&store)?;
         let ListedPage {
@@ -334,15 +342,11 @@ impl<B: Backend> Tree<B> {
     }
 
     /// A page of the root's entries (the stores by token) from the token `from` on.
-    fn root_entries(&self, from: &str) -> (Vec<DirEntry>, Option<String>) {
-        let mut stores = self.backend.stores();
-        stores.retain(|s| s.token.as_str() >= from);
-        stores.sort_unstable_by(|a, b| a.token.cmp(&b.token));
-        let next = stores.get(READDIR_MOST).map(|s| s.token.clone());
+    fn root_entries(&self, from: &str) -> Result<(Vec<DirEntry>, Option<String>), i32> {
+        let (stores, next) = self.backend.stores(from, READDIR_MOST)?;
         let inodes = self.read_inodes();
         let entries = stores
             .into_iter()
-            .take(READDIR_MOST)
             .map(|store| DirEntry {
                 ino: inodes
                     .stores
@@ -353,7 +357,7 @@ impl<B: Backend> Tree<B> {
                 name: format!("{}.zarr", store.token),
             })
             .collect();
-        (entries, next)
+        Ok((entries, next))
     }
 
     /// The bytes of file `ino` that `read` asks for.
@@ -699,8 +703,17 @@ mod tests {
         }
     }
 
-    impl Backend for Two {
-        fn stores(&self) -> Vec<StoreEntry> {
+    /// The page of `stores` a backend gives for `from` and `most`.
+    fn page_of(mut stores: Vec<StoreEntry>, from: &str, most: usize) -> Result<StoresPage, i32> {
+        stores.retain(|s| s.token.as_str() >= from);
+        stores.sort_unstable_by(|a, b| a.token.cmp(&b.token));
+        let next = stores.get(most).map(|s| s.token.clone());
+        stores.truncate(most);
+        Ok((stores, next))
+    }
+
+    impl Two {
+        fn all() -> Vec<StoreEntry> {
             vec![
                 StoreEntry {
                     token: "b2".into(),
@@ -720,9 +733,15 @@ mod tests {
                 },
             ]
         }
+    }
+
+    impl Backend for Two {
+        fn stores(&self, from: &str, most: usize) -> Result<StoresPage, i32> {
+            page_of(Two::all(), from, most)
+        }
 
         fn store(&self, token: &str) -> Option<StoreEntry> {
-            self.stores().into_iter().find(|s| s.token == token)
+            Two::all().into_iter().find(|s| s.token == token)
         }
 
         fn entry(&self, token: &str, dir: &str, name: &str) -> Result<Option<Listed>, i32> {
@@ -868,8 +887,8 @@ mod tests {
     }
 
     impl Backend for Counted {
-        fn stores(&self) -> Vec<StoreEntry> {
-            Two.stores()
+        fn stores(&self, from: &str, most: usize) -> Result<StoresPage, i32> {
+            Two.stores(from, most)
         }
 
         fn store(&self, token: &str) -> Option<StoreEntry> {
@@ -968,19 +987,19 @@ mod tests {
     }
 
     impl Backend for Odd {
-        fn stores(&self) -> Vec<StoreEntry> {
-            vec![StoreEntry {
+        fn stores(&self, from: &str, most: usize) -> Result<StoresPage, i32> {
+            page_of(self.store("o").into_iter().collect(), from, most)
+        }
+
+        fn store(&self, _token: &str) -> Option<StoreEntry> {
+            Some(StoreEntry {
                 token: "o".into(),
                 uid: 0,
                 gid: 0,
                 public: true,
                 generation: 1,
                 modified: 0,
-            }]
-        }
-
-        fn store(&self, _token: &str) -> Option<StoreEntry> {
-            self.stores().pop()
+            })
         }
 
         fn entry(&self, _: &str, dir: &str, name: &str) -> Result<Option<Listed>, i32> {
@@ -1024,8 +1043,12 @@ mod tests {
     struct Changing(std::sync::Mutex<Option<StoreEntry>>);
 
     impl Backend for Changing {
-        fn stores(&self) -> Vec<StoreEntry> {
-            self.0.lock().unwrap().clone().into_iter().collect()
+        fn stores(&self, from: &str, most: usize) -> Result<StoresPage, i32> {
+            page_of(
+                self.0.lock().unwrap().clone().into_iter().collect(),
+                from,
+                most,
+            )
         }
 
         fn store(&self, _token: &str) -> Option<StoreEntry> {

@@ -1,9 +1,10 @@
 //! The daemon as the tree's [`Backend`]: complete stores (ready or archived) from its
 //! records, their directories' entries and sizes from the key listing in RocksDB, a point
-//! read or a page at a time (never from the cold tier),
-//! their bytes through [`svc_daemon::Stores::read`], the read path HTTP uses (which restores
-//! an archived blob when one of its keys is read). The kernel has checked the caller's permissions by then (`default_permissions`
-//! over the owners and modes the tree gives), so a read is made as the store's owner.
+//! read or a page at a time (never from the cold tier), the root's stores a page of records
+//! at a time too, their bytes through [`svc_daemon::Stores::read`], the read path HTTP uses
+//! (which restores an archived blob when one of its keys is read). The kernel has checked the
+//! caller's permissions by then (`default_permissions` over the owners and modes the tree
+//! gives), so a read is made as the store's owner.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +13,11 @@ use std::time::{Duration, Instant};
 use svc_daemon::{Asked, Caller, Daemon, ErrorKind, StoreRecord};
 use uuid::Uuid;
 
-use crate::filesystem::{Backend, Listed, ListedPage, Read, StoreEntry};
+use crate::filesystem::{Backend, Listed, ListedPage, Read, StoreEntry, StoresPage};
+
+/// Records a page of the root's listing reads at most, per entry it may show: gone and
+/// failed stores stay recorded, and a listing steps over them this many at a time.
+const ROOT_SCAN: usize = 8;
 
 /// The stores of a running daemon.
 pub struct DaemonStores {
@@ -96,20 +101,25 @@ fn entry(accounts: &Accounts, record: &svc_daemon::StoreRecord, now: i64) -> Sto
 }
 
 impl Backend for DaemonStores {
-    fn stores(&self) -> Vec<StoreEntry> {
-        let now = now();
-        let records = match self.daemon.stores().list() {
-            Ok(records) => records,
-            Err(e) => {
-                tracing::warn!(error = %e, "the mount cannot list the stores");
-                return Vec::new();
-            }
+    fn stores(&self, from: &str, most: usize) -> Result<StoresPage, i32> {
+        let from = match from {
+            "" => None,
+            token => Some(Uuid::parse_str(token).map_err(|_| libc::EINVAL)?),
         };
-        records
-            .into_iter()
-            .filter(StoreRecord::is_complete)
-            .map(|record| entry(&self.accounts, &record, now))
-            .collect()
+        let (records, next) = self
+            .daemon
+            .stores()
+            .list_page(from, most, most * ROOT_SCAN, StoreRecord::is_complete)
+            .map_err(|e| {
+                tracing::warn!(error = %e, "the mount cannot list the stores");
+                libc::EIO
+            })?;
+        let now = now();
+        let stores = records
+            .iter()
+            .map(|record| entry(&self.accounts, record, now))
+            .collect();
+        Ok((stores, next.map(|token| token.to_string())))
     }
 
     fn store(&self, token: &str) -> Option<StoreEntry> {

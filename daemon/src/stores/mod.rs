@@ -510,14 +510,44 @@ impl Stores {
     pub fn list(&self) -> Result<Vec<StoreRecord>> {
         let mut records = Vec::new();
         self.db.for_each(cf::STORES, |key, value| {
-            let token = Uuid::from_slice(key).map_err(|e| Error::Corrupt {
-                family: cf::STORES,
-                reason: format!("a store key of {} bytes: {e}", key.len()),
-            })?;
-            records.push(self.decode(token, value)?);
+            records.push(self.decode(token_of_key(key)?, value)?);
             Ok(true)
         })?;
         Ok(records)
+    }
+
+    /// A page of the stores in token order, from `from` on (`None`: the first): those of at
+    /// most `scan` records read that `keep` keeps, at most `most`, and the token the next
+    /// page starts at (`None`: this is the last). So a page's work is bounded however many
+    /// records `keep` passes over (gone stores stay recorded); a page may be short, even
+    /// empty, and still have a next.
+    ///
+    /// # Errors
+    /// A read error or a corrupt record.
+    pub fn list_page(
+        &self,
+        from: Option<Uuid>,
+        most: usize,
+        scan: usize,
+        keep: impl Fn(&StoreRecord) -> bool,
+    ) -> Result<(Vec<StoreRecord>, Option<Uuid>)> {
+        let start = from.map_or_else(Vec::new, |token| token.as_bytes().to_vec());
+        let (mut page, mut next, mut read) = (Vec::new(), None, 0);
+        self.db
+            .scan_prefixed(cf::STORES, b"", &start, |key, value| {
+                let token = token_of_key(key)?;
+                if page.len() >= most || read >= scan.max(1) {
+                    next = Some(token);
+                    return Ok(db::Step::Stop);
+                }
+                read += 1;
+                let record = self.decode(token, value)?;
+                if keep(&record) {
+                    page.push(record);
+                }
+                Ok(db::Step::Next)
+            })?;
+        Ok((page, next))
     }
 
     /// Removes a store for `reason`: it is gone (status 4) at once, so its URLs and share
@@ -687,6 +717,14 @@ impl Stores {
         );
         batch
     }
+}
+
+/// The token of a key of the `stores` family.
+fn token_of_key(key: &[u8]) -> Result<Uuid> {
+    Uuid::from_slice(key).map_err(|e| Error::Corrupt {
+        family: cf::STORES,
+        reason: format!("a store key of {} bytes: {e}", key.len()),
+    })
 }
 
 #[cfg(test)]

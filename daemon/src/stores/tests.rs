@@ -496,6 +496,49 @@ fn a_removal_deletes_nothing_under_a_running_job_of_the_store_and_yields_to_a_re
 }
 
 #[test]
+fn stores_are_listed_a_bounded_page_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_queue, stores) = open(dir.path());
+    let paths: Vec<String> = (0..20).map(|n| format!("/data/{n}.nc")).collect();
+    let made = stores
+        .request(
+            &caller("jane"),
+            &convert(&serde_json::json!({ "path": paths }).to_string()),
+            NOW,
+        )
+        .unwrap();
+    let mut ready: Vec<Uuid> = made.iter().step_by(3).map(|r| r.token).collect();
+    for &token in &ready {
+        stores
+            .record_outcome(token, Status::Ready, "", NOW, Batch::default())
+            .unwrap();
+    }
+    ready.sort();
+    let (mut listed, mut from, mut pages) = (Vec::new(), None, 0);
+    loop {
+        let (page, next) = stores
+            .list_page(from, 2, 4, StoreRecord::is_complete)
+            .unwrap();
+        assert!(page.len() <= 2);
+        listed.extend(page.iter().map(|r| r.token));
+        pages += 1;
+        match next {
+            // Every page starts after the last: the records read are each read once.
+            Some(next) => {
+                assert!(listed.last().is_none_or(|&last| last < next));
+                from = Some(next);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(listed, ready);
+    // 20 records, at most 4 read a page: at least 5 pages, some of them empty.
+    assert!(pages >= 5, "{pages} pages");
+    let (all, next) = stores.list_page(None, 100, 100, |_| true).unwrap();
+    assert_eq!((all.len(), next), (20, None));
+}
+
+#[test]
 fn the_sweep_removes_stores_nobody_reads() {
     let dir = tempfile::tempdir().unwrap();
     let (_queue, stores) = open(dir.path());
