@@ -1009,6 +1009,52 @@ def test_a_restore_that_fails_at_once_fails_a_read_through_the_mount_once(tmp_pa
         assert failed_restores() == 2
 
 
+def test_a_read_through_the_mount_that_fails_after_its_store_was_converted_again_is_stale(tmp_path):
+    """A read through the mount waits for a restore (its cold object is a FIFO nobody writes,
+    so the restore waits in `open`); the store is converted again meanwhile; then the restore
+    fails. The read answers ESTALE (the file it was opened as is of an earlier conversion),
+    not EIO, which a reader takes for a fault of the store. The path, looked up again, reads
+    the new conversion."""
+    mountpoint = tmp_path / "mount"
+    mountpoint.mkdir()
+    with NoiseStore(tmp_path, 4, seed=9, max_bytes=1 << 20, mount=mountpoint,
+                    env={"SVCD_MOUNT_READ_TIMEOUT_SECONDS": "120"}) as noise:
+        data, store = noise.data, noise.store
+        svcd(data, "tier", "archive", "--scope", store)
+        assert {r["state"] for r in tier_rows(data, store)} == {"archived"}
+        objects = sorted((data / "cold" / store).rglob("*.zip"))
+        for cold in objects:
+            cold.rename(cold.with_suffix(".kept"))
+            os.mkfifo(cold)
+        key = "tas/0.0.0"
+        path = mountpoint / f"{store}.zarr" / key
+
+        def read():
+            try:
+                return path.read_bytes()
+            except OSError as e:
+                return errno.errorcode.get(e.errno, str(e.errno))
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            reading = pool.submit(read)
+            assert eventually(lambda: any(r["state"] == "restoring" for r in tier_rows(data, store)))
+            answer = requests.post(f"{noise.url.split('/data-portal/')[0]}/data-portal/zarr/convert",
+                                   json={"path": [str(noise.sources / "noise.nc")], "reload": True},
+                                   headers=noise.headers, timeout=30)
+            assert answer.status_code == 200, answer.text
+            assert not reading.done()
+            # The restore that opened its FIFO reads it empty and fails.
+            for cold in objects:
+                writer = os.open(cold, os.O_RDWR)
+                cold.with_suffix(".kept").rename(cold)
+                os.close(writer)
+            assert reading.result(timeout=60) == "ESTALE"
+        base = noise.url.split("/data-portal/")[0]
+        assert wait_ready(base, noise.headers, noise.url, timeout=120)["status"] == 0
+        # The store's directory entry is kept by the kernel for a few seconds.
+        assert eventually(lambda: read() == noise.served[key], seconds=15)
+
+
 def test_a_serving_daemon_cleans_leftover_cold_objects_of_the_stores_it_touched(tmp_path):
     """Every `tier.cleaning_interval_seconds` the daemon lists the cold tier of the stores
     archived or restored lately and deletes what no record names, without a restart; the
