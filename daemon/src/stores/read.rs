@@ -306,9 +306,25 @@ impl Stores {
                 }
                 let mut computed = false;
                 let mut looked_again = false;
+                // Whether this read waited (for a restore, a conversion, or to look again):
+                // the store may have been converted again meanwhile, and its file be the new
+                // conversion's, which the ETag (and a mapping kept) must not name.
+                let mut waited = false;
                 loop {
                     let keep = conversion.filter(|_| self.may_keep_mapped(token, &path));
                     match read_chunk_file(&path) {
+                        Ok(_)
+                            if waited
+                                && conversion.is_some()
+                                && self.current(&record)?.conversion != record.conversion =>
+                        {
+                            return Err(Error::Restoring {
+                                detail: "The store was converted again while this read \
+                                         waited; read it again."
+                                    .into(),
+                                retry: Duration::from_secs(1),
+                            });
+                        }
                         Ok(bytes) => {
                             if let Some(conversion) = keep
                                 && bytes.len() as u64 >= MAP_FROM_BYTES
@@ -337,22 +353,14 @@ impl Stores {
                         // no blob and not on the hot tier was never written: it is missing.
                         let left = deadline.saturating_duration_since(Instant::now());
                         if self.tier.restore_for_read(token, key, left, asked)? {
-                            // Converted again while it waited: the file is the new
-                            // conversion's, which this read's ETag does not name.
-                            if self.current(&record)?.conversion != record.conversion {
-                                return Err(Error::Restoring {
-                                    detail: "The store was converted again while this read \
-                                             waited for its restore; read it again."
-                                        .into(),
-                                    retry: Duration::from_secs(1),
-                                });
-                            }
+                            waited = true;
                             continue;
                         }
                         // Not archived now: a restore may have renamed it into place since
                         // it was looked for; once more, then it is missing.
                         if !looked_again {
                             looked_again = true;
+                            waited = true;
                             continue;
                         }
                         // A listed key was written: neither hot nor archived, its record was
@@ -385,6 +393,7 @@ impl Stores {
                         }
                     }
                     pause(deadline, &mut interval)?;
+                    waited = true;
                 }
             }
         }
