@@ -508,6 +508,21 @@ class NoiseStore:
         shutil.rmtree(self.sources, ignore_errors=True)
 
 
+def test_a_removed_store_leaves_nothing_on_either_tier_nor_in_the_mirror(tmp_path):
+    with NoiseStore(tmp_path, 4, seed=10, max_bytes=1 << 20) as noise:
+        data, store = noise.data, noise.store
+        svcd(data, "tier", "archive", "--scope", store)
+        mirrored = data / "manifests" / store / "manifest.json"
+        cold = data / "cold" / store
+        assert mirrored.exists() and any(cold.iterdir())
+        svcd(data, "store", "rm", store)
+        assert requests.get(f"{noise.url}/.zmetadata", headers=noise.headers, timeout=10).status_code == 404
+        assert eventually(lambda: not (data / "stores" / store).exists())
+        assert eventually(lambda: not mirrored.exists())
+        assert not cold.exists() or not any(cold.iterdir())
+        assert tier_rows(data, store) == []
+
+
 def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_path):
     # 96 MiB of noise in blobs of about 16 MiB: each archive and restore takes a while.
     with NoiseStore(tmp_path, 96, seed=3, max_bytes=16 << 20) as noise:

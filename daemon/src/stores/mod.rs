@@ -586,13 +586,15 @@ impl Stores {
             .map(drop)
     }
 
-    /// Deletes the data of store `token`, which is gone: its listing, manifest, tier state
-    /// and cold objects, what readers keep of it, and its directory. Blocking.
+    /// Deletes the data of store `token`, which is gone: its listing, manifest (and its
+    /// mirrored copy), tier state and cold objects, what readers keep of it, and its
+    /// directory. Blocking.
     ///
     /// # Errors
     /// A read, write or delete error.
     pub(crate) fn delete_data(&self, token: Uuid) -> Result<()> {
         self.tier.forget_store(token)?;
+        self.tier.forget_mirrored(token);
         self.cache.forget(token);
         let dir = self.dir(token);
         match std::fs::remove_dir_all(&dir) {

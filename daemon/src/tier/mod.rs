@@ -1058,6 +1058,23 @@ impl Tier {
         Ok(())
     }
 
+    /// Deletes the store `token`'s mirrored manifest, when manifests are mirrored: the store
+    /// is removed, and the reference tools must not find a manifest of a store that is gone.
+    /// (A store converted again keeps it: its blobs and pins are those of the next cut.) A
+    /// failure is logged. Blocking.
+    pub(crate) fn forget_mirrored(&self, token: Uuid) {
+        let Some(mirror) = &self.mirror else {
+            return;
+        };
+        let key = mirror.key(&token.to_string());
+        match self.block_on(mirror.object_store().delete(&key)) {
+            Ok(()) | Err(svc_manifests::object_store::Error::NotFound { .. }) => {}
+            Err(e) => {
+                tracing::warn!(%token, error = %e, "cannot delete a removed store's mirrored manifest");
+            }
+        }
+    }
+
     // ---- repair at start ----------------------------------------------------------------
 
     /// Finishes or rolls back what a crash interrupted, and cleans what no record names (see
