@@ -87,13 +87,17 @@ impl Handler for ConvertJob {
             }
         };
         tracing::info!(%token, status = u8::from(status), %reason, "conversion finished");
-        let mut batch = Batch::default();
         if status == Status::Ready {
-            // The listing and the manifest are written with the record that says ready, so a
-            // ready store always has them.
+            // The listing and the manifest are written before the record that says ready, so
+            // a ready store always has them; not with it, as that write holds the lock every
+            // request takes, and a listing of a million keys takes a while. Until then nothing
+            // reads them (only a complete store's are read); a store reloaded or removed
+            // meanwhile has a job that follows, whose first step forgets them.
             let keys = self.stores.listing(&record)?;
+            let mut batch = Batch::default();
             crate::tier::Tier::put_listing(&mut batch, token, &keys);
             self.stores.tier.put_manifest(&mut batch, token);
+            self.stores.db.write(batch)?;
         }
         // Written here, under the lock of the store's record, not with the job's removal: a
         // crash between the two runs the job again, and it finds the store no longer
@@ -106,7 +110,7 @@ impl Handler for ConvertJob {
             status,
             &reason,
             now(),
-            batch,
+            Batch::default(),
         )?;
         if !recorded {
             tracing::info!(%token, "the store was reloaded or removed during its conversion");

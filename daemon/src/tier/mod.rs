@@ -1147,8 +1147,9 @@ impl Tier {
             }
         }
         let ready: std::collections::HashSet<Uuid> = ready.iter().copied().collect();
-        // A store gone or being converted again keeps no listing or manifest (a crash may
-        // have come between its record and forgetting them).
+        // A store gone or being converted keeps no listing or manifest (a crash may have
+        // come between its record and forgetting them, or between a conversion writing them
+        // and its record saying ready).
         for &token in known.iter().filter(|token| !ready.contains(token)) {
             if self.has_listing(token)? || self.db.get(cf::MANIFESTS, token.as_bytes())?.is_some() {
                 let mut batch = Batch::default();
