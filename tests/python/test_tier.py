@@ -48,8 +48,9 @@ def tas(steps, lat, lon, seed):
                               "lat": ("lat", np.linspace(-89.0, 89.0, lat)), "lon": ("lon", np.linspace(0.0, 358.0, lon))})
 
 
-def svcd(data, *args, check=True):
-    return subprocess.run([BINARY, "--data-dir", str(data), *args], capture_output=True, text=True, check=check, timeout=600)
+def svcd(data, *args, check=True, input_text=None):
+    return subprocess.run([BINARY, "--data-dir", str(data), *args], capture_output=True, text=True, check=check, timeout=600,
+                          input=input_text)
 
 
 def tier_rows(data, token=None):
@@ -945,6 +946,65 @@ def test_one_users_reads_stalled_on_the_cold_tier_hold_up_no_other_users(tmp_pat
         for key in chunks:
             answer = requests.get(f"{noise.url}/{key}", headers=noise.headers, timeout=120)
             assert answer.status_code == 200 and answer.content == noise.served[key], key
+
+
+def test_a_reader_joining_another_readers_queued_restore_waits_in_its_own_turn(tmp_path):
+    """One reader (root, through the mount) holds its half of the restores with four that
+    stall (their cold objects are FIFOs nobody writes) and has a fifth queued behind them.
+    Another reader (the owner, over HTTP) asks for a key of that fifth blob: it joins the
+    restore, which is queued in its own turn too and runs there, so it is answered at once
+    rather than after the first reader's stalled restores."""
+    mountpoint = tmp_path / "mount"
+    mountpoint.mkdir()
+    with NoiseStore(tmp_path, 8, seed=11, max_bytes=1 << 20, mount=mountpoint,
+                    env={"SVCD_MOUNT_READ_TIMEOUT_SECONDS": "60"}) as noise:
+        data, store = noise.data, noise.store
+        chunks = [k for k in noise.served if k.startswith("tas/") and not k.startswith("tas/.")]
+        resolved = svcd(data, "manifest", "resolve", "--data", str(data / "stores"), "--manifests", str(data / "manifests"),
+                        "-", input_text="\n".join(f"{store}/{k}" for k in chunks)).stdout
+        key_of = {}
+        for line in resolved.splitlines():
+            key, instance = line.split("  ->  ")
+            key_of.setdefault(instance, key.split("/", 1)[1])
+        assert len(key_of) >= 5, key_of
+        svcd(data, "tier", "archive", "--scope", store)
+        instances = sorted(key_of)
+        stalled, target = instances[:4], instances[4]
+        objects = {instance: [p for p in (data / "cold" / store).rglob("*.zip") if p.name.startswith(instance.rsplit("/", 1)[-1] + ".")]
+                   for instance in instances}
+        assert all(len(found) == 1 for found in objects.values()), objects
+        fifos = [objects[instance][0] for instance in stalled]
+        for cold in fifos:
+            cold.rename(cold.with_suffix(".kept"))
+            os.mkfifo(cold)
+
+        def state(instance):
+            return next(r["state"] for r in tier_rows(data, store) if r["instance"] == instance)
+
+        def read(key):
+            try:
+                return (mountpoint / f"{store}.zarr" / key).read_bytes() == noise.served[key]
+            except OSError as e:
+                return errno.errorcode.get(e.errno, str(e.errno))
+
+        with concurrent.futures.ThreadPoolExecutor(5) as pool:
+            held = [pool.submit(read, key_of[instance]) for instance in stalled]
+            assert eventually(lambda: all(state(instance) == "restoring" for instance in stalled))
+            queued = pool.submit(read, key_of[target])
+            time.sleep(1)
+            assert state(target) == "archived" and not queued.done()
+            started = time.monotonic()
+            answer = requests.get(f"{noise.url}/{key_of[target]}", params={"timeout": 20}, headers=noise.headers, timeout=30)
+            assert answer.status_code == 200, answer.text
+            assert answer.content == noise.served[key_of[target]]
+            assert time.monotonic() - started < 15
+            # The first reader's own read of it is answered by the same restore.
+            assert queued.result(timeout=30) is True
+            for cold in fifos:
+                writer = os.open(cold, os.O_RDWR)
+                cold.with_suffix(".kept").rename(cold)
+                os.close(writer)
+            assert {r.result(timeout=90) for r in held} <= {True, "EIO"}
 
 
 def mapped_bytes(path):

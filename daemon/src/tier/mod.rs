@@ -68,7 +68,7 @@ mod restore;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -311,6 +311,12 @@ impl Cut {
 struct Flight {
     outcome: Mutex<Option<std::result::Result<(), String>>>,
     done: parking_lot::Condvar,
+    /// The restore itself until a restore thread starts it. It is queued in the turn of every
+    /// reader who asks for it before then, and the first of those turns runs it: a reader who
+    /// joins another reader's queued restore is not held up behind that reader's others.
+    restore: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// The readers in whose turns it is queued.
+    queued_for: Mutex<HashSet<String>>,
 }
 
 /// The cold tier and the tier state of the daemon's stores.

@@ -3,8 +3,9 @@
 //!
 //! The first reader of a key whose hot copy is missing queues the restore on the tier's
 //! restore threads (at most `tier.max_restores` at once, half of them for one reader,
-//! readers in turn; see [`crate::FairPool`]); every reader of any key of that instance (the
-//! first too) waits for it, each up to its own bound (an HTTP request's `timeout`, the
+//! readers in turn; see [`crate::FairPool`]; a reader who joins a restore not started yet
+//! queues it in its own turn too, and the first turn to come runs it); every reader of any
+//! key of that instance (the first too) waits for it, each up to its own bound (an HTTP request's `timeout`, the
 //! mount's `read_timeout_seconds`), so a slow cold tier never holds a reader forever: the
 //! restore goes on, and the next read finds the key. A failed restore is reported to every
 //! reader waiting for it, and the next reader tries again.
@@ -84,10 +85,15 @@ impl Tier {
         asked: &Asked,
     ) -> Result<()> {
         let id = (token, instance.to_string());
-        let flight = {
+        let (flight, queue) = {
             let mut flights = self.flights.lock();
             match flights.get(&id) {
-                Some(flight) => Arc::clone(flight),
+                Some(flight) => {
+                    // Not started yet: queued in this reader's turn too, unless it is already.
+                    let queue = flight.restore.lock().is_some()
+                        && flight.queued_for.lock().insert(asked.by.clone());
+                    (Arc::clone(flight), queue)
+                }
                 None => {
                     if let Some((failed, reason)) = self.failures.lock().get(&id)
                         && *failed > asked.at
@@ -96,58 +102,25 @@ impl Tier {
                     }
                     let flight = Arc::new(Flight::default());
                     flights.insert(id.clone(), Arc::clone(&flight));
-                    let tier = Arc::clone(self);
-                    let leading = Arc::clone(&flight);
-                    drop(flights);
-                    self.restores.run(
-                        asked.by.clone(),
-                        Box::new(move || {
-                            // Once: when the keys are back (the cold object is deleted
-                            // after), or when the restore ends otherwise.
-                            let finish = |outcome: std::result::Result<(), String>| {
-                                let mut slot = leading.outcome.lock();
-                                if slot.is_none() {
-                                    // Gone from the map first, its failure kept: a reader
-                                    // that asks after it starts anew.
-                                    let mut flights = tier.flights.lock();
-                                    flights.remove(&id);
-                                    let mut failures = tier.failures.lock();
-                                    match &outcome {
-                                        Ok(()) => {
-                                            failures.remove(&id);
-                                        }
-                                        Err(reason) => {
-                                            if failures.len() >= MOST_FAILURES_KEPT {
-                                                failures.clear();
-                                            }
-                                            failures.insert(
-                                                id.clone(),
-                                                (Instant::now(), reason.clone()),
-                                            );
-                                        }
-                                    }
-                                    drop((failures, flights));
-                                    *slot = Some(outcome);
-                                    leading.done.notify_all();
-                                }
-                            };
-                            // A panic too reaches every waiter (the next reader starts anew;
-                            // the state left `restoring` is restored from as `archived`).
-                            let outcome =
-                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                    tier.restore_instance(id.0, &id.1, Some(&|| finish(Ok(()))))
-                                }));
-                            finish(match outcome {
-                                Ok(Ok(_)) => Ok(()),
-                                Ok(Err(e)) => Err(e.to_string()),
-                                Err(_) => Err("the restore failed unexpectedly".to_string()),
-                            });
-                        }),
-                    );
-                    flight
+                    *flight.restore.lock() = Some(self.restore_of_flight(id, &flight));
+                    flight.queued_for.lock().insert(asked.by.clone());
+                    (flight, true)
                 }
             }
         };
+        if queue {
+            // Whichever turn comes first runs it; the others find it gone.
+            let queued = Arc::clone(&flight);
+            self.restores.run(
+                asked.by.clone(),
+                Box::new(move || {
+                    let restore = queued.restore.lock().take();
+                    if let Some(restore) = restore {
+                        restore();
+                    }
+                }),
+            );
+        }
         let deadline = Instant::now() + wait;
         let mut outcome = flight.outcome.lock();
         while outcome.is_none() {
@@ -165,6 +138,57 @@ impl Tier {
             Ok(()) => Ok(()),
             Err(reason) => Err(restore_failed(instance, reason)),
         }
+    }
+
+    /// The restore of `flight`, blob instance `id`: it restores the instance and gives every
+    /// reader waiting its outcome, once (when the keys are back, before the cold object is
+    /// deleted, or when the restore ends otherwise; a panic too).
+    fn restore_of_flight(
+        self: &Arc<Self>,
+        id: (Uuid, String),
+        flight: &Arc<Flight>,
+    ) -> Box<dyn FnOnce() + Send> {
+        // Weak: the flight, which the tier holds, holds this until it starts.
+        let (tier, flight) = (Arc::downgrade(self), Arc::downgrade(flight));
+        Box::new(move || {
+            let (Some(tier), Some(leading)) = (tier.upgrade(), flight.upgrade()) else {
+                return;
+            };
+            let finish = |outcome: std::result::Result<(), String>| {
+                let mut slot = leading.outcome.lock();
+                if slot.is_none() {
+                    // Gone from the map first, its failure kept: a reader that asks after it
+                    // starts anew.
+                    let mut flights = tier.flights.lock();
+                    flights.remove(&id);
+                    let mut failures = tier.failures.lock();
+                    match &outcome {
+                        Ok(()) => {
+                            failures.remove(&id);
+                        }
+                        Err(reason) => {
+                            if failures.len() >= MOST_FAILURES_KEPT {
+                                failures.clear();
+                            }
+                            failures.insert(id.clone(), (Instant::now(), reason.clone()));
+                        }
+                    }
+                    drop((failures, flights));
+                    *slot = Some(outcome);
+                    leading.done.notify_all();
+                }
+            };
+            // A panic too reaches every waiter (the next reader starts anew; the state left
+            // `restoring` is restored from as `archived`).
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                tier.restore_instance(id.0, &id.1, Some(&|| finish(Ok(()))))
+            }));
+            finish(match outcome {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("the restore failed unexpectedly".to_string()),
+            });
+        })
     }
 
     /// Restores one archived instance: checks its cold object's size and SHA-256, writes
