@@ -257,6 +257,15 @@ impl Stores {
                 Status::Ready | Status::Preparing | Status::Archived => {}
             }
             if let Some(served) = self.served(&record)? {
+                // Read again once the metadata is: a reload that finished in between would
+                // pair this metadata with the record of the conversion before it.
+                if record.is_complete() {
+                    let now = self.current(&record)?;
+                    if !now.is_complete_conversion(record.conversion) {
+                        record = now;
+                        continue;
+                    }
+                }
                 break (served, record.status);
             }
             if record.status != Status::Preparing {
@@ -306,38 +315,43 @@ impl Stores {
                 }
                 let mut computed = false;
                 let mut looked_again = false;
-                // Whether this read waited (for a restore, a conversion, or to look again):
-                // the store may have been converted again meanwhile, and its file be the new
-                // conversion's, which the ETag (and a mapping kept) must not name.
-                let mut waited = false;
                 loop {
                     let keep = conversion.filter(|_| self.may_keep_mapped(token, &path));
                     match read_chunk_file(&path) {
-                        Ok(_)
-                            if waited
-                                && conversion.is_some()
-                                && self.current(&record)?.conversion != record.conversion =>
-                        {
-                            return Err(Error::Restoring {
-                                detail: "The store was converted again while this read \
-                                         waited; read it again."
-                                    .into(),
-                                retry: Duration::from_secs(1),
-                            });
-                        }
                         Ok(bytes) => {
-                            if let Some(conversion) = keep
-                                && bytes.len() as u64 >= MAP_FROM_BYTES
-                            {
-                                let id = (token, key.to_string());
-                                self.cache
-                                    .chunks
-                                    .insert(id.clone(), (conversion, bytes.clone()));
-                                // A removal or reload that dropped the store's mappings in
-                                // between would leave this one holding removed files.
-                                if !matches!(self.record(token), Ok(Some(now)) if now.is_complete())
-                                {
-                                    self.cache.chunks.remove(&id);
+                            let id = (token, key.to_string());
+                            let kept = match keep {
+                                Some(conversion) if bytes.len() as u64 >= MAP_FROM_BYTES => {
+                                    self.cache
+                                        .chunks
+                                        .insert(id.clone(), (conversion, bytes.clone()));
+                                    true
+                                }
+                                _ => false,
+                            };
+                            // The file read may be a later conversion's (a reload's job
+                            // rewrote it, while this read waited or not), which the ETag (and
+                            // a mapping kept) must not name, or a removed store's (its data
+                            // goes with its job, later): answered as the store is now, as the
+                            // mount does. (And a removal or reload that dropped the store's
+                            // mappings in between would leave the one kept holding removed
+                            // files.)
+                            if conversion.is_some() {
+                                let now = self.current(&record)?;
+                                if !now.is_complete_conversion(record.conversion) {
+                                    if kept {
+                                        self.cache.chunks.remove(&id);
+                                    }
+                                    return Err(if now.status == Status::Gone {
+                                        Error::NotFound(Missing::Store(token.to_string()))
+                                    } else {
+                                        Error::Restoring {
+                                            detail: "The store was converted again while \
+                                                     this read was under way; read it again."
+                                                .into(),
+                                            retry: Duration::from_secs(1),
+                                        }
+                                    });
                                 }
                             }
                             return Ok(chunk(bytes, etag));
@@ -353,14 +367,12 @@ impl Stores {
                         // no blob and not on the hot tier was never written: it is missing.
                         let left = deadline.saturating_duration_since(Instant::now());
                         if self.tier.restore_for_read(token, key, left, asked)? {
-                            waited = true;
                             continue;
                         }
                         // Not archived now: a restore may have renamed it into place since
                         // it was looked for; once more, then it is missing.
                         if !looked_again {
                             looked_again = true;
-                            waited = true;
                             continue;
                         }
                         // A listed key was written: neither hot nor archived, its record was
@@ -393,7 +405,6 @@ impl Stores {
                         }
                     }
                     pause(deadline, &mut interval)?;
-                    waited = true;
                 }
             }
         }
