@@ -30,7 +30,8 @@ NAMESPACING = ("ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices", "
                "ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups",
                "ProtectClock", "ProtectHostname", "ProtectProc", "ProcSubset", "ReadWritePaths", "ReadOnlyPaths",
                "InaccessiblePaths", "ExecPaths", "NoExecPaths", "TemporaryFileSystem", "BindPaths",
-               "BindReadOnlyPaths", "RootDirectory", "RootImage", "MountFlags", "MountAPIVFS", "LogNamespace")
+               "BindReadOnlyPaths", "RootDirectory", "RootImage", "MountFlags", "MountAPIVFS", "LogNamespace",
+               "DynamicUser", "PrivateNetwork", "PrivateIPC", "NetworkNamespacePath")
 # Settings whose assignments add up (an empty one resets the list); the others are replaced.
 LISTS = {"ReadWritePaths", "ReadOnlyPaths", "InaccessiblePaths", "ExecPaths", "NoExecPaths", "TemporaryFileSystem",
          "BindPaths", "BindReadOnlyPaths", "AmbientCapabilities", "CapabilityBoundingSet"}
@@ -124,9 +125,9 @@ def test_the_daemon_mounts_and_serves_the_stores_as_the_unit_runs_it(tmp_path):
         [url] = answer.json()["urls"]
         assert wait_ready(base, headers, url)["status"] == 0
         store = mountpoint / url.rsplit("/", 1)[1]
-        # Another local user reads the store through the mount as HTTP serves it, the hot
-        # chunk through passthrough (registering its file needs the capability; refused, the
-        # daemon says so in its log and reads it itself).
+        # Another local user reads the store through the mount as HTTP serves it. (The hot
+        # chunk goes through passthrough, which needs the capability: refused, the daemon
+        # says so in its log and reads the chunk itself.)
         for key in (".zmetadata", "tas/0.0"):
             read = subprocess.run(["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}", "--clear-groups",
                                    "cat", str(store / key)], capture_output=True, check=False)
