@@ -165,14 +165,25 @@ impl Daemon {
     /// this returns) on a stopped daemon's store. Blocking.
     ///
     /// # Errors
-    /// As [`Stores::remove`].
+    /// As [`Stores::remove`]; on a stopped daemon's store, a deletion that failed (the store
+    /// is gone; removing it again retries).
     pub fn remove_store(&self, token: uuid::Uuid, reason: &str, now: i64) -> Result<StoreRecord> {
         let record = self.stores.remove(token, reason, now)?;
-        self.queue.run_waiting(
+        let ran = self.queue.run_waiting(
             stores::CONVERT,
             &token.to_string(),
             self.store_jobs().as_ref(),
         );
+        let dir = self.stores.dir(token);
+        if ran && dir.exists() {
+            return Err(Error::io(
+                format!("delete the data of the removed store {token}"),
+                std::io::Error::other(format!(
+                    "{} is still there (the log says why); `svcd store rm {token}` tries again",
+                    dir.display()
+                )),
+            ));
+        }
         Ok(record)
     }
 

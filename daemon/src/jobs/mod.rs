@@ -9,8 +9,9 @@
 //! job that was running when the daemon died runs again from the start. Handlers must
 //! therefore be idempotent (a conversion rewrites its store).
 //!
-//! Order and bounds: jobs run in the order they were queued, at most `workers` at a time, each
-//! on a thread of its own (never on the async runtime). One subject has at most one job
+//! Order and bounds: jobs run in the order they were queued (those queued to run first, before
+//! the others), at most `workers` at a time, each on a thread of its own (never on the async
+//! runtime). One subject has at most one job
 //! waiting per kind ([`Queue::enqueue`] of a subject that has one returns it instead), and its
 //! jobs of one kind never run at once: a job asked for while another of its subject runs (a
 //! store reloaded during its conversion) waits for that one to end, then runs.
@@ -45,6 +46,9 @@ pub struct Job {
     pub subject: String,
     /// How often the job was started before, counting starts cut short by a crash or a stop.
     pub starts: u32,
+    /// Runs before the jobs that are not (see [`Queue::enqueue_first`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first: bool,
 }
 
 impl Job {
@@ -152,6 +156,9 @@ impl Queue {
             state.jobs.insert(job.seq, job);
             Ok(true)
         })?;
+        let (first, rest): (VecDeque<u64>, VecDeque<u64>) =
+            state.pending.iter().partition(|seq| state.jobs[seq].first);
+        state.pending = first.into_iter().chain(rest).collect();
         Ok(Queue {
             db,
             state: Mutex::new(state),
@@ -169,12 +176,35 @@ impl Queue {
     ///
     /// # Errors
     /// A write error; then neither the job nor `batch` was written.
-    pub fn enqueue(&self, mut batch: Batch, kind: &str, subject: &str) -> Result<Job> {
+    pub fn enqueue(&self, batch: Batch, kind: &str, subject: &str) -> Result<Job> {
+        self.queue(batch, kind, subject, false)
+    }
+
+    /// As [`Queue::enqueue`], to run before every job not queued so (after those that were):
+    /// short work that must not wait for a long queue (a removed store's deletion). A job of
+    /// the subject already waiting is moved there.
+    ///
+    /// # Errors
+    /// A write error; then neither the job nor `batch` was written.
+    pub fn enqueue_first(&self, batch: Batch, kind: &str, subject: &str) -> Result<Job> {
+        self.queue(batch, kind, subject, true)
+    }
+
+    fn queue(&self, mut batch: Batch, kind: &str, subject: &str, first: bool) -> Result<Job> {
         let mut state = self.state.lock();
         let identity = (kind.to_string(), subject.to_string());
-        if let Some(seq) = state.subjects.get(&identity) {
-            let existing = state.jobs[seq].clone();
-            self.db.write(batch)?;
+        if let Some(&seq) = state.subjects.get(&identity) {
+            let mut existing = state.jobs[&seq].clone();
+            if first && !existing.first {
+                existing.first = true;
+                batch.put(cf::JOBS, seq.to_be_bytes(), existing.encode());
+                self.db.write(batch)?;
+                state.pending.retain(|&pending| pending != seq);
+                Self::place(&mut state, seq, true);
+                state.jobs.insert(seq, existing.clone());
+            } else {
+                self.db.write(batch)?;
+            }
             return Ok(existing);
         }
         let job = Job {
@@ -182,17 +212,35 @@ impl Queue {
             kind: identity.0.clone(),
             subject: identity.1.clone(),
             starts: 0,
+            first,
         };
         batch.put(cf::JOBS, job.seq.to_be_bytes(), job.encode());
         // Holding the lock while writing keeps rows in sequence order with the memory state.
         self.db.write(batch)?;
         state.next_seq += 1;
-        state.pending.push_back(job.seq);
+        Self::place(&mut state, job.seq, first);
         state.subjects.insert(identity, job.seq);
         state.jobs.insert(job.seq, job.clone());
         drop(state);
         self.wake.notify_one();
         Ok(job)
+    }
+
+    /// Puts `seq` among the pending jobs: last, or (`first`) among those to run first, in
+    /// the order of their sequence numbers (the order a restart gives them).
+    fn place(state: &mut State, seq: u64, first: bool) {
+        let at = if first {
+            state
+                .pending
+                .iter()
+                .position(|&pending| {
+                    pending > seq || !state.jobs.get(&pending).is_some_and(|job| job.first)
+                })
+                .unwrap_or(state.pending.len())
+        } else {
+            state.pending.len()
+        };
+        state.pending.insert(at, seq);
     }
 
     /// The job of `kind` on `subject` waiting to run, else the one running.

@@ -321,3 +321,32 @@ fn two_stored_jobs_of_one_subject_run_one_after_the_other_after_a_restart() {
     queue.stop();
     assert!(stored_jobs(&db).is_empty());
 }
+
+#[test]
+fn jobs_queued_to_run_first_run_before_the_others_also_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_db, queue) = open(dir.path());
+        for subject in ["a", "b", "c"] {
+            queue.enqueue(Batch::default(), "convert", subject).unwrap();
+        }
+        queue
+            .enqueue_first(Batch::default(), "convert", "x")
+            .unwrap();
+        // A job waiting is moved up among those first, in the order it was queued.
+        let moved = queue
+            .enqueue_first(Batch::default(), "convert", "c")
+            .unwrap();
+        assert!(moved.first);
+        assert_eq!(queue.len(), 4);
+    }
+    // Stopped before any ran: the order holds at the next start.
+    let (db, queue) = open(dir.path());
+    queue
+        .enqueue_first(Batch::default(), "convert", "y")
+        .unwrap();
+    queue.enqueue(Batch::default(), "convert", "d").unwrap();
+    let recorder = run_all(&queue, &[], 1);
+    assert_eq!(*recorder.seen.lock(), ["c", "x", "y", "a", "b", "d"]);
+    assert!(stored_jobs(&db).is_empty());
+}

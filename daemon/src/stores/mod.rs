@@ -552,7 +552,8 @@ impl Stores {
 
     /// Removes a store for `reason`: it is gone (status 4) at once, so its URLs and share
     /// links answer 404 from now on, and its data is deleted by a job of the store (see
-    /// [`Stores::mark_gone`]). Blocking.
+    /// [`Stores::mark_gone`]). A store already gone keeps its record (and the reason it went),
+    /// and its deletion is queued again: an operator's way to retry one that failed. Blocking.
     ///
     /// # Errors
     /// [`Error::NotFound`] for an unknown store; a read or write error.
@@ -561,8 +562,20 @@ impl Stores {
         let mut record = self
             .record(token)?
             .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?;
-        self.mark_gone(&mut record, reason, now, Batch::default())?;
+        if record.status == Status::Gone {
+            self.queue_deletion(token)?;
+        } else {
+            self.mark_gone(&mut record, reason, now, Batch::default())?;
+        }
         Ok(record)
+    }
+
+    /// Queues the job of the gone store `token` (again), which deletes its data; the caller
+    /// holds the records lock.
+    fn queue_deletion(&self, token: Uuid) -> Result<()> {
+        self.queue
+            .enqueue_first(Batch::default(), CONVERT, &token.to_string())
+            .map(drop)
     }
 
     /// Writes `record` as gone for `reason` at `now` with `batch`, and queues the store's job
@@ -572,7 +585,9 @@ impl Stores {
     /// here: a store's jobs run one at a time in the order they were asked for, so the
     /// deletion never runs beside a conversion of the store still writing, nor after a
     /// conversion asked for since (which finds its job waiting, and converts in its place).
-    /// A crash after the write deletes the data at the next start.
+    /// The job is queued to run before the conversions waiting (a deletion is short, and the
+    /// disk it frees should not wait for them). A crash after the write deletes the data at
+    /// the next start; a deletion that fails is queued again by the sweep.
     fn mark_gone(
         &self,
         record: &mut StoreRecord,
@@ -582,7 +597,7 @@ impl Stores {
     ) -> Result<()> {
         let batch = Self::outcome(record, Status::Gone, reason, now, batch);
         self.queue
-            .enqueue(batch, CONVERT, &record.token.to_string())
+            .enqueue_first(batch, CONVERT, &record.token.to_string())
             .map(drop)
     }
 

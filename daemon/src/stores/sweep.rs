@@ -70,7 +70,8 @@ impl Reads {
 impl Stores {
     /// Writes the reads since the last sweep into the records and removes the ready or failed
     /// stores unread for `stores.unread_expiry_seconds` at `now` (never, when it is 0); returns
-    /// how many were removed. Blocking.
+    /// how many were removed. A removed store whose directory is still there has its deletion
+    /// queued again. Blocking.
     ///
     /// # Errors
     /// A read or write error; stores already handled stay handled.
@@ -94,6 +95,17 @@ impl Stores {
                     record.token.as_bytes().to_vec(),
                     record.encode(),
                 );
+            }
+            // Gone, and its data still there (its deletion failed, say): deleted again.
+            if record.status == Status::Gone
+                && self.dir(record.token).exists()
+                && self
+                    .queue
+                    .find(super::CONVERT, &record.token.to_string())
+                    .is_none()
+            {
+                tracing::info!(token = %record.token, "deleting a removed store's data again");
+                self.queue_deletion(record.token)?;
             }
             let last = record.last_read.max(record.updated);
             // An archived store expires as a ready one does: its cold objects go with it.

@@ -372,14 +372,7 @@ fn an_operator_lists_and_removes_stores() {
     let job = stores.queue.find(CONVERT, &made[0].token.to_string());
     assert_eq!(job.map(|j| j.starts), Some(0));
     let stores = Arc::new(stores);
-    let handler = job::ConvertJob {
-        stores: Arc::clone(&stores),
-    };
-    assert!(
-        stores
-            .queue
-            .run_waiting(CONVERT, &made[0].token.to_string(), &handler)
-    );
+    assert!(run_store_job(&stores, made[0].token));
     assert!(!stores.dir(made[0].token).exists());
     let err = stores
         .read(
@@ -395,6 +388,17 @@ fn an_operator_lists_and_removes_stores() {
         stores.remove(Uuid::new_v4(), "", NOW).unwrap_err().kind(),
         crate::ErrorKind::NotFound
     );
+}
+
+/// Runs the job of store `token` waiting, here (the queue of `stores` has no workers);
+/// whether one was waiting.
+fn run_store_job(stores: &Arc<Stores>, token: Uuid) -> bool {
+    let handler = job::ConvertJob {
+        stores: Arc::clone(stores),
+    };
+    stores
+        .queue
+        .run_waiting(CONVERT, &token.to_string(), &handler)
 }
 
 /// Runs the store jobs of `stores` with a worker whose first job, once done, is held running
@@ -442,14 +446,7 @@ fn a_removal_deletes_nothing_under_a_running_job_of_the_store_and_yields_to_a_re
     let source = dir.path().join("data/a.nc");
     let chunk = stores.dir(token).join("tas/0.0.0");
     let read = |key| stores.read(Some(&jane), token, key, NOW, std::time::Duration::ZERO);
-    let handler = job::ConvertJob {
-        stores: Arc::clone(&stores),
-    };
-    let run_waiting = || {
-        stores
-            .queue
-            .run_waiting(CONVERT, &token.to_string(), &handler)
-    };
+    let run_waiting = || run_store_job(&stores, token);
     assert!(run_waiting());
     let converted = std::fs::read(&chunk).unwrap();
     // Removed, and asked for again before the removal's job ran: that job converts, and
@@ -536,6 +533,40 @@ fn stores_are_listed_a_bounded_page_at_a_time() {
     assert!(pages >= 5, "{pages} pages");
     let (all, next) = stores.list_page(None, 100, 100, |_| true).unwrap();
     assert_eq!((all.len(), next), (20, None));
+}
+
+#[test]
+fn an_expired_stores_data_is_deleted_by_its_job_and_a_failed_deletion_is_tried_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stores, _jane, record) = one_store(dir.path(), 4.0);
+    let stores = Arc::new(stores);
+    let token = record.token;
+    let run_waiting = || run_store_job(&stores, token);
+    assert!(run_waiting());
+    let data = stores.dir(token);
+    assert!(data.join("tas/0.0.0").exists());
+    // Unread for a month: gone, and its job queued to delete the data.
+    let month = 30 * 86_400;
+    assert_eq!(stores.sweep(NOW + month + 1).unwrap(), 1);
+    assert_eq!(stores.record(token).unwrap().unwrap().status, Status::Gone);
+    // The deletion fails (a file stands where the directory was): the job is given up.
+    std::fs::remove_dir_all(&data).unwrap();
+    std::fs::write(&data, b"not a directory").unwrap();
+    assert!(run_waiting());
+    assert!(stores.queue.is_empty() && data.exists());
+    // The cause gone, the next sweep queues the deletion again, and it deletes.
+    std::fs::remove_file(&data).unwrap();
+    std::fs::create_dir_all(data.join("tas")).unwrap();
+    std::fs::write(data.join("tas/0.0.0"), b"left").unwrap();
+    assert_eq!(stores.sweep(NOW + month + 2).unwrap(), 0);
+    assert!(run_waiting());
+    assert!(!data.exists());
+    // An operator's removal of a store gone queues its deletion again, and keeps why it went.
+    std::fs::create_dir_all(&data).unwrap();
+    let again = stores.remove(token, "removed by an operator", NOW).unwrap();
+    assert_eq!(again.reason, "removed: not read for 30 days");
+    assert!(run_waiting());
+    assert!(!data.exists());
 }
 
 #[test]
