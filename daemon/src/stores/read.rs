@@ -257,15 +257,6 @@ impl Stores {
                 Status::Ready | Status::Preparing | Status::Archived => {}
             }
             if let Some(served) = self.served(&record)? {
-                // Read again once the metadata is: a reload that finished in between would
-                // pair this metadata with the record of the conversion before it.
-                if record.is_complete() {
-                    let now = self.current(&record)?;
-                    if !now.is_complete_conversion(record.conversion) {
-                        record = now;
-                        continue;
-                    }
-                }
                 break (served, record.status);
             }
             if record.status != Status::Preparing {
@@ -335,10 +326,17 @@ impl Stores {
                             // goes with its job, later): answered as the store is now, as the
                             // mount does. (And a removal or reload that dropped the store's
                             // mappings in between would leave the one kept holding removed
-                            // files.)
-                            if conversion.is_some() {
+                            // files.) The ETag names the metadata read, which may be of a
+                            // conversion that finished after `record` was read: then the
+                            // store's metadata now is still that one.
+                            if let Some(named) = conversion {
                                 let now = self.current(&record)?;
-                                if !now.is_complete_conversion(record.conversion) {
+                                let same = now.is_complete_conversion(record.conversion)
+                                    || (now.is_complete()
+                                        && self
+                                            .served(&now)?
+                                            .is_some_and(|now| now.file == Some(named)));
+                                if !same {
                                     if kept {
                                         self.cache.chunks.remove(&id);
                                     }
