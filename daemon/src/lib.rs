@@ -175,7 +175,9 @@ impl Daemon {
             self.store_jobs().as_ref(),
         );
         let dir = self.stores.dir(token);
-        if ran && dir.exists() {
+        // Not `exists()`, which a directory that cannot be looked at passes too.
+        let left = !matches!(std::fs::symlink_metadata(&dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        if ran && left {
             return Err(Error::io(
                 format!("delete the data of the removed store {token}"),
                 std::io::Error::other(format!(

@@ -3,6 +3,7 @@ store with xarray over HTTP (zarr-python 3 through fsspec, with the bearer heade
 every value netCDF4-python reads from the source; and the refusals a stranger meets."""
 
 import json
+import shutil
 import time
 
 import numpy as np
@@ -442,11 +443,19 @@ def test_operators_convert_with_and_without_a_running_daemon(daemon, tmp_path):
     assert (offline_data / "stores" / token / ".zmetadata").exists()
     listed = run(offline_data, "list")
     assert f"{token}  ready" in listed.stdout, listed.stdout + listed.stderr
-    # Removed on a stopped store: its data is deleted before the CLI returns.
+    # Removed on a stopped store: its data is deleted before the CLI returns, or the CLI
+    # says it was not (here a file stands where the store's directory was).
+    store_dir = offline_data / "stores" / token
+    shutil.rmtree(store_dir)
+    store_dir.write_bytes(b"not a directory")
+    refused = run(offline_data, "rm", token)
+    assert refused.returncode != 0 and f"svcd store rm {token}` tries again" in refused.stderr, refused.stderr
+    assert f"{token}  gone" in run(offline_data, "list").stdout
+    store_dir.unlink()
+    (store_dir / "tas").mkdir(parents=True)
     removed = run(offline_data, "rm", token)
     assert removed.returncode == 0, removed.stderr
-    assert not (offline_data / "stores" / token).exists()
-    assert f"{token}  gone" in run(offline_data, "list").stdout
+    assert not store_dir.exists()
     failed = run(offline_data, "convert", str(daemon.data / "sources" / "nothere.nc"))
     assert failed.returncode != 0 and "nothere.nc" in failed.stderr
 

@@ -125,6 +125,8 @@ struct State {
     next_seq: u64,
     /// Set by [`Queue::stop`]: workers take no further job.
     stopping: bool,
+    /// How many workers run jobs (see [`Queue::start`]).
+    workers: usize,
 }
 
 /// The durable queue.
@@ -182,7 +184,9 @@ impl Queue {
 
     /// As [`Queue::enqueue`], to run before every job not queued so (after those that were):
     /// short work that must not wait for a long queue (a removed store's deletion). A job of
-    /// the subject already waiting is moved there.
+    /// the subject already waiting is moved there; one of these asked for again by
+    /// [`Queue::enqueue`] goes back to the end of the queue as a new job. Such jobs take at
+    /// most all workers but one, so that the others never wait for a run of them.
     ///
     /// # Errors
     /// A write error; then neither the job nor `batch` was written.
@@ -202,10 +206,19 @@ impl Queue {
                 state.pending.retain(|&pending| pending != seq);
                 Self::place(&mut state, seq, true);
                 state.jobs.insert(seq, existing.clone());
-            } else {
-                self.db.write(batch)?;
+                return Ok(existing);
             }
-            return Ok(existing);
+            if first || !existing.first {
+                self.db.write(batch)?;
+                return Ok(existing);
+            }
+            // Waiting to run first, and now asked for as other work is (a removed store
+            // asked for again before its deletion ran: the job will convert it): queued
+            // again as new, last, so that no request gets ahead of those before it.
+            batch.delete(cf::JOBS, seq.to_be_bytes());
+            state.pending.retain(|&pending| pending != seq);
+            state.jobs.remove(&seq);
+            state.subjects.remove(&identity);
         }
         let job = Job {
             seq: state.next_seq,
@@ -270,6 +283,7 @@ impl Queue {
     /// When a thread cannot be spawned.
     pub fn start(self: &Arc<Self>, workers: usize, handler: &Arc<dyn Handler>) -> Result<()> {
         let mut handles = self.workers.lock();
+        self.state.lock().workers += workers.max(1);
         for n in 0..workers.max(1) {
             let queue = Arc::clone(self);
             let handler = Arc::clone(handler);
@@ -363,12 +377,20 @@ impl Queue {
             if state.stopping {
                 return None;
             }
-            // The oldest whose subject has no job of its kind running.
+            // The oldest whose subject has no job of its kind running, and, for one queued to
+            // run first, while those running leave a worker to the others.
+            let first_running = state
+                .running
+                .values()
+                .filter(|seq| state.jobs.get(seq).is_some_and(|job| job.first))
+                .count();
+            let first_allowed = first_running < state.workers.saturating_sub(1).max(1);
             let runnable = state.pending.iter().position(|seq| {
                 let job = &state.jobs[seq];
-                !state
-                    .running
-                    .contains_key(&(job.kind.clone(), job.subject.clone()))
+                (first_allowed || !job.first)
+                    && !state
+                        .running
+                        .contains_key(&(job.kind.clone(), job.subject.clone()))
             });
             if let Some(seq) = runnable.and_then(|at| state.pending.remove(at)) {
                 return Some(self.mark_started(state, seq));

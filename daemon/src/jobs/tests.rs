@@ -346,7 +346,57 @@ fn jobs_queued_to_run_first_run_before_the_others_also_after_a_restart() {
         .enqueue_first(Batch::default(), "convert", "y")
         .unwrap();
     queue.enqueue(Batch::default(), "convert", "d").unwrap();
+    // One to run first, asked for again as other work is: new, and last.
+    queue
+        .enqueue_first(Batch::default(), "convert", "z")
+        .unwrap();
+    let again = queue.enqueue(Batch::default(), "convert", "z").unwrap();
+    assert!(!again.first);
     let recorder = run_all(&queue, &[], 1);
-    assert_eq!(*recorder.seen.lock(), ["c", "x", "y", "a", "b", "d"]);
+    assert_eq!(*recorder.seen.lock(), ["c", "x", "y", "a", "b", "d", "z"]);
     assert!(stored_jobs(&db).is_empty());
+}
+
+#[test]
+fn jobs_queued_to_run_first_leave_a_worker_to_the_others() {
+    /// Holds the jobs of subjects starting with `f` until `release` is set.
+    #[derive(Default)]
+    struct Holding {
+        release: std::sync::atomic::AtomicBool,
+        done: Mutex<Vec<String>>,
+    }
+    impl Handler for Holding {
+        fn run(&self, job: &Job, _stop: &Stop) -> Result<Outcome> {
+            while job.subject.starts_with('f') && !self.release.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            self.done.lock().push(job.subject.clone());
+            Ok(Outcome::Done(Batch::default()))
+        }
+        fn give_up(&self, _job: &Job, _reason: &str) -> Batch {
+            Batch::default()
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, queue) = open(dir.path());
+    for subject in ["f1", "f2", "f3"] {
+        queue
+            .enqueue_first(Batch::default(), "convert", subject)
+            .unwrap();
+    }
+    queue.enqueue(Batch::default(), "convert", "n").unwrap();
+    let holding = Arc::new(Holding::default());
+    queue
+        .start(3, &(Arc::clone(&holding) as Arc<dyn Handler>))
+        .unwrap();
+    // Two of three workers hold first jobs; the third runs the other job.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while holding.done.lock().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(*holding.done.lock(), ["n"]);
+    holding.release.store(true, Ordering::SeqCst);
+    queue.wait_idle();
+    queue.stop();
+    assert_eq!(holding.done.lock().len(), 4);
 }

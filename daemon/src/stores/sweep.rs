@@ -80,6 +80,9 @@ impl Stores {
         let expiry = i64::try_from(self.config.unread_expiry_seconds).unwrap_or(i64::MAX);
         let mut removed = 0;
         for listed in self.list()? {
+            // Gone, and its data still there (its deletion failed, say): deleted again. Looked
+            // at before the lock every request takes (the hot tier may be slow to answer).
+            let left = listed.status == Status::Gone && self.dir(listed.token).exists();
             // Read again, with the record to itself: it may have changed since the list.
             let _record = self.records.lock();
             let Some(mut record) = self.record(listed.token)? else {
@@ -96,9 +99,8 @@ impl Stores {
                     record.encode(),
                 );
             }
-            // Gone, and its data still there (its deletion failed, say): deleted again.
-            if record.status == Status::Gone
-                && self.dir(record.token).exists()
+            if left
+                && record.status == Status::Gone
                 && self
                     .queue
                     .find(super::CONVERT, &record.token.to_string())

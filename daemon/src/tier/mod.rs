@@ -39,7 +39,7 @@
 //! interrupted: `archiving` goes back to hot (its cold object is deleted), `restoring` goes
 //! back to archived (its partial files are deleted), hot copies left beside a verified cold
 //! copy are deleted, and cold objects no record names are removed. What needs the cold tier
-//! is done only on its definite answers, each awaited at most [`REPAIR_COLD_WAIT`]: a cold
+//! is done only on its definite answers, each awaited at most [`COLD_ANSWER_WAIT`]: a cold
 //! tier that does not answer leaves it to the next start (the cleaning of marked stores
 //! also to the serving daemon's next cleaning).
 //!
@@ -91,12 +91,14 @@ pub use archive::{ArchiveOptions, ArchiveRow};
 /// Format byte of a tier state record and of a stored manifest.
 const FORMAT: u8 = 1;
 
-/// How long the repair at start, and a cleaning of the cold tier, wait for one answer of the
-/// cold tier (the object store client itself retries for minutes), so that neither a start
-/// nor a store's lock (a cleaning holds it) is held up longer. A HEAD of the repair that
-/// does not come leaves the rest to the next start; listings or deletions of two stores in
-/// a row that do not, the rest of a cleaning to the next one.
-const REPAIR_COLD_WAIT: Duration = Duration::from_secs(10);
+/// How long the repair at start, a cleaning of the cold tier, and a store's job forgetting
+/// its cold objects (or a removed store's mirrored manifest) wait for one answer of the cold
+/// tier or the mirror (the object store client itself retries for minutes), so that neither
+/// a start, nor a store's lock (a cleaning holds it), nor a worker of the job queue is held
+/// up longer. A HEAD of the repair that does not come leaves the rest to the next start;
+/// listings or deletions of two stores in a row that do not, the rest of a cleaning to the
+/// next one; a store's job, its cold objects to the cleaning.
+const COLD_ANSWER_WAIT: Duration = Duration::from_secs(10);
 
 /// How long after it was last marked a store stays marked for cleaning, however clean its
 /// listings: an object that appears on the cold tier after a listing (a multipart upload
@@ -360,7 +362,7 @@ pub struct Tier {
     instance_locks: Mutex<HashMap<InstanceId, Arc<Mutex<()>>>>,
     /// [`CLEANING_GRACE_SECONDS`] (tests set it to 0).
     cleaning_grace: i64,
-    /// [`REPAIR_COLD_WAIT`] (tests shorten it).
+    /// [`COLD_ANSWER_WAIT`] (tests shorten it).
     cold_wait: Duration,
     /// Cold objects (by name, size, modification time and entity tag) whose adoption
     /// failed, and when.
@@ -446,7 +448,7 @@ impl Tier {
             store_locks: Mutex::default(),
             instance_locks: Mutex::default(),
             cleaning_grace: CLEANING_GRACE_SECONDS,
-            cold_wait: REPAIR_COLD_WAIT,
+            cold_wait: COLD_ANSWER_WAIT,
             adoption_failures: Mutex::default(),
             adoption_reads: Mutex::default(),
             silent_stores: Mutex::default(),
@@ -1048,18 +1050,25 @@ impl Tier {
             return Ok(());
         }
         let prefix = ObjectPath::from(token.to_string());
-        let deleted = self.block_on(async {
+        // Each call bounded: a store's job (a conversion, a removal) must not wait for a cold
+        // tier that does not answer; what is left, the cleaning deletes.
+        let deleted = (|| {
             use futures::TryStreamExt;
-            let objects: Vec<_> = self.cold.list(Some(&prefix)).try_collect().await?;
+            let listed = self.within(
+                COLD_ANSWER_WAIT,
+                self.cold.list(Some(&prefix)).try_collect(),
+            );
+            let objects: Vec<_> = listed.ok_or("the cold tier did not answer a listing")??;
             for object in objects {
-                self.cold.delete(&object.location).await?;
+                self.within(COLD_ANSWER_WAIT, self.cold.delete(&object.location))
+                    .ok_or("the cold tier did not answer a deletion")??;
             }
-            Ok::<_, svc_manifests::object_store::Error>(())
-        });
+            Ok::<_, Box<dyn std::error::Error>>(())
+        })();
         // The store stays marked: the cleaning lists it again within the grace (an upload
         // may still complete), and then unmarks it.
         if let Err(e) = deleted {
-            tracing::warn!(%token, error = %e, "cannot delete the store's cold objects");
+            tracing::warn!(%token, error = %e, "cannot delete the store's cold objects; the cleaning will");
         }
         Ok(())
     }
@@ -1067,16 +1076,20 @@ impl Tier {
     /// Deletes the store `token`'s mirrored manifest, when manifests are mirrored: the store
     /// is removed, and the reference tools must not find a manifest of a store that is gone.
     /// (A store converted again keeps it: its blobs and pins are those of the next cut.) A
-    /// failure is logged. Blocking.
+    /// failure, or no answer within [`COLD_ANSWER_WAIT`], is logged with the manifest's key
+    /// and left. Blocking.
     pub(crate) fn forget_mirrored(&self, token: Uuid) {
         let Some(mirror) = &self.mirror else {
             return;
         };
         let key = mirror.key(&token.to_string());
-        match self.block_on(mirror.object_store().delete(&key)) {
-            Ok(()) | Err(svc_manifests::object_store::Error::NotFound { .. }) => {}
-            Err(e) => {
-                tracing::warn!(%token, error = %e, "cannot delete a removed store's mirrored manifest");
+        match self.within(COLD_ANSWER_WAIT, mirror.object_store().delete(&key)) {
+            Some(Ok(()) | Err(svc_manifests::object_store::Error::NotFound { .. })) => {}
+            Some(Err(e)) => {
+                tracing::warn!(%token, %key, error = %e, "cannot delete a removed store's mirrored manifest");
+            }
+            None => {
+                tracing::warn!(%token, %key, "the manifest mirror did not answer the deletion of a removed store's manifest");
             }
         }
     }
@@ -1201,7 +1214,7 @@ impl Tier {
                             }
                             None => {
                                 tracing::warn!(
-                                    seconds = REPAIR_COLD_WAIT.as_secs(),
+                                    seconds = COLD_ANSWER_WAIT.as_secs(),
                                     "the cold tier does not answer; archived blobs are left as they are until the next start"
                                 );
                                 cold_answers = false;
@@ -1253,7 +1266,7 @@ impl Tier {
                             "cannot check the cold copy of an archived blob; it is left as it is until the next start"),
                         _ if cold_answers => {
                             tracing::warn!(
-                                seconds = REPAIR_COLD_WAIT.as_secs(),
+                                seconds = COLD_ANSWER_WAIT.as_secs(),
                                 "the cold tier does not answer; archived blobs are left as they are until the next start"
                             );
                             cold_answers = false;
@@ -1505,7 +1518,7 @@ impl Tier {
     /// back without the lock), and the store is not settled yet. Any other is a leftover (of
     /// a restore or a store converted again or removed) and is deleted, with the local
     /// object store's interrupted writes, until `stopped`. The listing and each deletion are
-    /// awaited at most [`REPAIR_COLD_WAIT`]. The store's mark goes once everything below its
+    /// awaited at most [`COLD_ANSWER_WAIT`]. The store's mark goes once everything below its
     /// prefix is settled, by a listing [`CLEANING_GRACE_SECONDS`] or more after the mark was
     /// put (a mark from a host clock that stood ahead is brought back to the listing's
     /// time).
@@ -1876,7 +1889,7 @@ impl Tally {
             );
         }
         if let Some(first) = &self.silent.first {
-            tracing::warn!(stores = self.silent.count, %first, seconds = REPAIR_COLD_WAIT.as_secs(),
+            tracing::warn!(stores = self.silent.count, %first, seconds = COLD_ANSWER_WAIT.as_secs(),
                 "the cold tier does not answer in time for stores' cleaning; tried again at the next cleaning");
         }
         if let Some(first) = &self.unlisted.first {
