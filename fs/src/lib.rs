@@ -53,10 +53,31 @@ pub fn mount(
 }
 
 /// Detaches the mount at `dir` lazily: it goes from the namespace now, and from the kernel
-/// when its last user lets go (a stale mount, or one still in use at shutdown).
+/// when its last user lets go (a stale mount, or one still in use at shutdown). A daemon
+/// without `CAP_SYS_ADMIN` (one that mounts through the setuid `fusermount3`) is refused
+/// `umount2`, and has that helper detach it, as it may its own mounts.
 ///
 /// # Errors
-/// As `umount2(2)`.
+/// As `umount2(2)`, or `fusermount3` failing.
 pub fn detach(dir: &Path) -> std::io::Result<()> {
-    nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH).map_err(std::io::Error::from)
+    match nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EPERM) => {
+            let dir = std::path::absolute(dir)?;
+            let helped = std::process::Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&dir)
+                .output()?;
+            if helped.status.success() {
+                Ok(())
+            } else {
+                Err(std::io::Error::other(format!(
+                    "fusermount3 -u -z {}: {}",
+                    dir.display(),
+                    String::from_utf8_lossy(&helped.stderr).trim()
+                )))
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }

@@ -12,13 +12,15 @@ import signal
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import requests
 import xarray as xr
 
-from conftest import serve, wait_mounted
+from conftest import serve
 from test_mount import local_user
 from test_portal import wait_ready
 
@@ -75,46 +77,89 @@ def test_the_unit_with_the_mount_drop_in_gives_the_service_no_mount_namespace():
     assert merged["User"] == "svcd" and merged["NoNewPrivileges"] == "true"
 
 
-def test_the_daemon_mounts_and_serves_the_stores_as_the_unit_runs_it(tmp_path):
-    merged = service_settings(SYSTEMD / "svcd.service", SYSTEMD / "svcd-mount.conf")
-    user, other = local_user(SERVICE_USER), local_user(OTHER)
-    caps = ",".join("+" + cap.removeprefix("CAP_").lower() for cap in merged["AmbientCapabilities"])
-    bounding = ",".join(["-all"] + ["+" + cap.removeprefix("CAP_").lower() for cap in merged["CapabilityBoundingSet"]])
-    setpriv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", f"--bounding-set={bounding}"]
-    if caps:
-        setpriv += [f"--inh-caps={caps}", f"--ambient-caps={caps}"]
-    if merged["NoNewPrivileges"] == "true":
+def without_capabilities(drop_in, tmp_path):
+    """The README's variant of `drop_in` for a mount without `CAP_SYS_ADMIN`: its capability
+    lines dropped and `NoNewPrivileges=false`, so that the setuid `fusermount3` mounts."""
+    lines = [line for line in drop_in.read_text().splitlines()
+             if not line.startswith(("AmbientCapabilities=", "CapabilityBoundingSet="))]
+    variant = tmp_path / "svcd-mount-fusermount3.conf"
+    variant.write_text("\n".join(lines + ["NoNewPrivileges=false", ""]))
+    return variant
+
+
+def launcher_of(settings, user, directory):
+    """A script that runs svcd as `settings` say (as `user`), through `setpriv`."""
+    setpriv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
+    names = lambda key: [cap.removeprefix("CAP_").lower() for cap in settings.get(key, [])]
+    if "CapabilityBoundingSet" in settings:
+        setpriv.append("--bounding-set=" + ",".join(["-all"] + ["+" + cap for cap in names("CapabilityBoundingSet")]))
+    if ambient := ",".join("+" + cap for cap in names("AmbientCapabilities")):
+        setpriv += [f"--inh-caps={ambient}", f"--ambient-caps={ambient}"]
+    if settings.get("NoNewPrivileges") == "true":
         setpriv.append("--no-new-privs")
-    launcher = tmp_path / "svcd-as-the-unit"
+    launcher = directory / "svcd-as-the-unit"
     launcher.write_text(f"#!/bin/sh\nexec {' '.join(setpriv)} {os.environ['SVCD_BIN']} \"$@\"\n")
     launcher.chmod(0o755)
+    return launcher
+
+
+@pytest.mark.parametrize("variant", ["drop-in", "fusermount3"])
+def test_the_daemon_mounts_serves_and_recovers_the_stores_as_the_unit_runs_it(tmp_path, variant):
+    """As the unit with the drop-in runs it (`CAP_SYS_ADMIN`: mount(2) and passthrough), and
+    as the README's variant without it (the setuid `fusermount3`, `user_allow_other`, no
+    passthrough): mounted, read by another user, killed (a stale mount left), started again
+    (the stale mount detached, mounted again), stopped (unmounted)."""
+    drop_in = SYSTEMD / "svcd-mount.conf"
+    if variant == "fusermount3":
+        drop_in = without_capabilities(drop_in, tmp_path)
+    settings = service_settings(SYSTEMD / "svcd.service", drop_in)
+    assert ("AmbientCapabilities" in settings) == (variant == "drop-in")
+    user, other = local_user(SERVICE_USER), local_user(OTHER)
+    launcher = launcher_of(settings, user, tmp_path)
     # Outside pytest's root-only directories: the daemon's user reaches its data directory
-    # (its own, as StateDirectory= makes it), the sources and the mount point.
+    # (its own, as StateDirectory= makes it), the sources and the mount point (its own too:
+    # fusermount3 mounts only where its caller may write).
     work = Path(tempfile.mkdtemp(prefix="svcd-unit-"))
     os.chmod(work, 0o755)
     data, sources, mountpoint = work / "data", work / "sources", work / "mount"
     for directory in (data, sources, mountpoint):
-        directory.mkdir()
-    os.chown(data, user.pw_uid, user.pw_gid)
-    os.chmod(sources, 0o755)
-    os.chmod(mountpoint, 0o755)
+        directory.mkdir(mode=0o755)
+    for directory in (data, mountpoint):
+        os.chown(directory, user.pw_uid, user.pw_gid)
     ds = xr.Dataset({"tas": (("time", "lat"), np.arange(12, dtype="f4").reshape(4, 3))},
                     coords={"time": ("time", np.arange(4.0), {"units": "days since 2000-01-01"})})
     ds.to_netcdf(sources / "public.nc")
     os.chmod(sources / "public.nc", 0o644)
     # The device is world-readable and writable on a standard system (udev's rule); here it
-    # may be root's alone.
+    # may be root's alone. `user_allow_other` is the variant's own set-up.
     fuse_mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
     os.chmod("/dev/fuse", 0o666)
+    fuse_conf = Path("/etc/fuse.conf")
+    fuse_conf_before = fuse_conf.read_text() if fuse_conf.exists() else None
+    if variant == "fusermount3":
+        fuse_conf.write_text((fuse_conf_before or "") + "\nuser_allow_other\n")
+    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(sources))
     proc = None
-    try:
-        env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(sources))
+
+    def start():
         proc, host = serve(str(launcher), data, env=env, args=("--mount", str(mountpoint)))
-        wait_mounted(mountpoint)
-        assert os.path.ismount(mountpoint), (data / "svcd.log").read_text()
+        # Mounted once it says so (a stale mount left at the mount point is a mount point too).
+        log = data / "svcd.log"
+        deadline = time.monotonic() + 30
+        while "stores mounted" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "stores mounted" in log.read_text(), log.read_text()
+        return proc, host
+
+    def read_as_other(path):
+        return subprocess.run(["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}", "--clear-groups", "cat", str(path)],
+                              capture_output=True, check=False)
+
+    try:
+        proc, host = start()
         status = Path(f"/proc/{proc.pid}/status").read_text()
         assert f"Uid:\t{user.pw_uid}\t" in status
-        assert "NoNewPrivs:\t1" in status
+        assert ("NoNewPrivs:\t1" in status) == (settings["NoNewPrivileges"] == "true")
         base = f"{host}/api/svc-nextgen"
         token = subprocess.run([os.environ["SVCD_BIN"], "--data-dir", str(data), "token", "issue", "--user=jane"],
                                capture_output=True, text=True, check=True).stdout.strip()
@@ -125,15 +170,24 @@ def test_the_daemon_mounts_and_serves_the_stores_as_the_unit_runs_it(tmp_path):
         [url] = answer.json()["urls"]
         assert wait_ready(base, headers, url)["status"] == 0
         store = mountpoint / url.rsplit("/", 1)[1]
-        # Another local user reads the store through the mount as HTTP serves it. (The hot
-        # chunk goes through passthrough, which needs the capability: refused, the daemon
-        # says so in its log and reads the chunk itself.)
-        for key in (".zmetadata", "tas/0.0"):
-            read = subprocess.run(["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}", "--clear-groups",
-                                   "cat", str(store / key)], capture_output=True, check=False)
-            assert read.returncode == 0, read.stderr
-            assert read.stdout == requests.get(f"{url}/{key}", timeout=10).content, key
-        assert "refuses passthrough" not in (data / "svcd.log").read_text()
+        served = {key: requests.get(f"{url}/{key}", timeout=10).content for key in (".zmetadata", "tas/0.0")}
+        # Another local user reads the store through the mount as HTTP serves it. The hot
+        # chunk goes through passthrough when the daemon has the capability it needs; else
+        # the daemon says the kernel refused it, and reads the chunk itself.
+        for key, content in served.items():
+            read = read_as_other(store / key)
+            assert read.returncode == 0 and read.stdout == content, (key, read.stderr)
+        log = (data / "svcd.log").read_text()
+        through_daemon = "refuses passthrough" in log or "offers no FUSE passthrough" in log
+        assert through_daemon == (variant == "fusermount3"), log
+        # Killed: its mount is left stale; started again, the daemon detaches and remounts it.
+        proc.kill()
+        proc.wait(timeout=30)
+        with pytest.raises(OSError):
+            os.listdir(mountpoint)
+        proc, host = start()
+        read = read_as_other(store / "tas/0.0")
+        assert read.returncode == 0 and read.stdout == served["tas/0.0"], read.stderr
         # Stopped as systemd stops it: unmounted.
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
@@ -144,4 +198,8 @@ def test_the_daemon_mounts_and_serves_the_stores_as_the_unit_runs_it(tmp_path):
             proc.wait(timeout=30)
         subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, check=False)
         os.chmod("/dev/fuse", fuse_mode)
+        if fuse_conf_before is None:
+            fuse_conf.unlink(missing_ok=True)
+        else:
+            fuse_conf.write_text(fuse_conf_before)
         shutil.rmtree(work, ignore_errors=True)
