@@ -20,7 +20,7 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                "svcd=info,svc_daemon=info,svc_http=info,svc_fs=info,tower_http=warn".into()
+                "warn,svcd=info,svc_daemon=info,svc_http=info,svc_fs=info".into()
             }),
         )
         .with_writer(std::io::stderr)

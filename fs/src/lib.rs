@@ -67,7 +67,8 @@ pub fn detach(dir: &Path) -> std::io::Result<()> {
             let helped = std::process::Command::new("fusermount3")
                 .args(["-u", "-z"])
                 .arg(&dir)
-                .output()?;
+                .output()
+                .map_err(|e| std::io::Error::new(e.kind(), format!("run fusermount3: {e}")))?;
             if helped.status.success() {
                 Ok(())
             } else {

@@ -130,18 +130,14 @@ def test_the_daemon_mounts_serves_and_recovers_the_stores_as_the_unit_runs_it(tm
                     coords={"time": ("time", np.arange(4.0), {"units": "days since 2000-01-01"})})
     ds.to_netcdf(sources / "public.nc")
     os.chmod(sources / "public.nc", 0o644)
-    # The device is world-readable and writable on a standard system (udev's rule); here it
-    # may be root's alone. `user_allow_other` is the variant's own set-up.
     fuse_mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
-    os.chmod("/dev/fuse", 0o666)
     fuse_conf = Path("/etc/fuse.conf")
     fuse_conf_before = fuse_conf.read_text() if fuse_conf.exists() else None
-    if variant == "fusermount3":
-        fuse_conf.write_text((fuse_conf_before or "") + "\nuser_allow_other\n")
     env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(sources))
     proc = None
 
     def start():
+        (data / "svcd.addr").unlink(missing_ok=True)
         proc, host = serve(str(launcher), data, env=env, args=("--mount", str(mountpoint)))
         # Mounted once it says so (a stale mount left at the mount point is a mount point too).
         log = data / "svcd.log"
@@ -156,6 +152,11 @@ def test_the_daemon_mounts_serves_and_recovers_the_stores_as_the_unit_runs_it(tm
                               capture_output=True, check=False)
 
     try:
+        # The device is world-readable and writable on a standard system (udev's rule);
+        # here it may be root's alone. `user_allow_other` is the variant's own set-up.
+        os.chmod("/dev/fuse", 0o666)
+        if variant == "fusermount3":
+            fuse_conf.write_text((fuse_conf_before or "") + "\nuser_allow_other\n")
         proc, host = start()
         status = Path(f"/proc/{proc.pid}/status").read_text()
         assert f"Uid:\t{user.pw_uid}\t" in status

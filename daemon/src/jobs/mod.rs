@@ -186,7 +186,8 @@ impl Queue {
     /// short work that must not wait for a long queue (a removed store's deletion). A job of
     /// the subject already waiting is moved there; one of these asked for again by
     /// [`Queue::enqueue`] goes back to the end of the queue as a new job. Such jobs take at
-    /// most all workers but one, so that the others never wait for a run of them.
+    /// most all workers but one (the one, when there is one), so that the others never wait
+    /// for a run of them when there are more.
     ///
     /// # Errors
     /// A write error; then neither the job nor `batch` was written.
@@ -197,6 +198,7 @@ impl Queue {
     fn queue(&self, mut batch: Batch, kind: &str, subject: &str, first: bool) -> Result<Job> {
         let mut state = self.state.lock();
         let identity = (kind.to_string(), subject.to_string());
+        let mut replaced = None;
         if let Some(&seq) = state.subjects.get(&identity) {
             let mut existing = state.jobs[&seq].clone();
             if first && !existing.first {
@@ -216,9 +218,7 @@ impl Queue {
             // asked for again before its deletion ran: the job will convert it): queued
             // again as new, last, so that no request gets ahead of those before it.
             batch.delete(cf::JOBS, seq.to_be_bytes());
-            state.pending.retain(|&pending| pending != seq);
-            state.jobs.remove(&seq);
-            state.subjects.remove(&identity);
+            replaced = Some(seq);
         }
         let job = Job {
             seq: state.next_seq,
@@ -230,6 +230,10 @@ impl Queue {
         batch.put(cf::JOBS, job.seq.to_be_bytes(), job.encode());
         // Holding the lock while writing keeps rows in sequence order with the memory state.
         self.db.write(batch)?;
+        if let Some(seq) = replaced {
+            state.pending.retain(|&pending| pending != seq);
+            state.jobs.remove(&seq);
+        }
         state.next_seq += 1;
         Self::place(&mut state, job.seq, first);
         state.subjects.insert(identity, job.seq);

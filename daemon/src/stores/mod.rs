@@ -608,7 +608,8 @@ impl Stores {
     /// # Errors
     /// A read, write or delete error.
     pub(crate) fn delete_data(&self, token: Uuid) -> Result<()> {
-        self.tier.forget_store(token)?;
+        self.tier
+            .forget_removed_store(token, crate::tier::COLD_ANSWER_WAIT)?;
         self.tier.forget_mirrored(token);
         self.cache.forget(token);
         let dir = self.dir(token);

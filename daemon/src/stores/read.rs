@@ -329,28 +329,14 @@ impl Stores {
                             // files.) The ETag names the metadata read, which may be of a
                             // conversion that finished after `record` was read: then the
                             // store's metadata now is still that one.
-                            if let Some(named) = conversion {
-                                let now = self.current(&record)?;
-                                let same = now.is_complete_conversion(record.conversion)
-                                    || (now.is_complete()
-                                        && self
-                                            .served(&now)?
-                                            .is_some_and(|now| now.file == Some(named)));
-                                if !same {
-                                    if kept {
-                                        self.cache.chunks.remove(&id);
-                                    }
-                                    return Err(if now.status == Status::Gone {
-                                        Error::NotFound(Missing::Store(token.to_string()))
-                                    } else {
-                                        Error::Restoring {
-                                            detail: "The store was converted again while \
-                                                     this read was under way; read it again."
-                                                .into(),
-                                            retry: Duration::from_secs(1),
-                                        }
-                                    });
+                            if let Some(named) = conversion
+                                && let Some(refused) =
+                                    self.still_the_conversion(&record, named).err()
+                            {
+                                if kept {
+                                    self.cache.chunks.remove(&id);
                                 }
+                                return Err(refused);
                             }
                             return Ok(chunk(bytes, etag));
                         }
@@ -406,6 +392,35 @@ impl Stores {
                 }
             }
         }
+    }
+
+    /// Whether store `record.token` is still the conversion `record` was, or a later one whose
+    /// `.zmetadata` is the file `named` (one that finished after `record` was read, whose
+    /// metadata the reader saw): what a chunk read just now may be served as. Else 404 for a
+    /// store removed since, 503 ("read it again") for one converted again.
+    ///
+    /// # Errors
+    /// As said, and a read error.
+    fn still_the_conversion(&self, record: &StoreRecord, named: FileIdentity) -> Result<()> {
+        let now = self.current(record)?;
+        if now.is_complete_conversion(record.conversion)
+            || (now.is_complete()
+                && self
+                    .served(&now)?
+                    .is_some_and(|served| served.file == Some(named)))
+        {
+            return Ok(());
+        }
+        Err(if now.status == Status::Gone {
+            Error::NotFound(Missing::Store(record.token.to_string()))
+        } else {
+            Error::Restoring {
+                detail: "The store was converted again while this read was under way; read \
+                         it again."
+                    .into(),
+                retry: Duration::from_secs(1),
+            }
+        })
     }
 
     /// The hot copy of chunk `key` of the complete store `token`, opened, while the store is

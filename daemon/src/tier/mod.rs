@@ -98,7 +98,7 @@ const FORMAT: u8 = 1;
 /// up longer. A HEAD of the repair that does not come leaves the rest to the next start;
 /// listings or deletions of two stores in a row that do not, the rest of a cleaning to the
 /// next one; a store's job, its cold objects to the cleaning.
-const COLD_ANSWER_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const COLD_ANSWER_WAIT: Duration = Duration::from_secs(10);
 
 /// How long after it was last marked a store stays marked for cleaning, however clean its
 /// listings: an object that appears on the cold tier after a listing (a multipart upload
@@ -1032,6 +1032,28 @@ impl Tier {
     pub(crate) fn forget_store(&self, token: Uuid) -> Result<()> {
         let store_lock = self.store_lock(token);
         let _exclusive = store_lock.write();
+        self.forget_store_locked(token)
+    }
+
+    /// As [`Tier::forget_store`] for a removed store, waiting at most `wait` for the store's
+    /// lock (a restore or an archive of it under way holds it, and may wait for the cold
+    /// tier for long): a deletion must not hold a worker of the job queue behind it.
+    ///
+    /// # Errors
+    /// As [`Tier::forget_store`]; [`Error::Tier`] when the lock was not had in time (the
+    /// sweep queues the deletion again).
+    pub(crate) fn forget_removed_store(&self, token: Uuid, wait: Duration) -> Result<()> {
+        let store_lock = self.store_lock(token);
+        let Some(_exclusive) = store_lock.try_write_for(wait) else {
+            return Err(Error::Tier(format!(
+                "store {token} is being restored or archived; its deletion is tried again later"
+            )));
+        };
+        self.forget_store_locked(token)
+    }
+
+    /// [`Tier::forget_store`] with the store's lock held.
+    fn forget_store_locked(&self, token: Uuid) -> Result<()> {
         let had_tier_state = self.db.any_prefixed(cf::TIERS, token.as_bytes())?;
         let mut batch = Batch::default();
         batch.delete_prefixed(cf::KEYS, token.as_bytes());
@@ -1060,7 +1082,7 @@ impl Tier {
             );
             let objects: Vec<_> = listed.ok_or("the cold tier did not answer a listing")??;
             for object in objects {
-                self.within(COLD_ANSWER_WAIT, self.cold.delete(&object.location))
+                self.within(self.cold_wait, self.cold.delete(&object.location))
                     .ok_or("the cold tier did not answer a deletion")??;
             }
             Ok::<_, Box<dyn std::error::Error>>(())
@@ -1083,7 +1105,7 @@ impl Tier {
             return;
         };
         let key = mirror.key(&token.to_string());
-        match self.within(COLD_ANSWER_WAIT, mirror.object_store().delete(&key)) {
+        match self.within(self.cold_wait, mirror.object_store().delete(&key)) {
             Some(Ok(()) | Err(svc_manifests::object_store::Error::NotFound { .. })) => {}
             Some(Err(e)) => {
                 tracing::warn!(%token, %key, error = %e, "cannot delete a removed store's mirrored manifest");
