@@ -16,8 +16,8 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, Request,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, Request,
 };
 
 use svc_daemon::FairPool;
@@ -316,6 +316,35 @@ impl<B: Backend + 'static> Filesystem for Fuse<B> {
             return;
         }
         self.open_file(ino.0, reply);
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Nothing to write back. ENOSYS tells the kernel to send no flush again, so a `close`
+        // costs no round trip (fuser's default answers the same, with a warning logged).
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // None is supported: what a program asks of any file it opens (Python asks whether
+        // it is a terminal) gets the usual answer, not a line in the log each time.
+        reply.error(Errno::ENOTTY);
     }
 
     fn release(

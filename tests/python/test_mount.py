@@ -142,6 +142,19 @@ def test_unknown_names_are_not_there(mounted):
     assert not (directory / "tas" / "9.9").exists()
 
 
+def test_reading_through_the_mount_logs_nothing_to_warn_of(mounted):
+    """Programs open, read and close files as they do anywhere (Python's `open` asks whether
+    the file is a terminal): nothing of it is a warning in the daemon's log. (The private
+    store: a later test needs the public one's files out of the page cache.)"""
+    directory, _ = store_dir(mounted, "private")
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        with open(path) if path.name.startswith(".") else open(path, "rb") as handle:
+            handle.read()
+    warnings = [line for line in (mounted["data"] / "svcd.log").read_text().splitlines()
+                if " WARN" in line and "SVCD_BIN names no configuration key" not in line]
+    assert warnings == []
+
+
 def test_a_removed_store_leaves_the_mount(mounted):
     directory, token = store_dir(mounted, "public")
     # Opened before, and never read (xarray read the consolidated metadata only), so
