@@ -570,6 +570,84 @@ fn an_expired_stores_data_is_deleted_by_its_job_and_a_failed_deletion_is_tried_a
 }
 
 #[test]
+fn a_chunk_read_under_way_when_its_store_is_converted_again_or_removed_is_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stores, jane, record) = one_store(dir.path(), 5.0);
+    let stores = Arc::new(stores);
+    let token = record.token;
+    assert!(run_store_job(&stores, token));
+    let chunk = stores.dir(token).join("tas/0.0.0");
+    let bytes = std::fs::read(&chunk).unwrap();
+    let source = dir.path().join("data/a.nc");
+    let reload = convert(&format!(
+        r#"{{"path": "{}", "reload": true}}"#,
+        source.display()
+    ));
+    // The chunk file becomes a FIFO: a read opening it waits there until it is written,
+    // after the store changed under it (a reload's job, or a removal, as the read runs).
+    let fifo = |chunk: &std::path::Path| {
+        std::fs::remove_file(chunk).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(chunk).status();
+        assert!(made.unwrap().success());
+    };
+    // Opened for writing once the read has it open (before, the FIFO has no reader: ENXIO),
+    // so the read has taken its record by then.
+    let writer = |chunk: &std::path::Path| loop {
+        use std::os::unix::fs::OpenOptionsExt;
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(chunk);
+        match opened {
+            Ok(writer) => break writer,
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    use std::io::Write;
+    for change in ["converted again", "removed"] {
+        fifo(&chunk);
+        let reading = {
+            let (stores, jane) = (Arc::clone(&stores), jane.clone());
+            std::thread::spawn(move || {
+                stores.read(
+                    Some(&jane),
+                    token,
+                    "tas/0.0.0",
+                    NOW,
+                    std::time::Duration::ZERO,
+                )
+            })
+        };
+        let mut written = writer(&chunk);
+        match change {
+            "converted again" => drop(stores.request(&jane, &reload, NOW).unwrap()),
+            _ => drop(stores.remove(token, "removed by an operator", NOW).unwrap()),
+        }
+        written.write_all(&bytes).unwrap();
+        drop(written);
+        let kind = reading
+            .join()
+            .unwrap()
+            .map(|read| read.etag)
+            .unwrap_err()
+            .kind();
+        let expected = match change {
+            "converted again" => crate::ErrorKind::Unavailable,
+            _ => crate::ErrorKind::NotFound,
+        };
+        assert_eq!(kind, expected, "{change}");
+        // Converted again: ready once more for the next round.
+        if change == "converted again" {
+            std::fs::remove_file(&chunk).unwrap();
+            assert!(run_store_job(&stores, token));
+        }
+    }
+}
+
+#[test]
 fn the_sweep_removes_stores_nobody_reads() {
     let dir = tempfile::tempdir().unwrap();
     let (_queue, stores) = open(dir.path());
