@@ -525,6 +525,27 @@ def test_a_removed_store_leaves_nothing_on_either_tier_nor_in_the_mirror(tmp_pat
         assert tier_rows(data, store) == []
 
 
+def test_a_removed_stores_manifest_the_mirror_refuses_to_delete_is_deleted_when_asked_again(tmp_path):
+    with NoiseStore(tmp_path, 2, seed=12, max_bytes=1 << 20) as noise:
+        data, store = noise.data, noise.store
+        mirrored = data / "manifests" / store / "manifest.json"
+        hot = data / "stores" / store
+        assert mirrored.is_file()
+        # The mirror refuses the deletion: a directory, not empty, stands at its key.
+        mirrored.unlink()
+        (mirrored / "held").mkdir(parents=True)
+        svcd(data, "store", "rm", store)
+        # The data goes; the store's directory stays, empty, for the deletion to be tried again.
+        assert eventually(lambda: hot.exists() and not any(hot.iterdir()))
+        assert "cannot delete the mirrored manifest" in (data / "svcd.log").read_text()
+        assert tier_rows(data, store) == []
+        # The mirror lets it go: asked again (here by the operator; else by the hourly sweep).
+        shutil.rmtree(mirrored)
+        mirrored.write_text("{}")
+        svcd(data, "store", "rm", store)
+        assert eventually(lambda: not hot.exists() and not mirrored.exists())
+
+
 def test_kill_9_during_archive_and_restore_loses_nothing_and_leaves_nothing(tmp_path):
     # 96 MiB of noise in blobs of about 16 MiB: each archive and restore takes a while.
     with NoiseStore(tmp_path, 96, seed=3, max_bytes=16 << 20) as noise:

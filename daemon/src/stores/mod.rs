@@ -605,20 +605,28 @@ impl Stores {
     /// mirrored copy), tier state and cold objects, what readers keep of it, and its
     /// directory. Blocking.
     ///
+    /// A mirrored manifest that cannot be deleted leaves the store's directory, empty: the
+    /// sweep then queues the deletion again (as it does for any deletion that left the
+    /// directory), and the mirror is asked again.
+    ///
     /// # Errors
     /// A read, write or delete error.
     pub(crate) fn delete_data(&self, token: Uuid) -> Result<()> {
         self.tier
             .forget_removed_store(token, crate::tier::COLD_ANSWER_WAIT)?;
-        self.tier.forget_mirrored(token);
+        let mirrored = self.tier.forget_mirrored(token);
         self.cache.forget(token);
         let dir = self.dir(token);
-        match std::fs::remove_dir_all(&dir) {
+        let removed = match mirrored {
+            Ok(()) => std::fs::remove_dir_all(&dir),
+            Err(_) => empty_dir(&dir),
+        };
+        match removed {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io(format!("remove {}", dir.display()), e)),
         }
-        Ok(())
+        mirrored
     }
 
     /// Records the outcome of a store's conversion (ready or failed) or its removal (gone),
@@ -735,6 +743,15 @@ impl Stores {
         );
         batch
     }
+}
+
+/// Removes everything in `dir` and keeps it (made if missing).
+fn empty_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::remove_dir_all(dir).or_else(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Ok(()),
+        _ => Err(e),
+    })?;
+    std::fs::create_dir_all(dir)
 }
 
 /// The token of a key of the `stores` family.

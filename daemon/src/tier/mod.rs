@@ -1097,22 +1097,25 @@ impl Tier {
 
     /// Deletes the store `token`'s mirrored manifest, when manifests are mirrored: the store
     /// is removed, and the reference tools must not find a manifest of a store that is gone.
-    /// (A store converted again keeps it: its blobs and pins are those of the next cut.) A
-    /// failure, or no answer within [`COLD_ANSWER_WAIT`], is logged with the manifest's key
-    /// and left. Blocking.
-    pub(crate) fn forget_mirrored(&self, token: Uuid) {
+    /// (A store converted again keeps it: its blobs and pins are those of the next cut.)
+    /// Blocking.
+    ///
+    /// # Errors
+    /// [`Error::Tier`] naming the manifest's key when the mirror fails or does not answer
+    /// within [`COLD_ANSWER_WAIT`].
+    pub(crate) fn forget_mirrored(&self, token: Uuid) -> Result<()> {
         let Some(mirror) = &self.mirror else {
-            return;
+            return Ok(());
         };
         let key = mirror.key(&token.to_string());
         match self.within(self.cold_wait, mirror.object_store().delete(&key)) {
-            Some(Ok(()) | Err(svc_manifests::object_store::Error::NotFound { .. })) => {}
-            Some(Err(e)) => {
-                tracing::warn!(%token, %key, error = %e, "cannot delete a removed store's mirrored manifest");
-            }
-            None => {
-                tracing::warn!(%token, %key, "the manifest mirror did not answer the deletion of a removed store's manifest");
-            }
+            Some(Ok(()) | Err(svc_manifests::object_store::Error::NotFound { .. })) => Ok(()),
+            Some(Err(e)) => Err(tier_error(format!(
+                "cannot delete the mirrored manifest {key} of removed store {token}: {e}"
+            ))),
+            None => Err(tier_error(format!(
+                "the manifest mirror did not answer the deletion of {key} (removed store {token})"
+            ))),
         }
     }
 
