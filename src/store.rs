@@ -38,10 +38,7 @@ pub(crate) fn remove(daemon: &Daemon, token: &str) -> Result<Vec<Value>> {
             format!("{token:?}: {e}"),
         )
     })?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    let removed = daemon.remove_store(token, "removed by an operator", now)?;
+    let removed = daemon.remove_store(token, "removed by an operator", now())?;
     Ok(vec![removed.summary()])
 }
 

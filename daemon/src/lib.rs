@@ -174,15 +174,12 @@ impl Daemon {
             &token.to_string(),
             self.store_jobs().as_ref(),
         );
-        let dir = self.stores.dir(token);
-        // Not `exists()`, which a directory that cannot be looked at passes too.
-        let left = !matches!(std::fs::symlink_metadata(&dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
-        if ran && left {
+        if ran && self.stores.data_left(token) {
             return Err(Error::io(
                 format!("delete the data of the removed store {token}"),
                 std::io::Error::other(format!(
                     "{} is still there (the log says why); `svcd store rm {token}` tries again",
-                    dir.display()
+                    self.stores.dir(token).display()
                 )),
             ));
         }

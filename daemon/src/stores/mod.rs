@@ -601,6 +601,13 @@ impl Stores {
             .map(drop)
     }
 
+    /// Whether the directory of store `token` is still there (or cannot be looked at): a gone
+    /// store's deletion did not finish.
+    pub(crate) fn data_left(&self, token: Uuid) -> bool {
+        !matches!(std::fs::symlink_metadata(self.dir(token)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+    }
+
     /// Deletes the data of store `token`, which is gone: its listing, manifest (and its
     /// mirrored copy), tier state and cold objects, what readers keep of it, and its
     /// directory. Blocking.
@@ -612,8 +619,7 @@ impl Stores {
     /// # Errors
     /// A read, write or delete error.
     pub(crate) fn delete_data(&self, token: Uuid) -> Result<()> {
-        self.tier
-            .forget_removed_store(token, crate::tier::COLD_ANSWER_WAIT)?;
+        self.tier.forget_removed_store(token)?;
         let mirrored = self.tier.forget_mirrored(token);
         self.cache.forget(token);
         let dir = self.dir(token);
@@ -629,30 +635,9 @@ impl Stores {
         mirrored
     }
 
-    /// Records the outcome of a store's conversion (ready or failed) or its removal (gone),
-    /// together with `batch` (a ready store's listing and manifest): the record is read,
-    /// changed and written as one, under the lock every change of a record takes, so that
-    /// no other write puts back what it read before.
-    ///
-    /// # Errors
-    /// A read or write error or a corrupt record; [`Error::NotFound`] when the store is gone.
-    pub fn record_outcome(
-        &self,
-        token: Uuid,
-        status: Status,
-        reason: &str,
-        now: i64,
-        batch: Batch,
-    ) -> Result<()> {
-        let _record = self.records.lock();
-        let mut record = self
-            .record(token)?
-            .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?;
-        self.write_outcome(&mut record, status, reason, now, batch)
-    }
-
     /// Records the outcome of a conversion run of store `token` that started at `started`
-    /// from the record `run`, as [`Stores::record_outcome`] does, while the store is still
+    /// from the record `run` (with `batch`, under the lock every change of a record takes,
+    /// so that no other write puts back what it read before), while the store is still
     /// preparing that conversion, or a later one (a reload asked for during the run) of the
     /// same sources and options whose sources have not changed since the run started: that
     /// run's result is then the later conversion's too (so a store reloaded again and again

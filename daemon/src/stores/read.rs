@@ -310,15 +310,15 @@ impl Stores {
                     let keep = conversion.filter(|_| self.may_keep_mapped(token, &path));
                     match read_chunk_file(&path) {
                         Ok(bytes) => {
-                            let id = (token, key.to_string());
                             let kept = match keep {
                                 Some(conversion) if bytes.len() as u64 >= MAP_FROM_BYTES => {
+                                    let id = (token, key.to_string());
                                     self.cache
                                         .chunks
                                         .insert(id.clone(), (conversion, bytes.clone()));
-                                    true
+                                    Some(id)
                                 }
-                                _ => false,
+                                _ => None,
                             };
                             // The file read may be a later conversion's (a reload's job
                             // rewrote it, while this read waited or not), which the ETag (and
@@ -333,7 +333,7 @@ impl Stores {
                                 && let Some(refused) =
                                     self.still_the_conversion(&record, named).err()
                             {
-                                if kept {
+                                if let Some(id) = kept {
                                     self.cache.chunks.remove(&id);
                                 }
                                 return Err(refused);

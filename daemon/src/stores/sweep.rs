@@ -1,7 +1,8 @@
 //! The sweep: stores nobody has read for `stores.unread_expiry_seconds` are removed (status 4,
-//! their data deleted by their jobs), so the hot tier does not fill with forgotten stores. Reads are counted in
-//! memory ([`Reads`]) and written to the records by the sweep, not on every read; a crash
-//! loses at most the reads since the last sweep, which only delays a removal. The same
+//! their data deleted by their jobs), so the hot tier does not fill with forgotten stores.
+//! Reads are counted in memory ([`Reads`]) and written to the records by the sweep, not on
+//! every read; a crash loses at most the reads since the last sweep, which only delays a
+//! removal. The same
 //! thread cleans the cold tier of the stores marked for it ([`Stores::clean_cold_marked`]).
 
 use std::collections::HashMap;
@@ -82,7 +83,7 @@ impl Stores {
         for listed in self.list()? {
             // Gone, and its data still there (its deletion failed, say): deleted again. Looked
             // at before the lock every request takes (the hot tier may be slow to answer).
-            let left = listed.status == Status::Gone && self.dir(listed.token).exists();
+            let left = listed.status == Status::Gone && self.data_left(listed.token);
             // Read again, with the record to itself: it may have changed since the list.
             let _record = self.records.lock();
             let Some(mut record) = self.record(listed.token)? else {

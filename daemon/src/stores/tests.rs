@@ -48,6 +48,21 @@ fn open_with_roots(dir: &std::path::Path, allowed_roots: Vec<PathBuf>) -> (Arc<Q
     (queue, stores)
 }
 
+/// Records `status` for `reason` at `now` as a store's job would, under the records lock.
+fn record_outcome(
+    stores: &Stores,
+    token: Uuid,
+    status: Status,
+    reason: &str,
+    now: i64,
+) -> Result<()> {
+    let _record = stores.records.lock();
+    let mut record = stores
+        .record(token)?
+        .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?;
+    stores.write_outcome(&mut record, status, reason, now, Batch::default())
+}
+
 fn convert(json: &str) -> ConvertRequest {
     ConvertRequest::from_body(json.as_bytes(), MAX_TTL).unwrap()
 }
@@ -171,15 +186,14 @@ fn failed_stores_and_reloads_are_converted_again() {
         .try_into()
         .unwrap();
     // The job's outcome, as the queue commits it.
-    stores
-        .record_outcome(
-            record.token,
-            Status::Failed,
-            "/data/a.nc: no such file",
-            NOW + 1,
-            Batch::default(),
-        )
-        .unwrap();
+    record_outcome(
+        &stores,
+        record.token,
+        Status::Failed,
+        "/data/a.nc: no such file",
+        NOW + 1,
+    )
+    .unwrap();
     let failed = stores.record(record.token).unwrap().unwrap();
     assert_eq!(failed.status, Status::Failed);
     assert_eq!(failed.reason, "/data/a.nc: no such file");
@@ -188,9 +202,7 @@ fn failed_stores_and_reloads_are_converted_again() {
         .unwrap();
     assert_eq!(retried[0].status, Status::Preparing);
     assert_eq!(retried[0].created, NOW, "a store keeps its birth time");
-    stores
-        .record_outcome(record.token, Status::Ready, "", NOW + 3, Batch::default())
-        .unwrap();
+    record_outcome(&stores, record.token, Status::Ready, "", NOW + 3).unwrap();
     let reloaded = stores
         .request(
             &jane,
@@ -212,9 +224,7 @@ fn each_conversion_of_a_store_is_counted_even_within_one_second() {
     let (stores, jane, record) = one_store(dir.path(), 1.0);
     assert_eq!(record.conversion, 1);
     let ready = |stores: &Stores| {
-        stores
-            .record_outcome(record.token, Status::Ready, "", NOW, Batch::default())
-            .unwrap();
+        record_outcome(stores, record.token, Status::Ready, "", NOW).unwrap();
         convert_into(stores, &record, &record.chunking, &stores.dir(record.token));
     };
     ready(&stores);
@@ -506,9 +516,7 @@ fn stores_are_listed_a_bounded_page_at_a_time() {
         .unwrap();
     let mut ready: Vec<Uuid> = made.iter().step_by(3).map(|r| r.token).collect();
     for &token in &ready {
-        stores
-            .record_outcome(token, Status::Ready, "", NOW, Batch::default())
-            .unwrap();
+        record_outcome(&stores, token, Status::Ready, "", NOW).unwrap();
     }
     ready.sort();
     let (mut listed, mut from, mut pages) = (Vec::new(), None, 0);
@@ -660,9 +668,7 @@ fn the_sweep_removes_stores_nobody_reads() {
         .unwrap();
     let (read, unread, busy) = (made[0].token, made[1].token, made[2].token);
     for token in [read, unread] {
-        stores
-            .record_outcome(token, Status::Ready, "", NOW, Batch::default())
-            .unwrap();
+        record_outcome(&stores, token, Status::Ready, "", NOW).unwrap();
     }
     let month = 30 * 86_400;
     // Read on day 20: kept on day 31, removed 30 days after that read.
@@ -927,9 +933,7 @@ fn a_mapped_chunk_of_a_reconverted_store_is_never_the_earlier_one() {
         noisy_file(&source, seed);
         std::fs::remove_dir_all(&store).ok();
         convert_into(&stores, &record, &record.chunking, &store);
-        stores
-            .record_outcome(record.token, Status::Ready, "", NOW, Batch::default())
-            .unwrap();
+        record_outcome(&stores, record.token, Status::Ready, "", NOW).unwrap();
         let written = std::fs::read(store.join("tas/0.0.0")).unwrap();
         assert!(written.len() as u64 >= super::read::MAP_FROM_BYTES);
         // Read twice: the second is the mapping the first kept (the same memory).

@@ -98,7 +98,7 @@ const FORMAT: u8 = 1;
 /// up longer. A HEAD of the repair that does not come leaves the rest to the next start;
 /// listings or deletions of two stores in a row that do not, the rest of a cleaning to the
 /// next one; a store's job, its cold objects to the cleaning.
-pub(crate) const COLD_ANSWER_WAIT: Duration = Duration::from_secs(10);
+const COLD_ANSWER_WAIT: Duration = Duration::from_secs(10);
 
 /// How long after it was last marked a store stays marked for cleaning, however clean its
 /// listings: an object that appears on the cold tier after a listing (a multipart upload
@@ -1035,16 +1035,17 @@ impl Tier {
         self.forget_store_locked(token)
     }
 
-    /// As [`Tier::forget_store`] for a removed store, waiting at most `wait` for the store's
-    /// lock (a restore or an archive of it under way holds it, and may wait for the cold
-    /// tier for long): a deletion must not hold a worker of the job queue behind it.
+    /// As [`Tier::forget_store`] for a removed store, waiting at most [`COLD_ANSWER_WAIT`]
+    /// for the store's lock (a restore or an archive of it under way holds it, and may wait
+    /// for the cold tier for long): a deletion must not hold a worker of the job queue
+    /// behind it.
     ///
     /// # Errors
     /// As [`Tier::forget_store`]; [`Error::Tier`] when the lock was not had in time (the
     /// sweep queues the deletion again).
-    pub(crate) fn forget_removed_store(&self, token: Uuid, wait: Duration) -> Result<()> {
+    pub(crate) fn forget_removed_store(&self, token: Uuid) -> Result<()> {
         let store_lock = self.store_lock(token);
-        let Some(_exclusive) = store_lock.try_write_for(wait) else {
+        let Some(_exclusive) = store_lock.try_write_for(self.cold_wait) else {
             return Err(Error::Tier(format!(
                 "store {token} is being restored or archived; its deletion is tried again later"
             )));
@@ -1076,10 +1077,7 @@ impl Tier {
         // tier that does not answer; what is left, the cleaning deletes.
         let deleted = (|| {
             use futures::TryStreamExt;
-            let listed = self.within(
-                COLD_ANSWER_WAIT,
-                self.cold.list(Some(&prefix)).try_collect(),
-            );
+            let listed = self.within(self.cold_wait, self.cold.list(Some(&prefix)).try_collect());
             let objects: Vec<_> = listed.ok_or("the cold tier did not answer a listing")??;
             for object in objects {
                 self.within(self.cold_wait, self.cold.delete(&object.location))

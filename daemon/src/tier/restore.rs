@@ -5,10 +5,10 @@
 //! restore threads (at most `tier.max_restores` at once, half of them for one reader,
 //! readers in turn; see [`crate::FairPool`]; a reader who joins a restore not started yet
 //! queues it in its own turn too, and the first turn to come runs it); every reader of any
-//! key of that instance (the first too) waits for it, each up to its own bound (an HTTP request's `timeout`, the
-//! mount's `read_timeout_seconds`), so a slow cold tier never holds a reader forever: the
-//! restore goes on, and the next read finds the key. A failed restore is reported to every
-//! reader waiting for it, and the next reader tries again.
+//! key of that instance (the first too) waits for it, each up to its own bound (an HTTP
+//! request's `timeout`, the mount's `read_timeout_seconds`), so a slow cold tier never holds
+//! a reader forever: the restore goes on, and the next read finds the key. A failed restore
+//! is reported to every reader waiting for it, and the next reader tries again.
 
 use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom, Write};
