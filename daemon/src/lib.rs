@@ -178,7 +178,8 @@ impl Daemon {
             return Err(Error::io(
                 format!("delete the data of the removed store {token}"),
                 std::io::Error::other(format!(
-                    "{} is still there (the log says why); `svcd store rm {token}` tries again",
+                    "{} or its tier state is still there (the log says why); `svcd store rm \
+                     {token}` tries again",
                     self.stores.dir(token).display()
                 )),
             ));

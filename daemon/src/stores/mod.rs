@@ -601,11 +601,14 @@ impl Stores {
             .map(drop)
     }
 
-    /// Whether the directory of store `token` is still there (or cannot be looked at): a gone
-    /// store's deletion did not finish.
+    /// Whether anything of store `token` is still there (or cannot be looked at): its
+    /// directory, or its listing, manifest or tier state. A gone store's deletion did not
+    /// finish (it may fail after its directory went, as when its directory was deleted by
+    /// hand and its tier state could not be).
     pub(crate) fn data_left(&self, token: Uuid) -> bool {
-        !matches!(std::fs::symlink_metadata(self.dir(token)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        let dir_left = !matches!(std::fs::symlink_metadata(self.dir(token)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        dir_left || self.tier.has_state(token).unwrap_or(true)
     }
 
     /// Deletes the data of store `token`, which is gone: its listing, manifest (and its

@@ -71,8 +71,8 @@ impl Reads {
 impl Stores {
     /// Writes the reads since the last sweep into the records and removes the ready or failed
     /// stores unread for `stores.unread_expiry_seconds` at `now` (never, when it is 0); returns
-    /// how many were removed. A removed store whose directory is still there has its deletion
-    /// queued again. Blocking.
+    /// how many were removed. A removed store whose directory or tier state is still there has
+    /// its deletion queued again. Blocking.
     ///
     /// # Errors
     /// A read or write error; stores already handled stay handled.
@@ -81,8 +81,9 @@ impl Stores {
         let expiry = i64::try_from(self.config.unread_expiry_seconds).unwrap_or(i64::MAX);
         let mut removed = 0;
         for listed in self.list()? {
-            // Gone, and its data still there (its deletion failed, say): deleted again. Looked
-            // at before the lock every request takes (the hot tier may be slow to answer).
+            // Gone, and its data or tier state still there (its deletion failed, say): deleted
+            // again. Looked at before the lock every request takes (the hot tier may be slow
+            // to answer).
             let left = listed.status == Status::Gone && self.data_left(listed.token);
             // Read again, with the record to itself: it may have changed since the list.
             let _record = self.records.lock();

@@ -34,7 +34,11 @@ fn open_with_roots(dir: &std::path::Path, allowed_roots: Vec<PathBuf>) -> (Arc<Q
         },
     )
     .unwrap();
-    let tier = Arc::new(crate::tier::Tier::open(&daemon_config, Arc::clone(&db)).unwrap());
+    let mut tier = crate::tier::Tier::open(&daemon_config, Arc::clone(&db)).unwrap();
+    // A store's job waits this long for the cold tier and the store's lock (10 s in the
+    // daemon), so a test of a store held busy is quick.
+    tier.set_cold_wait(std::time::Duration::from_secs(1));
+    let tier = Arc::new(tier);
     let root = daemon_config.stores_dir();
     let stores = Stores::open(
         db,
@@ -575,6 +579,36 @@ fn an_expired_stores_data_is_deleted_by_its_job_and_a_failed_deletion_is_tried_a
     assert_eq!(again.reason, "removed: not read for 30 days");
     assert!(run_waiting());
     assert!(!data.exists());
+}
+
+#[test]
+fn a_removed_stores_state_left_after_its_directory_went_is_deleted_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stores, _jane, record) = one_store(dir.path(), 4.0);
+    let stores = Arc::new(stores);
+    let token = record.token;
+    assert!(run_store_job(&stores, token));
+    assert!(
+        stores.tier.has_state(token).unwrap(),
+        "a ready store has its listing"
+    );
+    // Its directory deleted by hand, and an archive of it under way (holding its lock) as
+    // it is removed: the deletion fails after the directory went, its listing left.
+    std::fs::remove_dir_all(stores.dir(token)).unwrap();
+    let store_lock = stores.tier.store_lock(token);
+    let archiving = store_lock.write();
+    stores.remove(token, "removed by an operator", NOW).unwrap();
+    assert!(run_store_job(&stores, token));
+    assert!(stores.queue.is_empty() && stores.tier.has_state(token).unwrap());
+    drop(archiving);
+    // The next sweep queues the deletion again, and it deletes what was left.
+    assert_eq!(stores.sweep(NOW + 1).unwrap(), 0);
+    assert!(
+        run_store_job(&stores, token),
+        "the sweep queued the deletion again"
+    );
+    assert!(!stores.tier.has_state(token).unwrap());
+    assert!(!stores.data_left(token));
 }
 
 #[test]

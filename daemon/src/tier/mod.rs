@@ -475,7 +475,7 @@ impl Tier {
     }
 
     /// The lock of the store `token` (see [`Tier::store_locks`]).
-    fn store_lock(&self, token: Uuid) -> Arc<parking_lot::RwLock<()>> {
+    pub(crate) fn store_lock(&self, token: Uuid) -> Arc<parking_lot::RwLock<()>> {
         Arc::clone(self.store_locks.lock().entry(token).or_default())
     }
 
@@ -1091,6 +1091,23 @@ impl Tier {
             tracing::warn!(%token, error = %e, "cannot delete the store's cold objects; the cleaning will");
         }
         Ok(())
+    }
+
+    /// Whether the store `token` has a key listing, a manifest or tier state.
+    ///
+    /// # Errors
+    /// A read error.
+    pub(crate) fn has_state(&self, token: Uuid) -> Result<bool> {
+        let prefix = token.as_bytes();
+        Ok(self.db.any_prefixed(cf::KEYS, prefix)?
+            || self.db.any_prefixed(cf::MANIFESTS, prefix)?
+            || self.db.any_prefixed(cf::TIERS, prefix)?)
+    }
+
+    /// How long a store's job waits for the cold tier, the mirror and the store's lock.
+    #[cfg(test)]
+    pub(crate) fn set_cold_wait(&mut self, wait: Duration) {
+        self.cold_wait = wait;
     }
 
     /// Deletes the store `token`'s mirrored manifest, when manifests are mirrored: the store
