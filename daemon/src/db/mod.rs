@@ -237,6 +237,21 @@ impl Db {
         Ok(self.db.get_cf(self.family(family), key)?)
     }
 
+    /// Reads the value of `key` in `family` as `read` takes it, without copying it out of
+    /// RocksDB (for large values read often, that `read` mostly only looks at).
+    ///
+    /// # Errors
+    /// A RocksDB read error.
+    pub fn get_with<T>(
+        &self,
+        family: &str,
+        key: &[u8],
+        read: impl FnOnce(Option<&[u8]>) -> T,
+    ) -> Result<T> {
+        let value = self.db.get_pinned_cf(self.family(family), key)?;
+        Ok(read(value.as_deref()))
+    }
+
     /// Reads many values of one family at once.
     ///
     /// # Errors

@@ -582,6 +582,34 @@ fn an_expired_stores_data_is_deleted_by_its_job_and_a_failed_deletion_is_tried_a
 }
 
 #[test]
+fn a_record_is_read_as_it_is_stored_now_whatever_was_read_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stores, _jane, record) = one_store(dir.path(), 4.0);
+    let token = record.token;
+    let store = |record: &StoreRecord| {
+        let mut batch = Batch::default();
+        batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
+        stores.db.write(batch).unwrap();
+    };
+    assert_eq!(stores.record(token).unwrap().as_ref(), Some(&record));
+    // Stored bytes of the same length each time, a digit apart.
+    for until in [NOW + 100, NOW + 200, NOW + 100] {
+        let shared = StoreRecord {
+            public_until: Some(until),
+            ..record.clone()
+        };
+        store(&shared);
+        assert_eq!(stores.record(token).unwrap(), Some(shared));
+    }
+    store(&record);
+    assert_eq!(stores.record(token).unwrap(), Some(record));
+    let mut batch = Batch::default();
+    batch.delete(cf::STORES, token.as_bytes().to_vec());
+    stores.db.write(batch).unwrap();
+    assert_eq!(stores.record(token).unwrap(), None);
+}
+
+#[test]
 fn a_removed_stores_state_left_after_its_directory_went_is_deleted_again() {
     let dir = tempfile::tempdir().unwrap();
     let (stores, _jane, record) = one_store(dir.path(), 4.0);
