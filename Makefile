@@ -91,6 +91,11 @@ bench-tier: deps $(VENV)/.installed
 	cargo build --release --workspace
 	$(VENV)/bin/python bench/tier.py --svcd $(RELEASE_SVCD) $(BENCH_ARGS)
 
+.PHONY: bench-aggregated
+bench-aggregated: deps $(VENV)/.installed
+	cargo build --release --workspace
+	$(VENV)/bin/python bench/aggregated.py --svcd $(RELEASE_SVCD) $(BENCH_ARGS)
+
 .PHONY: bench-portal
 bench-portal: deps $(VENV)/.installed
 	cargo build --workspace --release

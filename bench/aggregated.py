@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import portal  # noqa: E402
@@ -71,19 +70,6 @@ def generate_sources(directory, count):
     return sorted(directory.glob("*.nc"))
 
 
-def convert(svcd, body):
-    """The token of the store `body` asks for, once it is ready."""
-    answer = requests.post(f"{svcd.base}/data-portal/zarr/convert", json=body, headers=svcd.headers, timeout=600)
-    assert answer.status_code == 200, answer.text
-    [url] = answer.json()["urls"]
-    while True:
-        status = requests.get(f"{svcd.base}/data-portal/zarr-utils/status", params={"url": url}, headers=svcd.headers, timeout=30).json()
-        if status["status"] != 2:
-            assert status["status"] == 0, status
-            return url.rstrip("/").rsplit("/", 1)[1].removesuffix(".zarr")
-        time.sleep(0.2)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--svcd", default=os.environ.get("SVCD_BIN", "svcd"))
@@ -107,8 +93,8 @@ def main():
     svcd = tier.Svcd(args.svcd, data, mount, sources, 128)
     try:
         tokens = {
-            "aggregated": convert(svcd, {"path": [str(p) for p in aggregated], "aggregate": "concat", "dim": "time"}),
-            "one source": convert(svcd, {"path": [str(single)]}),
+            "aggregated": svcd.convert(aggregated, aggregate="concat", dim="time")[1],
+            "one source": svcd.convert(single)[1],
         }
         keys = {side: tier.chunk_keys(data / "stores" / token) for side, token in tokens.items()}
         assert len(keys["aggregated"]) == len(keys["one source"]) == args.sources, {k: len(v) for k, v in keys.items()}

@@ -147,8 +147,11 @@ class Svcd:
             raise RuntimeError(f"svcd {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
 
-    def convert(self, path):
-        answer = requests.post(f"{self.base}/data-portal/zarr/convert", json={"path": [str(path)]}, headers=self.headers, timeout=60)
+    def convert(self, path, **options):
+        """The URL and token of the store of `path` (a file, or a list of files) with the
+        conversion `options`, once it is ready."""
+        paths = [str(p) for p in path] if isinstance(path, list) else [str(path)]
+        answer = requests.post(f"{self.base}/data-portal/zarr/convert", json={"path": paths, **options}, headers=self.headers, timeout=60)
         assert answer.status_code == 200, answer.text
         [url] = answer.json()["urls"]
         while True:

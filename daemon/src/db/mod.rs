@@ -45,10 +45,25 @@ pub(crate) mod cf {
     /// Store token (16 bytes) + blob instance id -> format byte + tier state JSON: the
     /// state is keyed by (scope, instance), and a store's token is its scope.
     pub(crate) const TIERS: &str = "tiers";
+    /// Store token (16 bytes) -> format byte + JSON array of the store's sources: written
+    /// once, with the store's first record (the token is made from them, so they never
+    /// change), and read apart from the record, which every chunk request reads.
+    pub(crate) const STORE_SOURCES: &str = "store_sources";
     /// Every family the database has.
-    pub(crate) const ALL: [&str; 12] = [
-        RECORDS, FILES, POSTINGS, COLUMNS, DATASETS, FLAVOURS, META, JOBS, STORES, KEYS, MANIFESTS,
+    pub(crate) const ALL: [&str; 13] = [
+        RECORDS,
+        FILES,
+        POSTINGS,
+        COLUMNS,
+        DATASETS,
+        FLAVOURS,
+        META,
+        JOBS,
+        STORES,
+        KEYS,
+        MANIFESTS,
         TIERS,
+        STORE_SOURCES,
     ];
 }
 
@@ -235,21 +250,6 @@ impl Db {
     /// A RocksDB read error.
     pub fn get(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.db.get_cf(self.family(family), key)?)
-    }
-
-    /// Reads the value of `key` in `family` as `read` takes it, without copying it out of
-    /// RocksDB (for large values read often, that `read` mostly only looks at).
-    ///
-    /// # Errors
-    /// A RocksDB read error.
-    pub fn get_with<T>(
-        &self,
-        family: &str,
-        key: &[u8],
-        read: impl FnOnce(Option<&[u8]>) -> T,
-    ) -> Result<T> {
-        let value = self.db.get_pinned_cf(self.family(family), key)?;
-        Ok(read(value.as_deref()))
     }
 
     /// Reads many values of one family at once.

@@ -39,8 +39,16 @@ use request::{Aggregation, Chunking, ConvertRequest, Reduction};
 /// [`job`]); its subject is the store's token. Job rows store it, so it stays `convert`.
 pub const CONVERT: &str = "convert";
 
-/// Format byte of a stored record.
-const FORMAT: u8 = 1;
+/// Format byte of a stored record: its JSON without its sources, which are stored once, in
+/// the `store_sources` family (see [`StoreRecord::encode`]).
+const FORMAT: u8 = 2;
+
+/// Format byte of a record stored with its sources, as before format 2: still read, and
+/// rewritten as format 2 when the stores are opened ([`Stores::open`]).
+const FORMAT_WITH_SOURCES: u8 = 1;
+
+/// Format byte of a store's stored sources (a JSON array).
+const SOURCES_FORMAT: u8 = 1;
 
 /// The namespace of store tokens (a UUID v5 of the project's name in the URL namespace).
 fn namespace() -> Uuid {
@@ -92,8 +100,10 @@ pub struct StoreRecord {
     pub token: Uuid,
     /// The user who asked for it.
     pub owner: String,
-    /// Absolute paths of its sources, in request order. Shared: a record is read (and
-    /// cloned) on every chunk request, and an aggregation has up to a thousand sources.
+    /// Absolute paths of its sources, in request order. Stored apart from the rest of the
+    /// record, and shared: a record is read on every chunk request and every open through
+    /// the mount, and an aggregation has up to a thousand sources.
+    #[serde(default)]
     pub sources: Arc<[String]>,
     /// How its arrays are chunked.
     pub chunking: Chunking,
@@ -127,22 +137,29 @@ pub struct StoreRecord {
 }
 
 impl StoreRecord {
-    /// The stored form. Status 3 (archived) is never stored: it is derived from the tier
-    /// state when the record is read ([`Stores::record`]), so it is stored as ready.
+    /// The stored form, without the sources (stored once, apart: [`encode_sources`]).
+    /// Status 3 (archived) is never stored: it is derived from the tier state when the
+    /// record is read ([`Stores::record`]), so it is stored as ready.
     fn encode(&self) -> Vec<u8> {
+        let mut value = serde_json::to_value(self).expect("a store record serialises");
         if self.status == Status::Archived {
-            let stored = StoreRecord {
-                status: Status::Ready,
-                ..self.clone()
-            };
-            return db::encode_json(FORMAT, &stored);
+            value["status"] = serde_json::to_value(Status::Ready).expect("a status serialises");
         }
-        db::encode_json(FORMAT, self)
+        if let Some(fields) = value.as_object_mut() {
+            fields.remove("sources");
+        }
+        db::encode_json(FORMAT, &value)
     }
 
+    /// The stored record of `token`; its sources are empty unless it is of
+    /// [`FORMAT_WITH_SOURCES`] (see [`Stores::decode`]).
     fn decode(token: Uuid, value: &[u8]) -> Result<Self> {
         let what = format!("store {token}");
-        let mut record: StoreRecord = db::decode_json(cf::STORES, FORMAT, &what, value)?;
+        let format = match value.first() {
+            Some(&FORMAT_WITH_SOURCES) => FORMAT_WITH_SOURCES,
+            _ => FORMAT,
+        };
+        let mut record: StoreRecord = db::decode_json(cf::STORES, format, &what, value)?;
         record.token = token;
         Ok(record)
     }
@@ -171,6 +188,11 @@ impl StoreRecord {
         let public = self.public_until.is_some_and(|until| now < until);
         public || caller.is_some_and(|c| c.admin || c.user == self.owner)
     }
+}
+
+/// The stored form of a store's sources.
+fn encode_sources(sources: &[String]) -> Vec<u8> {
+    db::encode_json(SOURCES_FORMAT, &sources)
 }
 
 /// Whether converting `later` would do what the run of `run` that started at `started`
@@ -207,30 +229,21 @@ pub(crate) fn token(
     Uuid::new_v5(&namespace(), canonical.to_string().as_bytes())
 }
 
-/// Records as last decoded, by store, with the bytes they were decoded from: a request reads
-/// its store's record up to three times, and decoding one of an aggregation of a thousand
-/// sources took most of a chunk request (0.35x the chunk requests per second of a store of
-/// one source). A record is decoded again whenever its stored bytes differ, so what is kept
-/// is never stale; it is weighed by those bytes, twice (they and the record decoded), at
-/// most [`DECODED_RECORD_BYTES`] in all.
-type DecodedRecords = quick_cache::sync::Cache<Uuid, (Arc<[u8]>, Arc<StoreRecord>), TwiceStored>;
+/// The sources of stores read lately, by store: they never change (the token is made from
+/// them). Weighed by their bytes, at most [`KEPT_SOURCES_BYTES`] in all.
+type KeptSources = quick_cache::sync::Cache<Uuid, Arc<[String]>, SourcesLength>;
 
-/// The most bytes of stored records kept decoded (counted twice; see [`DecodedRecords`]).
-const DECODED_RECORD_BYTES: u64 = 64 << 20;
+/// The most bytes of sources kept (an aggregation of 1,000 sources is some 100 KiB).
+const KEPT_SOURCES_BYTES: u64 = 32 << 20;
 
-/// Weighs a decoded record by twice the bytes it was decoded from.
+/// Weighs a store's sources by their bytes.
 #[derive(Clone)]
-struct TwiceStored;
+struct SourcesLength;
 
-impl quick_cache::Weighter<Uuid, (Arc<[u8]>, Arc<StoreRecord>)> for TwiceStored {
-    fn weight(&self, _token: &Uuid, value: &(Arc<[u8]>, Arc<StoreRecord>)) -> u64 {
-        2 * value.0.len() as u64
+impl quick_cache::Weighter<Uuid, Arc<[String]>> for SourcesLength {
+    fn weight(&self, _token: &Uuid, sources: &Arc<[String]>) -> u64 {
+        sources.iter().map(|source| source.len() as u64 + 24).sum()
     }
-}
-
-fn decoded_records() -> DecodedRecords {
-    // The item estimate sizes the cache's tables: records of a few KiB.
-    quick_cache::sync::Cache::with_weighter(4096, DECODED_RECORD_BYTES, TwiceStored)
 }
 
 /// The stores of the daemon.
@@ -246,8 +259,8 @@ pub struct Stores {
     share_key: share::ShareKey,
     /// Reads since the last sweep.
     reads: sweep::Reads,
-    /// Records as last decoded, by store, with the stored bytes they were decoded from.
-    decoded: DecodedRecords,
+    /// The sources of stores read lately.
+    sources: KeptSources,
     /// Held by each read, change and write back of a store's record by a request or the
     /// sweep, so that none writes back a record read before another's write (a reload's
     /// new conversion put back as the one before it, say).
@@ -294,11 +307,23 @@ impl Stores {
             cache: read::ReadCache::default(),
             share_key: share::ShareKey::open(share_key)?,
             reads: sweep::Reads::default(),
-            decoded: decoded_records(),
+            // The item estimate sizes the cache's tables.
+            sources: quick_cache::sync::Cache::with_weighter(
+                4096,
+                KEPT_SOURCES_BYTES,
+                SourcesLength,
+            ),
             records: parking_lot::Mutex::default(),
             on_demand: read::OnDemand::default(),
             tier,
         };
+        let moved = stores.store_sources_apart()?;
+        if moved > 0 {
+            tracing::info!(
+                records = moved,
+                "store records rewritten with their sources apart"
+            );
+        }
         let (known, ready) = stores.known_and_ready()?;
         stores.tier.repair(&known, &ready, |token| {
             let record = stores
@@ -423,36 +448,74 @@ impl Stores {
     /// # Errors
     /// A read error or a corrupt record.
     pub fn record(&self, token: Uuid) -> Result<Option<StoreRecord>> {
-        let decoded = self.decoded.get(&token);
-        let stored = self.db.get_with(cf::STORES, token.as_bytes(), |value| {
-            let value = value?;
-            Some(match decoded {
-                // Decoded from exactly these bytes: decoding them again gives the same record.
-                Some((bytes, record)) if *bytes == *value => Ok(record),
-                _ => StoreRecord::decode(token, value).map(|record| {
-                    let record = Arc::new(record);
-                    self.decoded
-                        .insert(token, (Arc::from(value), Arc::clone(&record)));
-                    record
-                }),
-            })
-        })?;
-        match stored {
-            Some(stored) => {
-                let stored: Arc<StoreRecord> = stored?;
-                Ok(Some(self.as_read(StoreRecord::clone(&stored))))
-            }
-            None => Ok(None),
-        }
+        self.db
+            .get(cf::STORES, token.as_bytes())?
+            .map(|value| self.decode(token, &value))
+            .transpose()
     }
 
-    /// A stored record as it is read: a ready store with an archived blob is status 3
-    /// (archived), which is never stored ([`StoreRecord::encode`]).
+    /// A stored record as it is read: with its sources (stored apart), and a ready store
+    /// with an archived blob is status 3 (archived), which is never stored
+    /// ([`StoreRecord::encode`]).
     fn decode(&self, token: Uuid, value: &[u8]) -> Result<StoreRecord> {
-        StoreRecord::decode(token, value).map(|record| self.as_read(record))
+        let mut record = StoreRecord::decode(token, value)?;
+        if record.sources.is_empty() {
+            record.sources = self.sources_of(token)?;
+        }
+        Ok(self.as_read(record))
     }
 
-    /// `record` as stored, as it is read (see [`Stores::decode`]).
+    /// The sources of store `token`, as stored with its first record.
+    fn sources_of(&self, token: Uuid) -> Result<Arc<[String]>> {
+        if let Some(sources) = self.sources.get(&token) {
+            return Ok(sources);
+        }
+        let what = format!("the sources of store {token}");
+        let value = self
+            .db
+            .get(cf::STORE_SOURCES, token.as_bytes())?
+            .ok_or_else(|| Error::Corrupt {
+                family: cf::STORE_SOURCES,
+                reason: format!("{what} are missing"),
+            })?;
+        let sources: Vec<String> =
+            db::decode_json(cf::STORE_SOURCES, SOURCES_FORMAT, &what, &value)?;
+        let sources: Arc<[String]> = sources.into();
+        self.sources.insert(token, Arc::clone(&sources));
+        Ok(sources)
+    }
+
+    /// Rewrites the records stored with their sources ([`FORMAT_WITH_SOURCES`]) as records
+    /// without them and their sources apart, each record with its sources in one write.
+    /// Returns how many were rewritten.
+    fn store_sources_apart(&self) -> Result<usize> {
+        const RECORDS_PER_WRITE: usize = 512;
+        let mut batch = Batch::default();
+        let (mut moved, mut in_batch) = (0, 0);
+        self.db.for_each(cf::STORES, |key, value| {
+            if value.first() == Some(&FORMAT_WITH_SOURCES) {
+                let record = StoreRecord::decode(token_of_key(key)?, value)?;
+                batch.put(
+                    cf::STORE_SOURCES,
+                    key.to_vec(),
+                    encode_sources(&record.sources),
+                );
+                batch.put(cf::STORES, key.to_vec(), record.encode());
+                in_batch += 1;
+            }
+            if in_batch == RECORDS_PER_WRITE {
+                self.db.write(std::mem::take(&mut batch))?;
+                (moved, in_batch) = (moved + in_batch, 0);
+            }
+            Ok(true)
+        })?;
+        if in_batch > 0 {
+            self.db.write(batch)?;
+        }
+        Ok(moved + in_batch)
+    }
+
+    /// `record` as it is read: status 3 when it is ready with an archived blob.
     fn as_read(&self, mut record: StoreRecord) -> StoreRecord {
         if record.status == Status::Ready && self.tier.is_archived(record.token) {
             record.status = Status::Archived;
@@ -544,6 +607,12 @@ impl Stores {
                         last_read: existing.as_ref().map_or(0, |r| r.last_read),
                         conversion: existing.as_ref().map_or(1, |r| r.conversion + 1),
                     };
+                    // The same sources each time (the token is made from them).
+                    batch.put(
+                        cf::STORE_SOURCES,
+                        token.as_bytes().to_vec(),
+                        encode_sources(&record.sources),
+                    );
                     batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
                     self.queue.enqueue(batch, CONVERT, &token.to_string())?;
                     record

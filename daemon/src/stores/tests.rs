@@ -610,6 +610,33 @@ fn a_record_is_read_as_it_is_stored_now_whatever_was_read_before() {
 }
 
 #[test]
+fn records_stored_with_their_sources_are_rewritten_without_them_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stores, _jane, record) = one_store(dir.path(), 4.0);
+    let (token, key) = (record.token, record.token.as_bytes().to_vec());
+    // Stored without its sources, which are stored apart.
+    let stored = stores.db.get(cf::STORES, &key).unwrap().unwrap();
+    assert_eq!(stored[0], FORMAT);
+    assert!(!String::from_utf8_lossy(&stored).contains(&*record.sources[0]));
+    // As a daemon before format 2 stored it: with its sources, none apart.
+    let mut batch = Batch::default();
+    batch.put(
+        cf::STORES,
+        key.clone(),
+        db::encode_json(FORMAT_WITH_SOURCES, &record),
+    );
+    batch.delete(cf::STORE_SOURCES, key.clone());
+    stores.db.write(batch).unwrap();
+    assert_eq!(stores.record(token).unwrap().as_ref(), Some(&record));
+    drop(stores);
+    let roots = vec![dir.path().join("data")];
+    let (_queue, stores) = open_with_roots(&dir.path().join("db"), roots);
+    assert_eq!(stores.record(token).unwrap(), Some(record));
+    assert_eq!(stores.db.get(cf::STORES, &key).unwrap().unwrap()[0], FORMAT);
+    assert!(stores.db.get(cf::STORE_SOURCES, &key).unwrap().is_some());
+}
+
+#[test]
 fn a_removed_stores_state_left_after_its_directory_went_is_deleted_again() {
     let dir = tempfile::tempdir().unwrap();
     let (stores, _jane, record) = one_store(dir.path(), 4.0);
