@@ -54,6 +54,14 @@ pub(crate) struct Source {
     /// The path as the user gave it, for messages.
     path: std::path::PathBuf,
     file: std::fs::File,
+    /// Its size and modification time when it was opened (see [`Source::unchanged`]).
+    opened: (u64, i64, i64),
+}
+
+/// The size and modification time (seconds, nanoseconds) of a file.
+fn version(meta: &std::fs::Metadata) -> (u64, i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.size(), meta.mtime(), meta.mtime_nsec())
 }
 
 impl Source {
@@ -76,8 +84,31 @@ impl Source {
         }
         Ok(Source {
             path: path.to_path_buf(),
+            opened: version(&meta),
             file,
         })
+    }
+
+    /// Whether the file is as it was opened: the same size and modification time. One
+    /// written to while it was converted (a model still writing it, a copy over it in
+    /// place, a truncation) may have given a mix of old and new bytes, or zeros past a cut
+    /// (the NetCDF library fills a short read of a classic file so), which no later read
+    /// could tell from data. (A file replaced by a rename is not this file: the conversion
+    /// read the one it opened.)
+    ///
+    /// # Errors
+    /// A sentence naming the file when it changed, or cannot be looked at.
+    pub(crate) fn unchanged(&self) -> Result<(), String> {
+        let shown = self.path.display();
+        let meta = self.file.metadata().map_err(|e| format!("{shown}: {e}"))?;
+        if version(&meta) == self.opened {
+            Ok(())
+        } else {
+            Err(format!(
+                "{shown}: changed while it was converted (its size or modification time is not \
+                 what it was when the conversion opened it); convert it again once it is written"
+            ))
+        }
     }
 
     /// The device and inode of the opened file.
@@ -135,6 +166,9 @@ pub(crate) fn convert_file(
     let read = write::file_chunks(&file, stored.as_ref(), &layout);
     let written = write::write_chunks(&layout, dir, stop, Some(&source.file), read)
         .map_err(|e| format!("{}: {e}", source.path.display()))?;
+    if written == Written::Complete {
+        source.unchanged()?;
+    }
     Ok((layout, written))
 }
 
@@ -225,6 +259,9 @@ pub(crate) fn convert_sources(
         )))
     };
     let written = write::write_chunks(&layout, dir, stop, None, read)?;
+    if written == Written::Complete {
+        sources.iter().try_for_each(Source::unchanged)?;
+    }
     Ok((layout, written))
 }
 

@@ -254,6 +254,59 @@ fn a_converted_store_holds_the_source_values_in_every_chunk() {
 }
 
 #[test]
+fn a_source_written_to_while_it_is_converted_fails_the_conversion() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("a.nc");
+    netcdf4(&source);
+    let chunking = map(1);
+    let stop = crate::jobs::Stop::default();
+    let touch = |seconds: u64| {
+        let file = std::fs::File::options().write(true).open(&source).unwrap();
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(seconds);
+        file.set_modified(later).unwrap();
+    };
+    let unchanged = Source::open(&source).unwrap();
+    let store = dir.path().join("unchanged");
+    let (_, written) = convert_file(&unchanged, &store, &chunking, Compressor::Lz4, &stop).unwrap();
+    assert_eq!(written, write::Written::Complete);
+    // Written to after the conversion opened it (its modification time says so): one
+    // source, and one of a conversion of several.
+    let opened = Source::open(&source).unwrap();
+    touch(60);
+    let store = dir.path().join("one");
+    let err = convert_file(&opened, &store, &chunking, Compressor::Lz4, &stop).unwrap_err();
+    assert!(
+        err.contains("a.nc: changed while it was converted"),
+        "{err}"
+    );
+    let sources = [Source::open(&source).unwrap()];
+    touch(120);
+    let store = dir.path().join("several");
+    let err = convert_sources(
+        &sources,
+        None,
+        None,
+        &store,
+        &chunking,
+        Compressor::Lz4,
+        &stop,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("a.nc: changed while it was converted"),
+        "{err}"
+    );
+    // Or its size alone (cut short, its modification time set back as it was).
+    let opened = Source::open(&source).unwrap();
+    assert_eq!(opened.unchanged(), Ok(()));
+    let before = std::fs::metadata(&source).unwrap();
+    let file = std::fs::File::options().write(true).open(&source).unwrap();
+    file.set_len(before.len() / 2).unwrap();
+    file.set_modified(before.modified().unwrap()).unwrap();
+    assert!(opened.unchanged().is_err());
+}
+
+#[test]
 fn a_source_that_is_not_netcdf_fails_with_a_reason_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("notes.nc");
