@@ -10,8 +10,9 @@
 //! therefore be idempotent (a conversion rewrites its store).
 //!
 //! Order and bounds: jobs run in the order they were queued (those queued to run first, before
-//! the others), at most `workers` at a time, each on a thread of its own (never on the async
-//! runtime). One subject has at most one job
+//! the others), the parties that asked for them taking turns (see [`Job::party`]), at most
+//! `workers` at a time, each on a thread of its own (never on the async runtime). One subject
+//! has at most one job
 //! waiting per kind ([`Queue::enqueue`] of a subject that has one returns it instead), and its
 //! jobs of one kind never run at once: a job asked for while another of its subject runs (a
 //! store reloaded during its conversion) waits for that one to end, then runs.
@@ -49,6 +50,12 @@ pub struct Job {
     /// Runs before the jobs that are not (see [`Queue::enqueue_first`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub first: bool,
+    /// Who asked for it (a store's owner). The parties with jobs waiting take turns: the
+    /// next job is the oldest of the party whose last job started longest ago, so one
+    /// user's thousands of conversions never hold up another's one for more than a job.
+    /// Rows written before parties were kept read as one party, `""`.
+    #[serde(default)]
+    pub party: String,
 }
 
 impl Job {
@@ -127,6 +134,11 @@ struct State {
     stopping: bool,
     /// How many workers run jobs (see [`Queue::start`]).
     workers: usize,
+    /// The turn at which each party's last job started (parties that had none since the
+    /// queue opened: none, and they go first).
+    turns: HashMap<String, u64>,
+    /// The turn of the next job to start.
+    turn: u64,
 }
 
 /// The durable queue.
@@ -178,8 +190,8 @@ impl Queue {
     ///
     /// # Errors
     /// A write error; then neither the job nor `batch` was written.
-    pub fn enqueue(&self, batch: Batch, kind: &str, subject: &str) -> Result<Job> {
-        self.queue(batch, kind, subject, false)
+    pub fn enqueue(&self, batch: Batch, kind: &str, subject: &str, party: &str) -> Result<Job> {
+        self.queue(batch, kind, subject, party, false)
     }
 
     /// As [`Queue::enqueue`], to run before every job not queued so (after those that were):
@@ -191,11 +203,24 @@ impl Queue {
     ///
     /// # Errors
     /// A write error; then neither the job nor `batch` was written.
-    pub fn enqueue_first(&self, batch: Batch, kind: &str, subject: &str) -> Result<Job> {
-        self.queue(batch, kind, subject, true)
+    pub fn enqueue_first(
+        &self,
+        batch: Batch,
+        kind: &str,
+        subject: &str,
+        party: &str,
+    ) -> Result<Job> {
+        self.queue(batch, kind, subject, party, true)
     }
 
-    fn queue(&self, mut batch: Batch, kind: &str, subject: &str, first: bool) -> Result<Job> {
+    fn queue(
+        &self,
+        mut batch: Batch,
+        kind: &str,
+        subject: &str,
+        party: &str,
+        first: bool,
+    ) -> Result<Job> {
         let mut state = self.state.lock();
         let identity = (kind.to_string(), subject.to_string());
         let mut replaced = None;
@@ -226,6 +251,7 @@ impl Queue {
             subject: identity.1.clone(),
             starts: 0,
             first,
+            party: party.to_string(),
         };
         batch.put(cf::JOBS, job.seq.to_be_bytes(), job.encode());
         // Holding the lock while writing keeps rows in sequence order with the memory state.
@@ -381,26 +407,46 @@ impl Queue {
             if state.stopping {
                 return None;
             }
-            // The oldest whose subject has no job of its kind running, and, for one queued to
-            // run first, while those running leave a worker to the others.
-            let first_running = state
-                .running
-                .values()
-                .filter(|seq| state.jobs.get(seq).is_some_and(|job| job.first))
-                .count();
-            let first_allowed = first_running < state.workers.saturating_sub(1).max(1);
-            let runnable = state.pending.iter().position(|seq| {
-                let job = &state.jobs[seq];
-                (first_allowed || !job.first)
-                    && !state
-                        .running
-                        .contains_key(&(job.kind.clone(), job.subject.clone()))
-            });
-            if let Some(seq) = runnable.and_then(|at| state.pending.remove(at)) {
+            if let Some(seq) = Self::pick(&state).and_then(|at| state.pending.remove(at)) {
                 return Some(self.mark_started(state, seq));
             }
             self.wake.wait(&mut state);
         }
+    }
+
+    /// Where in `pending` the job to start next is, among those whose subject has no job of
+    /// their kind running: the oldest of those queued to run first while those running leave
+    /// a worker to the others; else the oldest of the party whose last job started longest
+    /// ago (one with none first). A scan of the waiting jobs, done once per job started.
+    fn pick(state: &State) -> Option<usize> {
+        let first_running = state
+            .running
+            .values()
+            .filter(|seq| state.jobs.get(seq).is_some_and(|job| job.first))
+            .count();
+        let first_allowed = first_running < state.workers.saturating_sub(1).max(1);
+        let mut best: Option<(usize, u64)> = None;
+        for (at, seq) in state.pending.iter().enumerate() {
+            let job = &state.jobs[seq];
+            let running = state
+                .running
+                .keys()
+                .any(|(kind, subject)| *kind == job.kind && *subject == job.subject);
+            if running || (job.first && !first_allowed) {
+                continue;
+            }
+            if job.first {
+                // Those queued to run first come before every other in `pending`.
+                return Some(at);
+            }
+            let Some(&turn) = state.turns.get(&job.party) else {
+                return Some(at);
+            };
+            if best.is_none_or(|(_, best_turn)| turn < best_turn) {
+                best = Some((at, turn));
+            }
+        }
+        best.map(|(at, _)| at)
     }
 
     /// Marks job `seq`, taken out of `pending`, as started: running, no longer waiting, one
@@ -409,6 +455,9 @@ impl Queue {
         let job = state.jobs.get_mut(&seq).expect("pending jobs are known");
         job.starts += 1;
         let job = job.clone();
+        state.turn += 1;
+        let turn = state.turn;
+        state.turns.insert(job.party.clone(), turn);
         let identity = (job.kind.clone(), job.subject.clone());
         if state.subjects.get(&identity) == Some(&seq) {
             state.subjects.remove(&identity);

@@ -69,7 +69,9 @@ fn open(dir: &std::path::Path) -> (Arc<Db>, Arc<Queue>) {
 /// Queues `subjects` and runs them on `workers` threads until the queue is empty.
 fn run_all(queue: &Arc<Queue>, subjects: &[&str], workers: usize) -> Arc<Recorder> {
     for subject in subjects {
-        queue.enqueue(Batch::default(), "convert", subject).unwrap();
+        queue
+            .enqueue(Batch::default(), "convert", subject, "")
+            .unwrap();
     }
     let recorder = Arc::new(Recorder::default());
     queue
@@ -103,7 +105,7 @@ fn jobs_run_in_order_and_their_outcomes_commit_with_their_removal() {
     for subject in ["a", "b", "c"] {
         let mut request = Batch::default();
         request.put(cf::META, format!("request:{subject}"), b"1".to_vec());
-        queue.enqueue(request, "convert", subject).unwrap();
+        queue.enqueue(request, "convert", subject, "").unwrap();
     }
     assert_eq!(db.get(cf::META, b"request:b").unwrap(), Some(b"1".to_vec()));
     assert_eq!(stored_jobs(&db).len(), 3);
@@ -120,16 +122,16 @@ fn jobs_run_in_order_and_their_outcomes_commit_with_their_removal() {
 fn a_subject_has_one_job_waiting_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let (db, queue) = open(dir.path());
-    let first = queue.enqueue(Batch::default(), "convert", "a").unwrap();
+    let first = queue.enqueue(Batch::default(), "convert", "a", "").unwrap();
     let mut again = Batch::default();
     again.put(cf::META, "request:again", b"1".to_vec());
-    let second = queue.enqueue(again, "convert", "a").unwrap();
+    let second = queue.enqueue(again, "convert", "a", "").unwrap();
     assert_eq!(first, second);
     assert_eq!(
         db.get(cf::META, b"request:again").unwrap(),
         Some(b"1".to_vec())
     );
-    let other_kind = queue.enqueue(Batch::default(), "archive", "a").unwrap();
+    let other_kind = queue.enqueue(Batch::default(), "archive", "a", "").unwrap();
     assert_ne!(other_kind.seq, first.seq);
     assert_eq!(stored_jobs(&db).len(), 2);
     assert_eq!(queue.find("convert", "a"), Some(first));
@@ -142,7 +144,9 @@ fn a_restart_resumes_queued_and_interrupted_jobs_in_order() {
     {
         let (_db, queue) = open(dir.path());
         for subject in ["waits", "x", "y"] {
-            queue.enqueue(Batch::default(), "convert", subject).unwrap();
+            queue
+                .enqueue(Batch::default(), "convert", subject, "")
+                .unwrap();
         }
         let recorder = Arc::new(Recorder::default());
         queue
@@ -248,20 +252,28 @@ fn a_job_asked_for_while_its_subject_runs_waits_for_it_then_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (_db, queue) = open(dir.path());
     let (gate, starts, release) = Gate::new();
-    let first = queue.enqueue(Batch::default(), "convert", "held").unwrap();
+    let first = queue
+        .enqueue(Batch::default(), "convert", "held", "")
+        .unwrap();
     queue
         .start(2, &(Arc::clone(&gate) as Arc<dyn Handler>))
         .unwrap();
     assert_eq!(starts.recv_timeout(Duration::from_secs(10)), Ok(first.seq));
     // Asked for again while it runs (a reload): a job of its own, which waits for the
     // first while another worker is free, and is not asked for twice.
-    let second = queue.enqueue(Batch::default(), "convert", "held").unwrap();
+    let second = queue
+        .enqueue(Batch::default(), "convert", "held", "")
+        .unwrap();
     assert_ne!(second.seq, first.seq);
     assert_eq!(
-        queue.enqueue(Batch::default(), "convert", "held").unwrap(),
+        queue
+            .enqueue(Batch::default(), "convert", "held", "")
+            .unwrap(),
         second
     );
-    let other = queue.enqueue(Batch::default(), "convert", "other").unwrap();
+    let other = queue
+        .enqueue(Batch::default(), "convert", "other", "")
+        .unwrap();
     assert_eq!(starts.recv_timeout(Duration::from_secs(10)), Ok(other.seq));
     assert!(starts.recv_timeout(Duration::from_millis(300)).is_err());
     release.send(()).unwrap();
@@ -281,13 +293,17 @@ fn two_stored_jobs_of_one_subject_run_one_after_the_other_after_a_restart() {
     {
         let (_db, queue) = open(dir.path());
         let (gate, starts, release) = Gate::new();
-        let first = queue.enqueue(Batch::default(), "convert", "held").unwrap();
+        let first = queue
+            .enqueue(Batch::default(), "convert", "held", "")
+            .unwrap();
         queue
             .start(1, &(Arc::clone(&gate) as Arc<dyn Handler>))
             .unwrap();
         assert_eq!(starts.recv_timeout(Duration::from_secs(10)), Ok(first.seq));
         // Asked for again while it runs, then the daemon stops: both rows stay.
-        queue.enqueue(Batch::default(), "convert", "held").unwrap();
+        queue
+            .enqueue(Batch::default(), "convert", "held", "")
+            .unwrap();
         let stopping = {
             let queue = Arc::clone(&queue);
             std::thread::spawn(move || queue.stop())
@@ -328,14 +344,16 @@ fn jobs_queued_to_run_first_run_before_the_others_also_after_a_restart() {
     {
         let (_db, queue) = open(dir.path());
         for subject in ["a", "b", "c"] {
-            queue.enqueue(Batch::default(), "convert", subject).unwrap();
+            queue
+                .enqueue(Batch::default(), "convert", subject, "")
+                .unwrap();
         }
         queue
-            .enqueue_first(Batch::default(), "convert", "x")
+            .enqueue_first(Batch::default(), "convert", "x", "")
             .unwrap();
         // A job waiting is moved up among those first, in the order it was queued.
         let moved = queue
-            .enqueue_first(Batch::default(), "convert", "c")
+            .enqueue_first(Batch::default(), "convert", "c", "")
             .unwrap();
         assert!(moved.first);
         assert_eq!(queue.len(), 4);
@@ -343,14 +361,14 @@ fn jobs_queued_to_run_first_run_before_the_others_also_after_a_restart() {
     // Stopped before any ran: the order holds at the next start.
     let (db, queue) = open(dir.path());
     queue
-        .enqueue_first(Batch::default(), "convert", "y")
+        .enqueue_first(Batch::default(), "convert", "y", "")
         .unwrap();
-    queue.enqueue(Batch::default(), "convert", "d").unwrap();
+    queue.enqueue(Batch::default(), "convert", "d", "").unwrap();
     // One to run first, asked for again as other work is: new, and last.
     queue
-        .enqueue_first(Batch::default(), "convert", "z")
+        .enqueue_first(Batch::default(), "convert", "z", "")
         .unwrap();
-    let again = queue.enqueue(Batch::default(), "convert", "z").unwrap();
+    let again = queue.enqueue(Batch::default(), "convert", "z", "").unwrap();
     assert!(!again.first);
     let recorder = run_all(&queue, &[], 1);
     assert_eq!(*recorder.seen.lock(), ["c", "x", "y", "a", "b", "d", "z"]);
@@ -381,10 +399,10 @@ fn jobs_queued_to_run_first_leave_a_worker_to_the_others() {
     let (_db, queue) = open(dir.path());
     for subject in ["f1", "f2", "f3"] {
         queue
-            .enqueue_first(Batch::default(), "convert", subject)
+            .enqueue_first(Batch::default(), "convert", subject, "")
             .unwrap();
     }
-    queue.enqueue(Batch::default(), "convert", "n").unwrap();
+    queue.enqueue(Batch::default(), "convert", "n", "").unwrap();
     let holding = Arc::new(Holding::default());
     queue
         .start(3, &(Arc::clone(&holding) as Arc<dyn Handler>))
@@ -399,4 +417,42 @@ fn jobs_queued_to_run_first_leave_a_worker_to_the_others() {
     queue.wait_idle();
     queue.stop();
     assert_eq!(holding.done.lock().len(), 4);
+}
+
+#[test]
+fn parties_take_turns_whatever_one_of_them_queued_before_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_db, queue) = open(dir.path());
+        // Mallory asks for many, then grace for one, then ivan for two, then mallory again.
+        for n in 0..4 {
+            let subject = format!("m{n}");
+            queue
+                .enqueue(Batch::default(), "convert", &subject, "mallory")
+                .unwrap();
+        }
+        queue
+            .enqueue(Batch::default(), "convert", "g0", "grace")
+            .unwrap();
+        for subject in ["i0", "i1"] {
+            queue
+                .enqueue(Batch::default(), "convert", subject, "ivan")
+                .unwrap();
+        }
+        queue
+            .enqueue(Batch::default(), "convert", "m4", "mallory")
+            .unwrap();
+        // A deletion still runs before them all.
+        queue
+            .enqueue_first(Batch::default(), "convert", "x", "ivan")
+            .unwrap();
+    }
+    // The parties are kept with the jobs, so the turns hold after a restart too.
+    let (db, queue) = open(dir.path());
+    let recorder = run_all(&queue, &[], 1);
+    assert_eq!(
+        *recorder.seen.lock(),
+        ["x", "m0", "g0", "i0", "m1", "i1", "m2", "m3", "m4"]
+    );
+    assert!(stored_jobs(&db).is_empty());
 }

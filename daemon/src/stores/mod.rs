@@ -614,7 +614,8 @@ impl Stores {
                         encode_sources(&record.sources),
                     );
                     batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
-                    self.queue.enqueue(batch, CONVERT, &token.to_string())?;
+                    self.queue
+                        .enqueue(batch, CONVERT, &token.to_string(), &record.owner)?;
                     record
                 }
             };
@@ -683,18 +684,19 @@ impl Stores {
             .record(token)?
             .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?;
         if record.status == Status::Gone {
-            self.queue_deletion(token)?;
+            self.queue_deletion(&record)?;
         } else {
             self.mark_gone(&mut record, reason, now, Batch::default())?;
         }
         Ok(record)
     }
 
-    /// Queues the job of the gone store `token` (again), which deletes its data; the caller
-    /// holds the records lock.
-    fn queue_deletion(&self, token: Uuid) -> Result<()> {
+    /// Queues the job of the gone store of `record` (again), which deletes its data; the
+    /// caller holds the records lock.
+    fn queue_deletion(&self, record: &StoreRecord) -> Result<()> {
+        let token = record.token.to_string();
         self.queue
-            .enqueue_first(Batch::default(), CONVERT, &token.to_string())
+            .enqueue_first(Batch::default(), CONVERT, &token, &record.owner)
             .map(drop)
     }
 
@@ -716,8 +718,9 @@ impl Stores {
         batch: Batch,
     ) -> Result<()> {
         let batch = Self::outcome(record, Status::Gone, reason, now, batch);
+        let token = record.token.to_string();
         self.queue
-            .enqueue_first(batch, CONVERT, &record.token.to_string())
+            .enqueue_first(batch, CONVERT, &token, &record.owner)
             .map(drop)
     }
 

@@ -109,7 +109,7 @@ impl Stores {
                     .is_none()
             {
                 tracing::info!(token = %record.token, "deleting a removed store's data again");
-                self.queue_deletion(record.token)?;
+                self.queue_deletion(&record)?;
             }
             let last = record.last_read.max(record.updated);
             // An archived store expires as a ready one does: its cold objects go with it.
