@@ -347,10 +347,12 @@ impl Stores {
     }
 
     /// A share of the store `token` that `caller` may read, valid for `ttl_seconds` from
-    /// `now` (60 to `stores.max_ttl_seconds`).
+    /// `now` (60 to `stores.max_ttl_seconds`); shared by someone other than its owner or an
+    /// admin (a public store), only until it stops being public.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for a `ttl_seconds` out of range; as [`Stores::readable`].
+    /// [`Error::InvalidParameter`] for a `ttl_seconds` out of range; as [`Stores::readable`],
+    /// and [`Error::NotFound`] for a store that is gone.
     pub fn share(&self, caller: &Caller, token: Uuid, ttl_seconds: u64, now: i64) -> Result<Share> {
         let max = self.config.max_ttl_seconds;
         if !(request::MIN_TTL_SECONDS..=max).contains(&ttl_seconds) {
@@ -363,8 +365,16 @@ impl Stores {
                 ),
             ));
         }
-        self.readable(Some(caller), token, now)?;
-        let expires = now.saturating_add_unsigned(ttl_seconds);
+        let record = self.readable(Some(caller), token, now)?;
+        if record.status == Status::Gone {
+            return Err(Error::NotFound(Missing::Store(token.to_string())));
+        }
+        let mut expires = now.saturating_add_unsigned(ttl_seconds);
+        // Anyone may read a public store while it is public, and share it, but not for
+        // longer: the owner chose how long strangers may read it.
+        if !caller.admin && caller.user != record.owner {
+            expires = expires.min(record.public_until.unwrap_or(now));
+        }
         Ok(Share {
             sig: self.share_key.sign(token, expires),
             token,

@@ -835,6 +835,54 @@ fn only_owner_and_admins_read_a_private_store_and_anyone_a_public_one_until_it_e
     );
 }
 
+#[test]
+fn a_public_store_shared_by_another_user_is_shared_only_while_it_is_public() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_queue, stores) = open(dir.path());
+    let (rita, sam) = (caller("rita"), caller("sam"));
+    let public = stores
+        .request(
+            &rita,
+            &convert(r#"{"path": "/data/b.nc", "public": true, "ttl_seconds": 60}"#),
+            NOW,
+        )
+        .unwrap()
+        .remove(0);
+    let week = 7 * 86_400;
+    // Sam, while it is public, asks for a week: the share ends with the public time.
+    let shared = stores.share(&sam, public.token, week, NOW + 10).unwrap();
+    assert_eq!(shared.expires, NOW + 60);
+    assert!(
+        stores
+            .share_key
+            .verify(&shared.sig, public.token, NOW + 59)
+            .is_ok()
+    );
+    let expired = stores.share_key.verify(&shared.sig, public.token, NOW + 60);
+    assert_eq!(expired.unwrap_err().kind(), crate::ErrorKind::Forbidden);
+    // Its owner and admins share it for as long as they ask.
+    let admin = Caller {
+        user: "root".into(),
+        admin: true,
+    };
+    for sharer in [&rita, &admin] {
+        let shared = stores.share(sharer, public.token, week, NOW + 10).unwrap();
+        assert_eq!(shared.expires, NOW + 10 + i64::try_from(week).unwrap());
+    }
+    // Once it is no longer public, Sam cannot share it at all; once it is gone, nobody can.
+    let err = stores
+        .share(&sam, public.token, week, NOW + 60)
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::NotFound);
+    stores
+        .remove(public.token, "removed by its owner", NOW + 70)
+        .unwrap();
+    let err = stores
+        .share(&rita, public.token, week, NOW + 80)
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::NotFound);
+}
+
 /// A NetCDF file with `tas(time=2, lat=3, lon=4)` all `value`.
 fn constant_file(path: &std::path::Path, value: f32) {
     let mut file = netcdf::create(path).unwrap();
