@@ -5,8 +5,9 @@
 //! - `GET|HEAD P/data-portal/zarr/{token}.zarr/{key}`: a key of a store through
 //!   `Stores::read`, the daemon's one read path. Metadata is `application/json`, chunks
 //!   `application/octet-stream`; a chunk of a finished store carries an `ETag` (naming the
-//!   store's conversion and the key) and `Cache-Control: immutable`, and `If-None-Match` gives 304. `timeout` (seconds,
-//!   0 to 1500, default 30) bounds the wait for a chunk still being written.
+//!   store's conversion and the key) and `Cache-Control: private, no-cache`, and
+//!   `If-None-Match` gives 304. `timeout` (seconds, 0 to 1500, default 30) bounds the wait
+//!   for a chunk still being written.
 //! - `GET P/data-portal/zarr-utils/status`: `{"status", "reason"}` of the store named by
 //!   `url=<store URL>` or `token=<uuid>`.
 
@@ -249,7 +250,13 @@ async fn answer_key(
 }
 
 /// The answer to a key read: its media type, and for a chunk of a finished store an `ETag`,
-/// immutable caching and 304 for a matching `If-None-Match`.
+/// caching and 304 for a matching `If-None-Match`.
+///
+/// A client may keep a chunk but asks again before it uses it (`no-cache`): a conversion's
+/// chunks never change, but its URL is the store's, and a store converted again (a reload,
+/// or removed and asked for again) serves other bytes under it. Asking again costs a 304
+/// while the store's conversion is the same; `immutable` let browsers mix a new conversion's
+/// metadata with an old one's chunks for a year.
 fn key_response(key_bytes: svc_daemon::KeyBytes, headers: &HeaderMap) -> Response {
     let media = match key_bytes.kind {
         KeyKind::Metadata => "application/json",
@@ -261,7 +268,7 @@ fn key_response(key_bytes: svc_daemon::KeyBytes, headers: &HeaderMap) -> Respons
         let etag = HeaderValue::from_str(etag).expect("hex digits are a header value");
         response_headers.insert(
             header::CACHE_CONTROL,
-            HeaderValue::from_static("private, max-age=31536000, immutable"),
+            HeaderValue::from_static("private, no-cache"),
         );
         let matched = headers
             .get(header::IF_NONE_MATCH)

@@ -134,6 +134,9 @@ def test_keys_and_refusals(daemon, portal, tmp_path):
     assert "content-encoding" not in chunk.headers and "gzip" in chunk.request.headers["accept-encoding"]
     assert int(chunk.headers["content-length"]) == len(chunk.content)
     etag = chunk.headers["etag"]
+    # Kept by a client, but asked for again before use: a store converted again serves other
+    # bytes under the same URL.
+    assert chunk.headers["cache-control"] == "private, no-cache"
     assert get("tas/0.0.0", headers={**headers, "If-None-Match": etag}).status_code == 304
     assert requests.head(f"{url}/tas/0.0.0", headers=headers, timeout=10).status_code == 200
     assert get("zarr.json", headers=headers).status_code == 404
