@@ -369,6 +369,26 @@ impl Db {
         }
     }
 
+    /// The distinct first `length` bytes of the keys of `family`, in order: one seek per
+    /// prefix found, whatever the number of keys under each.
+    ///
+    /// # Errors
+    /// A RocksDB read error.
+    pub fn prefixes(&self, family: &str, length: usize) -> Result<Vec<Vec<u8>>> {
+        let mut found = Vec::new();
+        let mut from = Vec::new();
+        loop {
+            let mode = IteratorMode::From(&from, rocksdb::Direction::Forward);
+            let Some(item) = self.db.iterator_cf(self.family(family), mode).next() else {
+                return Ok(found);
+            };
+            let (key, _) = item?;
+            let prefix = key[..length.min(key.len())].to_vec();
+            from = prefix_end(&prefix);
+            found.push(prefix);
+        }
+    }
+
     /// Bytes the database occupies on disk (SST and log files).
     pub fn size_on_disk(&self) -> u64 {
         dir_size(&self.path)

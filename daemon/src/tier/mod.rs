@@ -100,6 +100,9 @@ const FORMAT: u8 = 1;
 /// next one; a store's job, its cold objects to the cleaning.
 const COLD_ANSWER_WAIT: Duration = Duration::from_secs(10);
 
+/// The length of a store token, the first bytes of the keys of its listing and manifest.
+const TOKEN_BYTES: usize = 16;
+
 /// How long after it was last marked a store stays marked for cleaning, however clean its
 /// listings: an object that appears on the cold tier after a listing (a multipart upload
 /// the object store completes after its client gave up on it, a listing that lags behind
@@ -1057,10 +1060,15 @@ impl Tier {
     fn forget_store_locked(&self, token: Uuid) -> Result<()> {
         let had_tier_state = self.db.any_prefixed(cf::TIERS, token.as_bytes())?;
         let mut batch = Batch::default();
-        batch.delete_prefixed(cf::KEYS, token.as_bytes());
+        // Range deletions only where there is something to delete: every conversion starts
+        // here, and each range deletion stays in the family until a compaction, where every
+        // seek past it (the start's repair, the next store's) walks it.
+        if self.has_listing(token)? {
+            batch.delete_prefixed(cf::KEYS, token.as_bytes());
+        }
         batch.delete(cf::MANIFESTS, token.as_bytes().to_vec());
-        batch.delete_prefixed(cf::TIERS, token.as_bytes());
         if had_tier_state {
+            batch.delete_prefixed(cf::TIERS, token.as_bytes());
             mark_for_cleaning(&mut batch, token);
         }
         self.db.write(batch)?;
@@ -1209,8 +1217,15 @@ impl Tier {
         // A store gone or being converted keeps no listing or manifest (a crash may have
         // come between its record and forgetting them, or between a conversion writing them
         // and its record saying ready).
-        for &token in known.iter().filter(|token| !ready.contains(token)) {
-            if self.has_listing(token)? || self.db.get(cf::MANIFESTS, token.as_bytes())?.is_some() {
+        // Found by walking the stores that have a listing or a manifest (one seek each), not
+        // by asking each store that is not ready (one seek each, of many more).
+        let mut listed = self.db.prefixes(cf::KEYS, TOKEN_BYTES)?;
+        listed.extend(self.db.prefixes(cf::MANIFESTS, TOKEN_BYTES)?);
+        for token in listed
+            .iter()
+            .filter_map(|token| Uuid::from_slice(token).ok())
+        {
+            if !ready.contains(&token) {
                 let mut batch = Batch::default();
                 batch.delete_prefixed(cf::KEYS, token.as_bytes());
                 batch.delete(cf::MANIFESTS, token.as_bytes().to_vec());

@@ -1577,3 +1577,40 @@ fn a_listing_is_read_a_directory_at_a_time_in_pages() {
     }
     assert_eq!(entry("x/", ""), None);
 }
+
+#[test]
+fn a_start_drops_the_listings_and_manifests_of_stores_not_ready_and_keeps_the_ready_ones() {
+    let fixture = fixture();
+    let tier = &fixture.tier;
+    // A store whose conversion wrote its listing and manifest, and crashed before its record
+    // said ready; another known only by its manifest; and thousands converted since that
+    // never had either (each conversion forgets what a store had first).
+    let (unready, manifest_only) = (Uuid::from_u128(7), Uuid::from_u128(8));
+    let mut batch = Batch::default();
+    Tier::put_listing(&mut batch, unready, &[("tas/0.0".into(), 600)]);
+    batch.put(cf::MANIFESTS, unready.as_bytes().to_vec(), b"m".to_vec());
+    batch.put(
+        cf::MANIFESTS,
+        manifest_only.as_bytes().to_vec(),
+        b"m".to_vec(),
+    );
+    tier.db.write(batch).unwrap();
+    let mut known: HashSet<Uuid> = [TOKEN, unready, manifest_only].into_iter().collect();
+    for n in 100..2100 {
+        let token = Uuid::from_u128(n);
+        tier.forget_store(token).unwrap();
+        known.insert(token);
+    }
+    tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
+        .unwrap();
+    for gone in [unready, manifest_only] {
+        assert!(!tier.has_state(gone).unwrap(), "{gone}");
+    }
+    assert!(tier.has_listing(TOKEN).unwrap());
+    assert!(
+        tier.db
+            .get(cf::MANIFESTS, TOKEN.as_bytes())
+            .unwrap()
+            .is_some()
+    );
+}
