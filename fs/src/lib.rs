@@ -19,7 +19,8 @@ use std::sync::Arc;
 /// died (its directory answers "not connected") is detached first.
 ///
 /// # Errors
-/// The mount failed (no `/dev/fuse`, `dir` not a directory, not permitted).
+/// The mount failed (no `/dev/fuse`, `dir` not a directory, not permitted), or `dir` is a
+/// mount point already (a live mount of another daemon, say).
 pub fn mount(
     daemon: Arc<svc_daemon::Daemon>,
     dir: &Path,
@@ -29,6 +30,17 @@ pub fn mount(
     {
         tracing::warn!(dir = %dir.display(), "detaching a stale mount left by an earlier daemon");
         detach(dir)?;
+    } else if is_mount_point(dir)? {
+        // Mounting over it would hide what is there, and stopping either daemon would then
+        // unmount the other's mount.
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!(
+                "{} is a mount point already (another svcd serving it?): stop what serves \
+                 it, or unmount it, first",
+                dir.display()
+            ),
+        ));
     }
     let mut config = fuser::Config::default();
     config.mount_options = vec![
@@ -50,6 +62,12 @@ pub fn mount(
         dir,
         &config,
     )
+}
+
+/// Whether `dir` is a mount point: on another device than its parent.
+fn is_mount_point(dir: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata(dir)?.dev() != std::fs::metadata(dir.join(".."))?.dev())
 }
 
 /// Detaches the mount at `dir` lazily: it goes from the namespace now, and from the kernel
