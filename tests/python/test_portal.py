@@ -141,6 +141,11 @@ def test_keys_and_refusals(daemon, portal, tmp_path):
     assert requests.head(f"{url}/tas/0.0.0", headers=headers, timeout=10).status_code == 200
     assert get("zarr.json", headers=headers).status_code == 404
     assert get("tas/99.0.0", headers=headers).status_code == 404
+    # A key no chunk could have (another number of indices, leading zeros) is malformed: 400,
+    # not the 404 clients read as fill values.
+    for malformed in ("tas/0.0", "tas/0.0.0.0", "tas/00.0.0"):
+        answer = get(malformed, headers=headers)
+        assert answer.status_code == 400 and malformed in answer.json()["detail"], (malformed, answer.text)
     assert get("nothere/0", headers=headers).status_code == 404
     for bad in ("tas", ".zarray", "tas/abc", "tas/0..0"):
         answer = get(bad, headers=headers)

@@ -126,7 +126,11 @@ fn parse_key(key: &str) -> Result<Key<'_>> {
             let index = chunk
                 .split('.')
                 .map(|part| {
-                    if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                    // Digits, without leading zeros: the one name Zarr gives each chunk.
+                    if part.is_empty()
+                        || !part.bytes().all(|b| b.is_ascii_digit())
+                        || (part.len() > 1 && part.starts_with('0'))
+                    {
                         None
                     } else {
                         part.parse::<u64>().ok()
@@ -770,7 +774,9 @@ fn pause(deadline: Instant, interval: &mut Duration) -> Result<()> {
     Ok(())
 }
 
-/// Checks that `index` names a chunk of the array at `array`.
+/// Checks that `index` names a chunk of the array at `array`: one index per dimension
+/// (else the key is malformed: 400, not a missing chunk, which clients read as fill values),
+/// each within the array.
 fn check_chunk(
     documents: &Map<String, Value>,
     array: &str,
@@ -788,19 +794,28 @@ fn check_chunk(
     };
     let shape = numbers("shape");
     let chunks = numbers("chunks");
+    // A 0-d array has the one chunk `0`.
+    let dimensions = shape.len().max(1);
+    if index.len() != dimensions {
+        return Err(invalid(
+            key,
+            &format!(
+                "{array} has {dimensions} dimension{}, and a chunk one index per dimension",
+                if dimensions == 1 { "" } else { "s" }
+            ),
+        ));
+    }
     if shape.is_empty() {
-        // A 0-d array has the one chunk `0`.
         return if index == [0] {
             Ok(())
         } else {
             Err(missing(key))
         };
     }
-    let inside = index.len() == shape.len()
-        && index
-            .iter()
-            .zip(shape.iter().zip(&chunks))
-            .all(|(i, (len, chunk))| *chunk > 0 && *i < len.div_ceil(*chunk));
+    let inside = index
+        .iter()
+        .zip(shape.iter().zip(&chunks))
+        .all(|(i, (len, chunk))| *chunk > 0 && *i < len.div_ceil(*chunk));
     if inside { Ok(()) } else { Err(missing(key)) }
 }
 
