@@ -54,6 +54,7 @@ pub use jobs::{Handler, Job, Outcome, Queue, Stop};
 pub use stac::{
     GEO_JSON, Method, OPENAPI_JSON, SCHEMA_JSON, Scope, SearchRequest, StacApi, split_list,
 };
+pub use stores::access::user_account;
 pub use stores::cold::Progress as TierProgress;
 pub use stores::read::{KeyBytes, KeyKind};
 pub use stores::request::{AccessPattern, Chunking, ConvertRequest, ShareRequest};

@@ -65,15 +65,16 @@ struct Accounts(parking_lot::Mutex<HashMap<String, Account>>);
 type Account = ((u32, u32), Instant);
 
 impl Accounts {
-    /// The uid and gid of the local account `user`; root's when there is none (the store's
-    /// files are then readable by root alone, or by anyone when public).
+    /// The uid and gid of the local account `user` ([`svc_daemon::user_account`]: not a
+    /// system account's); root's when there is none (the store's files are then readable by
+    /// root alone, or by anyone when public).
     fn ids(&self, user: &str) -> (u32, u32) {
         if let Some((ids, at)) = self.0.lock().get(user)
             && at.elapsed() < ACCOUNT_TTL
         {
             return *ids;
         }
-        let ids = match nix::unistd::User::from_name(user) {
+        let ids = match svc_daemon::user_account(user) {
             Ok(Some(account)) => (account.uid.as_raw(), account.gid.as_raw()),
             _ => (0, 0),
         };

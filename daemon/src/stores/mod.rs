@@ -13,7 +13,7 @@
 //! reconverting a store writes its record and queues its conversion job in one batch (see
 //! [`crate::jobs`]), so a request is never recorded without its job nor the other way round.
 
-mod access;
+pub(crate) mod access;
 pub(crate) mod cold;
 mod html;
 pub(crate) mod job;
