@@ -4,11 +4,13 @@
 //! - A caller whose name is a local account (the password database, looked up with `nix`) may
 //!   convert what that account may read: every directory on the way must grant it search (`x`)
 //!   and the file read (`r`) permission, by owner, group (the account's primary and
-//!   supplementary groups) or other bits, as the kernel would decide without ACLs.
+//!   supplementary groups) or other bits, as the kernel would decide without ACLs. Root may
+//!   read anything: `svcd store convert` converts as the operator's login, root among them.
 //! - A caller without a local account (a user of an identity provider) may convert what lies
-//!   under one of `stores.allowed_roots`. So does one named as a system account (uid below
-//!   [`FIRST_USER_UID`]: root, the daemons, this daemon's own account) or as the account the
-//!   daemon runs as: a token for `root` is not root's rights (see [`user_account`]).
+//!   under one of `stores.allowed_roots`. So does one named as a system account other than
+//!   root (uid 1 to [`FIRST_USER_UID`] - 1: the daemons) or as the account the daemon runs
+//!   as (see [`user_account`]). A token for `root` is root's reads: an identity provider must
+//!   not name a user `root`, and `svcd token issue --user root` is an operator's act.
 //!
 //! Paths are resolved first (symbolic links followed), so a link inside an allowed root that
 //! points outside it is judged by its target. A path that does not exist is allowed when its
@@ -46,16 +48,17 @@ enum Want {
 pub(crate) const FIRST_USER_UID: u32 = 1000;
 
 /// The local account a service user `user` is: the account of that name, unless it is a
-/// system account (uid below [`FIRST_USER_UID`]) or the one the daemon runs as, whose names
-/// an identity provider's users must not turn into those accounts' rights (`None` then, as
-/// for a name with no account). The mount gives files of such users' stores to root, as
-/// those of users without an account.
+/// system account other than root (uid 1 to [`FIRST_USER_UID`] - 1) or the one the daemon
+/// runs as (when not root), whose names an identity provider's users must not turn into
+/// those accounts' rights (`None` then, as for a name with no account). The mount gives
+/// files of such users' stores to root, as those of users without an account.
 ///
 /// # Errors
 /// The password database cannot be read.
 pub fn user_account(user: &str) -> nix::Result<Option<User>> {
     Ok(User::from_name(user)?.filter(|account| {
-        account.uid.as_raw() >= FIRST_USER_UID && account.uid != Uid::effective()
+        account.uid.is_root()
+            || (account.uid.as_raw() >= FIRST_USER_UID && account.uid != Uid::effective())
     }))
 }
 
@@ -80,6 +83,9 @@ impl Reader {
         let Reader::Account { uid, groups } = self else {
             return false;
         };
+        if uid.is_root() {
+            return true;
+        }
         let bits = match want {
             Want::Search => 0o1,
             Want::Read => 0o4,
@@ -213,9 +219,10 @@ mod tests {
         assert!(!ok("open/link.nc"), "a link is judged by its target");
         assert!(ok("open/missing.nc"), "fails later, naming the file");
         assert!(!ok("closed/missing.nc"), "nobody may look into closed/");
-        // System accounts (root among them) and the daemon's own are not theirs to use: such
-        // a name is a user without an account.
-        for system in ["root", "daemon", "bin"] {
+        assert!(check("root", &[path(&dir, "closed/a.nc")], &[]).is_ok());
+        // Other system accounts are not theirs to use: such a name is a user without an
+        // account.
+        for system in ["daemon", "bin", "www-data"] {
             assert!(check(system, &[path(&dir, "closed/a.nc")], &[]).is_err());
             let roots = [dir.path().join("closed")];
             assert!(check(system, &[path(&dir, "closed/a.nc")], &roots).is_ok());
