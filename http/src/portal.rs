@@ -64,6 +64,17 @@ async fn convert(
     let max_ttl = state.daemon.config().stores.max_ttl_seconds;
     let request = if body.iter().all(u8::is_ascii_whitespace) {
         ConvertRequest::from_pairs(&pairs, max_ttl)?
+    } else if let Some((name, _)) = pairs.first() {
+        // Nothing a request gives is dropped (DECISIONS): one with both would lose one.
+        return Err(Error::invalid(
+            name.clone(),
+            Fault::Refused,
+            format!(
+                "Query parameter '{name}' given with a JSON body: give the request either as \
+                 a JSON body or as query parameters, not both."
+            ),
+        )
+        .into());
     } else {
         ConvertRequest::from_body(&body, max_ttl)?
     };

@@ -165,6 +165,11 @@ def test_bad_requests_and_failed_sources(daemon, portal):
     convert = f"{daemon.base}/data-portal/zarr/convert"
     answer = requests.post(convert, json={"path": ["/x.nc"], "chunk_size": 1000}, headers=headers, timeout=10)
     assert answer.status_code == 422 and "chunk_size" in answer.json()["detail"]
+    # Both a body and query parameters: one of them would be dropped.
+    answer = requests.post(convert, params={"path": "/y.nc"}, json={"path": ["/x.nc"]}, headers=headers, timeout=10)
+    assert answer.status_code == 422 and "'path' given with a JSON body" in answer.json()["detail"], answer.text
+    answer = requests.post(convert, json={"path": ["/x.nc"], "map_primary_chunksize": -1}, headers=headers, timeout=10)
+    assert answer.status_code == 422 and "must not be negative, got -1" in answer.json()["detail"], answer.text
     answer = requests.post(convert, json={"path": ["/etc/shadow"]}, headers=headers, timeout=10)
     assert answer.status_code == 403 and "/etc/shadow" in answer.json()["detail"]
     assert requests.post(convert, json={"path": ["/x.nc"]}, timeout=10).status_code == 401

@@ -367,7 +367,7 @@ impl ConvertRequest {
         Self::from_object(object, true, max_ttl_seconds)
     }
 
-    /// Reads the JSON body of `zarr/convert`; query pairs may add options (not sources).
+    /// Reads the JSON body of `zarr/convert` (a request with a body has no query parameters).
     ///
     /// # Errors
     /// A body that is not a JSON object; as [`ConvertRequest::from_object`].
@@ -931,11 +931,20 @@ fn number(name: &str, value: &Value) -> Result<f64> {
 /// A non-negative whole number, also when written with a zero fraction (`86400.0`).
 fn whole_number(name: &str, value: &Value) -> Result<u64> {
     let n = number(name, value)?;
-    if n.fract() != 0.0 || !(0.0..=1e15).contains(&n) {
+    let wrong = if n.fract() != 0.0 {
+        Some((Fault::Syntax, "must be a whole number"))
+    } else if n < 0.0 {
+        Some((Fault::Refused, "must not be negative"))
+    } else if n > 1e15 {
+        Some((Fault::Refused, "must be at most 10^15"))
+    } else {
+        None
+    };
+    if let Some((fault, what)) = wrong {
         return Err(Error::invalid(
             name,
-            Fault::Syntax,
-            format!("Option '{name}' must be a whole number, got {value}."),
+            fault,
+            format!("Option '{name}' {what}, got {value}."),
         ));
     }
     #[expect(
@@ -1162,6 +1171,35 @@ mod tests {
             message(r#"{"path": "/a.nc", "space_dims": ["lat"]}"#)
                 .contains("Spatial reduction is not implemented yet")
         );
+    }
+
+    #[test]
+    fn a_number_out_of_range_is_refused_saying_what_is_wrong_with_it() {
+        let message = |json: &str| body(json).unwrap_err().to_string();
+        for (json, expected) in [
+            (
+                r#"{"path": "/a.nc", "map_primary_chunksize": -1}"#,
+                "Option 'map_primary_chunksize' must not be negative, got -1.",
+            ),
+            (
+                r#"{"path": "/a.nc", "ttl_seconds": 1e20}"#,
+                "Option 'ttl_seconds' must be at most 10^15, got 1e+20.",
+            ),
+            (
+                r#"{"path": "/a.nc", "ttl_seconds": 90.5}"#,
+                "Option 'ttl_seconds' must be a whole number, got 90.5.",
+            ),
+            (
+                r#"{"path": "/a.nc", "map_primary_chunksize": 0}"#,
+                "Option 'map_primary_chunksize' must be from 1 to 1024, got 0.",
+            ),
+        ] {
+            assert!(
+                message(json).contains(expected),
+                "{json}: {}",
+                message(json)
+            );
+        }
     }
 
     #[test]
