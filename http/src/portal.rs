@@ -191,11 +191,16 @@ async fn load(
     ))
 }
 
-/// The token of a `<uuid>.zarr` path segment; anything else names no store.
+/// The token of a `<uuid>.zarr` path segment, the UUID as the service writes it (lower-case,
+/// hyphenated, as the mount names stores too); anything else names no store.
 fn store_token(segment: &str) -> Result<Uuid, ApiError> {
     segment
         .strip_suffix(".zarr")
-        .and_then(|t| Uuid::parse_str(t).ok())
+        .and_then(|t| {
+            Uuid::try_parse(t)
+                .ok()
+                .filter(|token| token.to_string() == t)
+        })
         .ok_or_else(|| Error::NotFound(Missing::Store(segment.to_string())).into())
 }
 

@@ -140,6 +140,12 @@ def test_keys_and_refusals(daemon, portal, tmp_path):
     assert get("tas/0.0.0", headers={**headers, "If-None-Match": etag}).status_code == 304
     assert requests.head(f"{url}/tas/0.0.0", headers=headers, timeout=10).status_code == 200
     assert get("zarr.json", headers=headers).status_code == 404
+    # A store is named by its token as the service writes it, as on the mount.
+    base, name = url.rsplit("/", 1)
+    token = name.removesuffix(".zarr")
+    for spelling in (token.upper(), token.replace("-", ""), f"{{{token}}}", f"urn:uuid:{token}"):
+        answer = requests.get(f"{base}/{spelling}.zarr/.zmetadata", headers=headers, timeout=10)
+        assert answer.status_code == 404, spelling
     assert get("tas/99.0.0", headers=headers).status_code == 404
     # A key no chunk could have (another number of indices, leading zeros) is malformed: 400,
     # not the 404 clients read as fill values.
