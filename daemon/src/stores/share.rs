@@ -57,9 +57,12 @@ impl ShareKey {
         let (expires, tag) = sig
             .split_once('.')
             .ok_or_else(|| denied("The share link is not valid."))?;
+        // As signed: digits without a sign or leading zeros, one spelling per link.
         let expires: i64 = expires
             .parse()
-            .map_err(|_| denied("The share link is not valid."))?;
+            .ok()
+            .filter(|parsed: &i64| parsed.to_string() == expires)
+            .ok_or_else(|| denied("The share link is not valid."))?;
         let tag = URL_SAFE_NO_PAD
             .decode(tag)
             .map_err(|_| denied("The share link is not valid."))?;
@@ -91,6 +94,11 @@ mod tests {
         assert!(key.verify(&sig, Uuid::new_v4(), 0).is_err());
         let (_, tag) = sig.split_once('.').unwrap();
         assert!(key.verify(&format!("2000.{tag}"), token, 0).is_err());
+        // The same expiry spelled otherwise is not the link that was signed.
+        for spelling in ["+1000", "01000", "1000 "] {
+            let respelled = format!("{spelling}.{tag}");
+            assert!(key.verify(&respelled, token, 0).is_err(), "{respelled}");
+        }
         assert!(key.verify(&sig[..sig.len() - 2], token, 0).is_err());
         let mut altered = sig.clone().into_bytes();
         let last = altered.len() - 1;
