@@ -20,7 +20,7 @@ use std::sync::Arc;
 ///
 /// # Errors
 /// The mount failed (no `/dev/fuse`, `dir` not a directory, not permitted), or `dir` is a
-/// mount point already (a live mount of another daemon, say).
+/// FUSE mount point already (a live mount of another daemon, say).
 pub fn mount(
     daemon: Arc<svc_daemon::Daemon>,
     dir: &Path,
@@ -30,14 +30,14 @@ pub fn mount(
     {
         tracing::warn!(dir = %dir.display(), "detaching a stale mount left by an earlier daemon");
         detach(dir)?;
-    } else if is_mount_point(dir)? {
-        // Mounting over it would hide what is there, and stopping either daemon would then
-        // unmount the other's mount.
+    } else if is_fuse_mount(dir)? {
+        // Mounting over it would hide it, and stopping either daemon would then unmount the
+        // other's mount.
         return Err(std::io::Error::new(
             std::io::ErrorKind::AlreadyExists,
             format!(
-                "{} is a mount point already (another svcd serving it?): stop what serves \
-                 it, or unmount it, first",
+                "{} is a FUSE mount point already (another svcd serving it?): stop what \
+                 serves it, or unmount it, first",
                 dir.display()
             ),
         ));
@@ -64,10 +64,15 @@ pub fn mount(
     )
 }
 
-/// Whether `dir` is a mount point: on another device than its parent.
-fn is_mount_point(dir: &Path) -> std::io::Result<bool> {
+/// Whether a FUSE file system (another daemon's live mount, say) is mounted at `dir`: a
+/// mount point (on another device than its parent) of FUSE's type. Other mounts there (the
+/// directory bound in from the host, or a file system of its own) are mounted over, as the
+/// mount of a FUSE file system on a directory always is.
+fn is_fuse_mount(dir: &Path) -> std::io::Result<bool> {
+    use nix::sys::statfs::{FUSE_SUPER_MAGIC, statfs};
     use std::os::unix::fs::MetadataExt;
-    Ok(std::fs::metadata(dir)?.dev() != std::fs::metadata(dir.join(".."))?.dev())
+    let mount_point = std::fs::metadata(dir)?.dev() != std::fs::metadata(dir.join(".."))?.dev();
+    Ok(mount_point && statfs(dir)?.filesystem_type() == FUSE_SUPER_MAGIC)
 }
 
 /// Detaches the mount at `dir` lazily: it goes from the namespace now, and from the kernel

@@ -184,7 +184,7 @@ def test_a_second_daemon_does_not_mount_over_a_live_mount(mounted, tmp_path):
     second = subprocess.run([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0", "--mount", str(mounted["mount"])],
                             capture_output=True, text=True, timeout=60)
     assert second.returncode != 0
-    assert f"{mounted['mount']} is a mount point already" in second.stderr, second.stderr[-2000:]
+    assert f"{mounted['mount']} is a FUSE mount point already" in second.stderr, second.stderr[-2000:]
     directory, _ = store_dir(mounted, "private")
     assert (directory / ".zmetadata").is_file(), "the first daemon's mount is the one seen"
     assert mounted["proc"].poll() is None
