@@ -441,12 +441,15 @@ def test_operators_list_show_and_remove_stores(daemon, portal):
 
 def test_operators_convert_with_and_without_a_running_daemon(daemon, tmp_path):
     import getpass
+    import os
     import subprocess
 
     source = daemon.data / "sources" / "cli.nc"
     source.parent.mkdir(exist_ok=True)
     write_source(source)
-    run = lambda data, *args: subprocess.run([daemon.binary, "--data-dir", str(data), "store", *args], capture_output=True, text=True, timeout=300)
+    # The login (root here) converts as a user without a local account: under the allowed roots.
+    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(daemon.data))
+    run = lambda data, *args: subprocess.run([daemon.binary, "--data-dir", str(data), "store", *args], capture_output=True, text=True, timeout=300, env=env)
     online = run(daemon.data, "convert", str(source))
     assert online.returncode == 0, online.stderr
     [url] = online.stdout.split()

@@ -4,13 +4,13 @@
 //! - A caller whose name is a local account (the password database, looked up with `nix`) may
 //!   convert what that account may read: every directory on the way must grant it search (`x`)
 //!   and the file read (`r`) permission, by owner, group (the account's primary and
-//!   supplementary groups) or other bits, as the kernel would decide without ACLs. Root may
-//!   read anything: `svcd store convert` converts as the operator's login, root among them.
+//!   supplementary groups) or other bits, as the kernel would decide without ACLs.
 //! - A caller without a local account (a user of an identity provider) may convert what lies
-//!   under one of `stores.allowed_roots`. So does one named as a system account other than
-//!   root (uid 1 to [`FIRST_USER_UID`] - 1: the daemons) or as the account the daemon runs
-//!   as (see [`user_account`]). A token for `root` is root's reads: an identity provider must
-//!   not name a user `root`, and `svcd token issue --user root` is an operator's act.
+//!   under one of `stores.allowed_roots`. So does one named as a system account (root, the
+//!   daemons, `nobody`: a uid outside `UID_MIN` to `UID_MAX` of `/etc/login.defs`) or as the
+//!   account the daemon runs as (see [`user_account`]): a name is all a token says, and
+//!   those of the system are no one's to claim. The operator's `svcd store convert`, run as
+//!   root, converts so too.
 //!
 //! Paths are resolved first (symbolic links followed), so a link inside an allowed root that
 //! points outside it is judged by its target. A path that does not exist is allowed when its
@@ -44,21 +44,37 @@ enum Want {
     Read,
 }
 
-/// The first uid of the users' accounts (Debian's `UID_MIN`); those below are the system's.
-pub(crate) const FIRST_USER_UID: u32 = 1000;
+/// The uids of users' accounts, `UID_MIN` to `UID_MAX` of `/etc/login.defs` (1000 to 60000
+/// where it does not say, as Debian's); the others are the system's. Read once.
+fn user_uids() -> std::ops::RangeInclusive<u32> {
+    static UIDS: std::sync::OnceLock<std::ops::RangeInclusive<u32>> = std::sync::OnceLock::new();
+    UIDS.get_or_init(|| {
+        let defs = std::fs::read_to_string("/etc/login.defs").unwrap_or_default();
+        // Lines `NAME VALUE`; the last setting of a name counts.
+        let value = |name: &str| {
+            defs.lines()
+                .filter_map(|line| {
+                    let mut words = line.split_whitespace();
+                    (words.next()? == name).then(|| words.next()?.parse().ok())?
+                })
+                .next_back()
+        };
+        value("UID_MIN").unwrap_or(1000)..=value("UID_MAX").unwrap_or(60_000)
+    })
+    .clone()
+}
 
 /// The local account a service user `user` is: the account of that name, unless it is a
-/// system account other than root (uid 1 to [`FIRST_USER_UID`] - 1) or the one the daemon
-/// runs as (when not root), whose names an identity provider's users must not turn into
-/// those accounts' rights (`None` then, as for a name with no account). The mount gives
-/// files of such users' stores to root, as those of users without an account.
+/// system account (uid outside [`user_uids`]: root, the daemons, `nobody`) or the one the
+/// daemon runs as, whose names no user of an identity provider may turn into those
+/// accounts' rights (`None` then, as for a name with no account). The mount gives files of
+/// such users' stores to root, as those of users without an account.
 ///
 /// # Errors
 /// The password database cannot be read.
 pub fn user_account(user: &str) -> nix::Result<Option<User>> {
     Ok(User::from_name(user)?.filter(|account| {
-        account.uid.is_root()
-            || (account.uid.as_raw() >= FIRST_USER_UID && account.uid != Uid::effective())
+        user_uids().contains(&account.uid.as_raw()) && account.uid != Uid::effective()
     }))
 }
 
@@ -83,9 +99,6 @@ impl Reader {
         let Reader::Account { uid, groups } = self else {
             return false;
         };
-        if uid.is_root() {
-            return true;
-        }
         let bits = match want {
             Want::Search => 0o1,
             Want::Read => 0o4,
@@ -110,13 +123,17 @@ pub(crate) fn check(user: &str, sources: &[String], allowed_roots: &[PathBuf]) -
     if user.is_empty() || user.contains('\0') {
         return Err(forbidden(sources.first().map_or("", String::as_str)));
     }
-    let reader = Reader::of(user)?;
+    check_as(&Reader::of(user)?, sources, allowed_roots)
+}
+
+/// [`check`] for `reader`.
+fn check_as(reader: &Reader, sources: &[String], allowed_roots: &[PathBuf]) -> Result<()> {
     for source in sources {
         let path = Path::new(source);
         // A path that cannot be resolved (it does not exist, or a directory on the way is
         // closed to the daemon) is judged as written.
         let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let allowed = match &reader {
+        let allowed = match reader {
             Reader::Remote => allowed_roots.iter().any(|root| {
                 let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
                 resolved.starts_with(root)
@@ -210,31 +227,40 @@ mod tests {
 
     #[test]
     fn a_local_account_converts_what_it_may_read() {
-        // `nobody` exists on every Debian system and owns nothing in the tree (root does).
+        // An account that owns nothing in the tree (root owns it all), in none of its groups.
         let dir = tree();
-        let ok = |rel: &str| check("nobody", &[path(&dir, rel)], &[]).is_ok();
+        let account = Reader::Account {
+            uid: Uid::from_raw(4242),
+            groups: vec![Gid::from_raw(4242)],
+        };
+        let ok = |rel: &str| check_as(&account, &[path(&dir, rel)], &[]).is_ok();
         assert!(ok("open/a.nc"));
         assert!(!ok("closed/a.nc"), "a closed directory on the way");
         assert!(!ok("open/private.nc"), "a file only its owner reads");
         assert!(!ok("open/link.nc"), "a link is judged by its target");
         assert!(ok("open/missing.nc"), "fails later, naming the file");
         assert!(!ok("closed/missing.nc"), "nobody may look into closed/");
-        assert!(check("root", &[path(&dir, "closed/a.nc")], &[]).is_ok());
-        // Other system accounts are not theirs to use: such a name is a user without an
-        // account.
-        for system in ["daemon", "bin", "www-data"] {
-            assert!(check(system, &[path(&dir, "closed/a.nc")], &[]).is_err());
-            let roots = [dir.path().join("closed")];
-            assert!(check(system, &[path(&dir, "closed/a.nc")], &roots).is_ok());
-        }
-        let err = check(
-            "nobody",
+        let err = check_as(
+            &account,
             &[path(&dir, "open/a.nc"), path(&dir, "open/private.nc")],
             &[],
         )
         .unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Forbidden);
         assert!(err.to_string().contains("private.nc"), "{err}");
+    }
+
+    #[test]
+    fn names_of_system_accounts_are_users_without_an_account() {
+        // Root, daemons and `nobody` exist on every Debian system; a token naming them gets
+        // what any user without an account gets, not their reads.
+        let dir = tree();
+        for system in ["root", "daemon", "bin", "nobody"] {
+            assert!(user_account(system).unwrap().is_none(), "{system}");
+            assert!(check(system, &[path(&dir, "closed/a.nc")], &[]).is_err());
+            let roots = [dir.path().join("closed")];
+            assert!(check(system, &[path(&dir, "closed/a.nc")], &roots).is_ok());
+        }
     }
 
     #[test]
