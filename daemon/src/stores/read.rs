@@ -489,7 +489,14 @@ impl Stores {
             return None;
         }
         let _slot = self.on_demand.take(&record.owner)?;
-        match self.open_source(record).and_then(|source| compute(&source)) {
+        // Written to while it was read, what was computed may mix old and new bytes: not
+        // served (the conversion fails the store, or writes what the file holds then).
+        let computed = self.open_source(record).and_then(|source| {
+            let computed = compute(&source)?;
+            source.unchanged()?;
+            Ok(computed)
+        });
+        match computed {
             Ok(computed) => computed,
             Err(reason) => {
                 tracing::debug!(token = %record.token, %reason, "cannot compute on demand");
