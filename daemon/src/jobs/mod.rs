@@ -20,7 +20,7 @@
 //! Shutdown: [`Queue::stop`] lets running handlers see [`Stop::requested`]; a handler that
 //! stops early answers [`Outcome::Interrupted`] and its job stays queued for the next start.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -139,6 +139,34 @@ struct State {
     turns: HashMap<String, u64>,
     /// The turn of the next job to start.
     turn: u64,
+    /// How many jobs each party has waiting, those queued to run first left out: how many
+    /// parties [`Queue::pick`] looks for.
+    waiting: HashMap<String, usize>,
+}
+
+impl State {
+    /// Counts a job of `party` more (`true`) or less as waiting.
+    fn count_waiting(&mut self, party: &str, more: bool) {
+        if more {
+            *self.waiting.entry(party.to_string()).or_default() += 1;
+        } else if let Some(count) = self.waiting.get_mut(party) {
+            *count -= 1;
+            if *count == 0 {
+                self.waiting.remove(party);
+            }
+        }
+    }
+
+    /// Takes job `seq` out of the pending ones, at `at`.
+    fn take_pending(&mut self, at: usize) -> Option<u64> {
+        let seq = self.pending.remove(at)?;
+        let job = &self.jobs[&seq];
+        if !job.first {
+            let party = job.party.clone();
+            self.count_waiting(&party, false);
+        }
+        Some(seq)
+    }
 }
 
 /// The durable queue.
@@ -164,6 +192,9 @@ impl Queue {
             let job = Job::decode(key, value)?;
             state.next_seq = job.seq + 1;
             state.pending.push_back(job.seq);
+            if !job.first {
+                state.count_waiting(&job.party, true);
+            }
             state
                 .subjects
                 .insert((job.kind.clone(), job.subject.clone()), job.seq);
@@ -231,6 +262,7 @@ impl Queue {
                 batch.put(cf::JOBS, seq.to_be_bytes(), existing.encode());
                 self.db.write(batch)?;
                 state.pending.retain(|&pending| pending != seq);
+                state.count_waiting(&existing.party, false);
                 Self::place(&mut state, seq, true);
                 state.jobs.insert(seq, existing.clone());
                 return Ok(existing);
@@ -262,6 +294,9 @@ impl Queue {
         }
         state.next_seq += 1;
         Self::place(&mut state, job.seq, first);
+        if !first {
+            state.count_waiting(party, true);
+        }
         state.subjects.insert(identity, job.seq);
         state.jobs.insert(job.seq, job.clone());
         drop(state);
@@ -364,7 +399,8 @@ impl Queue {
         if state.stopping || state.running.contains_key(&identity) {
             return false;
         }
-        state.pending.retain(|&pending| pending != seq);
+        let at = state.pending.iter().position(|&pending| pending == seq);
+        at.and_then(|at| state.take_pending(at));
         let job = self.mark_started(state, seq);
         // Held, so that no worker starts meanwhile to take the subject's next job.
         self.run(&job, handler);
@@ -407,7 +443,7 @@ impl Queue {
             if state.stopping {
                 return None;
             }
-            if let Some(seq) = Self::pick(&state).and_then(|at| state.pending.remove(at)) {
+            if let Some(seq) = Self::pick(&state).and_then(|at| state.take_pending(at)) {
                 return Some(self.mark_started(state, seq));
             }
             self.wake.wait(&mut state);
@@ -417,7 +453,10 @@ impl Queue {
     /// Where in `pending` the job to start next is, among those whose subject has no job of
     /// their kind running: the oldest of those queued to run first while those running leave
     /// a worker to the others; else the oldest of the party whose last job started longest
-    /// ago (one with none first). A scan of the waiting jobs, done once per job started.
+    /// ago (one with none first). A scan of the waiting jobs, done once per job started under
+    /// the queue's lock, that ends once it found the oldest runnable job of every party
+    /// waiting (so one party's thousands of jobs cost a step each only when another's one is
+    /// behind them, once).
     fn pick(state: &State) -> Option<usize> {
         let first_running = state
             .running
@@ -426,8 +465,17 @@ impl Queue {
             .count();
         let first_allowed = first_running < state.workers.saturating_sub(1).max(1);
         let mut best: Option<(usize, u64)> = None;
+        let mut seen: HashSet<&str> = HashSet::new();
         for (at, seq) in state.pending.iter().enumerate() {
             let job = &state.jobs[seq];
+            if !job.first {
+                if seen.len() == state.waiting.len() {
+                    break;
+                }
+                if seen.contains(job.party.as_str()) {
+                    continue;
+                }
+            }
             let running = state
                 .running
                 .keys()
@@ -442,6 +490,7 @@ impl Queue {
             let Some(&turn) = state.turns.get(&job.party) else {
                 return Some(at);
             };
+            seen.insert(&job.party);
             if best.is_none_or(|(_, best_turn)| turn < best_turn) {
                 best = Some((at, turn));
             }

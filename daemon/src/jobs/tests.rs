@@ -455,4 +455,36 @@ fn parties_take_turns_whatever_one_of_them_queued_before_the_others() {
         ["x", "m0", "g0", "i0", "m1", "i1", "m2", "m3", "m4"]
     );
     assert!(stored_jobs(&db).is_empty());
+    assert!(
+        queue.state.lock().waiting.is_empty(),
+        "nothing counted as waiting"
+    );
+}
+
+#[test]
+fn one_partys_thousands_of_jobs_hold_up_anothers_by_one_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, queue) = open(dir.path());
+    for n in 0..2000 {
+        let subject = format!("m{n}");
+        queue
+            .enqueue(Batch::default(), "convert", &subject, "mallory")
+            .unwrap();
+    }
+    // Moved to run first, and asked for again as other work: counted once, as waiting.
+    queue
+        .enqueue_first(Batch::default(), "convert", "m5", "mallory")
+        .unwrap();
+    queue
+        .enqueue(Batch::default(), "convert", "m5", "mallory")
+        .unwrap();
+    queue
+        .enqueue(Batch::default(), "convert", "g0", "grace")
+        .unwrap();
+    assert_eq!(queue.state.lock().waiting["mallory"], 2000);
+    let recorder = run_all(&queue, &[], 1);
+    let seen = recorder.seen.lock();
+    assert_eq!(seen.len(), 2001);
+    assert_eq!(seen[..2], ["m0", "g0"]);
+    assert!(queue.state.lock().waiting.is_empty());
 }
