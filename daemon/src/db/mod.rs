@@ -383,9 +383,15 @@ impl Db {
                 return Ok(found);
             };
             let (key, _) = item?;
-            let prefix = key[..length.min(key.len())].to_vec();
-            from = prefix_end(&prefix);
-            found.push(prefix);
+            if key.len() < length {
+                // A key shorter than the prefix is one of its own; the next comes after it.
+                from = [&key[..], &[0]].concat();
+                found.push(key.to_vec());
+            } else {
+                let prefix = key[..length].to_vec();
+                from = prefix_end(&prefix);
+                found.push(prefix);
+            }
         }
     }
 
@@ -559,6 +565,37 @@ mod tests {
             matches!(err, Error::SchemaVersion { found: 99, .. }),
             "{err}"
         );
+    }
+
+    #[test]
+    fn prefixes_are_found_once_each_whatever_lies_under_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let mut batch = Batch::default();
+        for key in [
+            &b"ab"[..],
+            b"ab\x00",
+            b"ab\xff\xff",
+            b"ac1",
+            b"ac2",
+            b"\xff\xff",
+            b"\xff\xffz",
+            b"\xff",
+        ] {
+            batch.put(cf::KEYS, key.to_vec(), b"".to_vec());
+        }
+        // A range deleted: nothing of it is found.
+        batch.put(cf::KEYS, b"ad1".to_vec(), b"".to_vec());
+        db.write(batch).unwrap();
+        let mut batch = Batch::default();
+        batch.delete_prefixed(cf::KEYS, b"ad");
+        db.write(batch).unwrap();
+        // A key shorter than the prefix is a prefix of its own.
+        assert_eq!(
+            db.prefixes(cf::KEYS, 2).unwrap(),
+            [&b"ab"[..], b"ac", b"\xff", b"\xff\xff"]
+        );
+        assert!(db.prefixes(cf::MANIFESTS, 16).unwrap().is_empty());
     }
 
     #[test]

@@ -468,15 +468,23 @@ impl Stores {
     /// with an archived blob is status 3 (archived), which is never stored
     /// ([`StoreRecord::encode`]).
     fn decode(&self, token: Uuid, value: &[u8]) -> Result<StoreRecord> {
+        self.decode_keeping(token, value, true)
+    }
+
+    /// As [`Stores::decode`]; the sources read are kept for the next read of the record when
+    /// `keep` (a record read for a request), not when it is one of many listed (which would
+    /// push out of the cache the sources of the stores being read).
+    fn decode_keeping(&self, token: Uuid, value: &[u8], keep: bool) -> Result<StoreRecord> {
         let mut record = StoreRecord::decode(token, value)?;
         if record.sources.is_empty() {
-            record.sources = self.sources_of(token)?;
+            record.sources = self.sources_of(token, keep)?;
         }
         Ok(self.as_read(record))
     }
 
-    /// The sources of store `token`, as stored with its first record.
-    fn sources_of(&self, token: Uuid) -> Result<Arc<[String]>> {
+    /// The sources of store `token`, as stored with its first record; kept for the next
+    /// read when `keep`.
+    fn sources_of(&self, token: Uuid, keep: bool) -> Result<Arc<[String]>> {
         if let Some(sources) = self.sources.get(&token) {
             return Ok(sources);
         }
@@ -491,7 +499,9 @@ impl Stores {
         let sources: Vec<String> =
             db::decode_json(cf::STORE_SOURCES, SOURCES_FORMAT, &what, &value)?;
         let sources: Arc<[String]> = sources.into();
-        self.sources.insert(token, Arc::clone(&sources));
+        if keep {
+            self.sources.insert(token, Arc::clone(&sources));
+        }
         Ok(sources)
     }
 
@@ -641,7 +651,7 @@ impl Stores {
     pub fn list(&self) -> Result<Vec<StoreRecord>> {
         let mut records = Vec::new();
         self.db.for_each(cf::STORES, |key, value| {
-            records.push(self.decode(token_of_key(key)?, value)?);
+            records.push(self.decode_keeping(token_of_key(key)?, value, false)?);
             Ok(true)
         })?;
         Ok(records)
@@ -672,7 +682,7 @@ impl Stores {
                     return Ok(db::Step::Stop);
                 }
                 read += 1;
-                let record = self.decode(token, value)?;
+                let record = self.decode_keeping(token, value, false)?;
                 if keep(&record) {
                     page.push(record);
                 }
