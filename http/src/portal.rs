@@ -343,31 +343,41 @@ async fn read_shared(
     .await
 }
 
-/// The store a `zarr-utils` request names: `token=<uuid>` or `url=<store URL>`.
+/// The store a `zarr-utils` request names: `token=<uuid>` or `url=<store URL>` (both, or
+/// either again, when they name the same store; nothing given is dropped).
 fn named_store(pairs: &[(String, String)]) -> Result<Uuid, ApiError> {
     let named = pairs
         .iter()
-        .rev()
-        .find(|(k, _)| k == "token" || k == "url")
-        .ok_or_else(|| {
-            Error::invalid(
-                "url",
-                Fault::WrongType,
-                "Name the store with url=<store URL> or token=<uuid>.",
-            )
-        })?;
-    let segment = match named.0.as_str() {
-        "token" => format!("{}.zarr", named.1.trim()),
-        _ => named
-            .1
-            .trim()
-            .trim_end_matches('/')
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string(),
-    };
-    store_token(&segment)
+        .filter(|(k, _)| k == "token" || k == "url")
+        .map(|(k, v)| {
+            let segment = match k.as_str() {
+                "token" => format!("{}.zarr", v.trim()),
+                _ => v
+                    .trim()
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            };
+            store_token(&segment)
+        })
+        .collect::<Result<Vec<Uuid>, ApiError>>()?;
+    match named.as_slice() {
+        [] => Err(Error::invalid(
+            "url",
+            Fault::WrongType,
+            "Name the store with url=<store URL> or token=<uuid>.",
+        )
+        .into()),
+        [first, rest @ ..] if rest.iter().all(|other| other == first) => Ok(*first),
+        _ => Err(Error::invalid(
+            "url",
+            Fault::Refused,
+            "The request names more than one store (url, token): name one.",
+        )
+        .into()),
+    }
 }
 
 async fn status(

@@ -164,6 +164,13 @@ def test_keys_and_refusals(daemon, portal, tmp_path):
     assert stranger.status_code == unknown.status_code == 404
     status = requests.get(f"{daemon.base}/data-portal/zarr-utils/status", params={"url": url}, headers={"Authorization": f"Bearer {john}"}, timeout=10)
     assert status.status_code == 404
+    # Two names of one store are one store; of two stores, the request is refused.
+    token = url.rstrip("/").rsplit("/", 1)[1].removesuffix(".zarr")
+    status_url = f"{daemon.base}/data-portal/zarr-utils/status"
+    same = requests.get(status_url, params={"url": url, "token": token}, headers=headers, timeout=10)
+    assert same.status_code == 200, same.text
+    other = requests.get(status_url, params={"url": url, "token": "00000000-0000-0000-0000-000000000000"}, headers=headers, timeout=10)
+    assert other.status_code == 422 and "more than one store" in other.json()["detail"], other.text
 
 
 def test_bad_requests_and_failed_sources(daemon, portal):
