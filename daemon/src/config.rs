@@ -89,6 +89,10 @@ pub struct StoresConfig {
     pub unread_expiry_seconds: u64,
     /// The compressor of new stores' chunks (default `lz4`).
     pub compressor: crate::convert::Compressor,
+    /// MiB a conversion leaves free on the hot tier's file system, with 1% of its inodes
+    /// (default 1024; 0: none): it stops there and fails its store, so that one store does
+    /// not take the room restores and the database need.
+    pub hot_reserve_mib: u64,
 }
 
 /// The `[tier]` section: where archived blobs go and how stores are cut into blobs.

@@ -505,9 +505,11 @@ def test_zarr_python_2_reads_every_value(portal):
     assert result.stdout.startswith("zarr 2."), result.stdout
 
 
-def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path):
+@pytest.mark.parametrize("reserve_mib, reason", [(0, "No space left on device"), (1, "the hot tier is nearly full")])
+def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path, reserve_mib, reason):
     """The hot tier on a 2 MiB file system: a store that does not fit fails with a reason
-    that says so, its partial data is removed, and a store that fits is converted after it."""
+    that says so (the disk full, or, with a reserve, the reserve reached first), its partial
+    data is removed, and a store that fits is converted after it."""
     import os
     import subprocess
 
@@ -532,7 +534,7 @@ def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path
                 nc.createDimension("lon", 180)
                 var = nc.createVariable("tas", "f4", ("time", "lat", "lon"))
                 var[:] = np.random.default_rng(steps).random((steps, 90, 180), dtype="f4")
-        env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data))
+        env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data), SVCD_STORES_HOT_RESERVE_MIB=str(reserve_mib))
         proc, host = serve(daemon.binary, data, env)
         try:
             base = f"{host}/api/svc-nextgen"
@@ -541,10 +543,10 @@ def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path
             convert = lambda path: requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(path)]}, headers=headers, timeout=30).json()["urls"][0]
             big_url = convert(big)
             failed = wait_ready(base, headers, big_url, timeout=120)
-            assert failed["status"] == 1 and "No space left on device" in failed["reason"] and "big.nc" in failed["reason"], failed
+            assert failed["status"] == 1 and reason in failed["reason"] and "big.nc" in failed["reason"], failed
             assert list(tier.iterdir()) == [], "the failed store's partial data is removed"
             chunk = requests.get(f"{big_url}/tas/0.0.0", headers=headers, timeout=30)
-            assert chunk.status_code == 500 and "No space left on device" in chunk.json()["detail"], chunk.text
+            assert chunk.status_code == 500 and reason in chunk.json()["detail"], chunk.text
             small_url = convert(small)
             assert wait_ready(base, headers, small_url, timeout=120) == {"status": 0, "reason": ""}
             served = xr.open_zarr(small_url, storage_options={"headers": headers})

@@ -159,12 +159,13 @@ pub(crate) fn convert_file(
     dir: &Path,
     chunking: &Chunking,
     compressor: Compressor,
+    reserve: write::Reserve,
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
     let (file, stored, layout) = source.layout(chunking, compressor)?;
     write::write_metadata(&layout, dir)?;
     let read = write::file_chunks(&file, stored.as_ref(), &layout);
-    let written = write::write_chunks(&layout, dir, stop, Some(&source.file), read)
+    let written = write::write_chunks(&layout, dir, stop, reserve, Some(&source.file), read)
         .map_err(|e| format!("{}: {e}", source.path.display()))?;
     if written == Written::Complete {
         source.unchanged()?;
@@ -180,6 +181,11 @@ pub(crate) fn convert_file(
 /// # Errors
 /// A reason for the store's failed status: a file that cannot be read, or why the sources
 /// cannot be combined or reduced.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the sources, how they combine, how they reduce, and where, how and until when \
+              the store is written: each its own part of the record or the configuration"
+)]
 pub(crate) fn convert_sources(
     sources: &[Source],
     aggregation: Option<&crate::stores::request::Aggregation>,
@@ -187,6 +193,7 @@ pub(crate) fn convert_sources(
     dir: &Path,
     chunking: &Chunking,
     compressor: Compressor,
+    reserve: write::Reserve,
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
     let mut slabs = OpenSources::new(sources, Some(stop));
@@ -258,7 +265,7 @@ pub(crate) fn convert_sources(
             write::full_chunk(values, &count, array),
         )))
     };
-    let written = write::write_chunks(&layout, dir, stop, None, read)?;
+    let written = write::write_chunks(&layout, dir, stop, reserve, None, read)?;
     if written == Written::Complete {
         sources.iter().try_for_each(Source::unchanged)?;
     }

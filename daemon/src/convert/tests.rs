@@ -7,6 +7,7 @@ use zarrs::array::Array;
 use zarrs::filesystem::FilesystemStore;
 
 use super::metadata::layout;
+use super::write::Reserve;
 use super::*;
 use crate::stores::request::AccessPattern;
 
@@ -211,6 +212,7 @@ fn a_converted_store_holds_the_source_values_in_every_chunk() {
         &store,
         &chunking,
         Compressor::Lz4,
+        Reserve::NONE,
         &crate::jobs::Stop::default(),
     )
     .unwrap();
@@ -267,14 +269,30 @@ fn a_source_written_to_while_it_is_converted_fails_the_conversion() {
     };
     let unchanged = Source::open(&source).unwrap();
     let store = dir.path().join("unchanged");
-    let (_, written) = convert_file(&unchanged, &store, &chunking, Compressor::Lz4, &stop).unwrap();
+    let (_, written) = convert_file(
+        &unchanged,
+        &store,
+        &chunking,
+        Compressor::Lz4,
+        Reserve::NONE,
+        &stop,
+    )
+    .unwrap();
     assert_eq!(written, write::Written::Complete);
     // Written to after the conversion opened it (its modification time says so): one
     // source, and one of a conversion of several.
     let opened = Source::open(&source).unwrap();
     touch(60);
     let store = dir.path().join("one");
-    let err = convert_file(&opened, &store, &chunking, Compressor::Lz4, &stop).unwrap_err();
+    let err = convert_file(
+        &opened,
+        &store,
+        &chunking,
+        Compressor::Lz4,
+        Reserve::NONE,
+        &stop,
+    )
+    .unwrap_err();
     assert!(
         err.contains("a.nc: changed while it was converted"),
         "{err}"
@@ -289,6 +307,7 @@ fn a_source_written_to_while_it_is_converted_fails_the_conversion() {
         &store,
         &chunking,
         Compressor::Lz4,
+        Reserve::NONE,
         &stop,
     )
     .unwrap_err();
@@ -307,6 +326,34 @@ fn a_source_written_to_while_it_is_converted_fails_the_conversion() {
 }
 
 #[test]
+fn a_conversion_stops_where_the_hot_tier_keeps_its_reserve() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Source::open(&{
+        let path = dir.path().join("a.nc");
+        netcdf4(&path);
+        path
+    })
+    .unwrap();
+    let stop = crate::jobs::Stop::default();
+    let store = dir.path().join("store");
+    // More room kept than any file system has: nothing but the metadata is written.
+    let everything = Reserve { bytes: u64::MAX };
+    let err =
+        convert_file(&source, &store, &map(1), Compressor::Lz4, everything, &stop).unwrap_err();
+    assert!(err.contains("the hot tier is nearly full"), "{err}");
+    assert!(!store.join("tas").read_dir().unwrap().any(|entry| {
+        let name = entry.unwrap().file_name();
+        !name.to_string_lossy().starts_with('.')
+    }));
+    // A reserve the file system has room for: written whole.
+    let store = dir.path().join("kept");
+    let room = Reserve { bytes: 1 << 20 };
+    let (_, written) =
+        convert_file(&source, &store, &map(1), Compressor::Lz4, room, &stop).unwrap();
+    assert_eq!(written, write::Written::Complete);
+}
+
+#[test]
 fn a_source_that_is_not_netcdf_fails_with_a_reason_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("notes.nc");
@@ -317,6 +364,7 @@ fn a_source_that_is_not_netcdf_fails_with_a_reason_naming_it() {
         &dir.path().join("s"),
         &map(1),
         Compressor::Lz4,
+        Reserve::NONE,
         &stop,
     )
     .unwrap_err();
@@ -351,7 +399,8 @@ fn chunks_computed_on_demand_are_the_chunks_the_conversion_writes() {
     for compressor in [Compressor::Lz4, Compressor::Zstd] {
         let store = dir.path().join(format!("{compressor:?}"));
         let chunking = map(1);
-        let (layout, _) = convert_file(&source, &store, &chunking, compressor, &stop).unwrap();
+        let (layout, _) =
+            convert_file(&source, &store, &chunking, compressor, Reserve::NONE, &stop).unwrap();
         let mut compared = 0;
         for array in &layout.arrays {
             let zarray = &layout.documents[&format!("{}/.zarray", array.path)];
@@ -413,7 +462,15 @@ fn string_variables_become_vlen_utf8_arrays_with_every_string() {
     let store = dir.path().join("store");
     let stop = crate::jobs::Stop::default();
     let opened = Source::open(&source).unwrap();
-    let (layout, _) = convert_file(&opened, &store, &chunking, Compressor::Lz4, &stop).unwrap();
+    let (layout, _) = convert_file(
+        &opened,
+        &store,
+        &chunking,
+        Compressor::Lz4,
+        Reserve::NONE,
+        &stop,
+    )
+    .unwrap();
     let zarray = &layout.documents["codes/.zarray"];
     assert_eq!(zarray["dtype"], json!("|O"));
     assert_eq!(zarray["filters"], json!([{"id": "vlen-utf8"}]));
@@ -727,6 +784,7 @@ fn a_conversion_through_stored_chunks_writes_what_the_library_values_give() {
         &store,
         &map(2),
         Compressor::Lz4,
+        Reserve::NONE,
         &crate::jobs::Stop::default(),
     )
     .unwrap();

@@ -63,10 +63,51 @@ pub(crate) fn write_metadata(layout: &StoreLayout, dir: &Path) -> Result<(), Str
 ///
 /// # Errors
 /// A sentence naming the variable and chunk that could not be read or written.
+/// Room a conversion leaves free on the file system it writes to: it stops (its store
+/// fails) when fewer bytes than `bytes`, or fewer than 1% of the inodes, are free. A source
+/// of a few KiB can make a store of millions of chunk files; the room left is for restores,
+/// which write to the same tier, and for the database.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reserve {
+    pub(crate) bytes: u64,
+}
+
+impl Reserve {
+    /// No reserve.
+    #[cfg(test)]
+    pub(crate) const NONE: Reserve = Reserve { bytes: 0 };
+
+    /// The room left is looked at before the first file, and again after this many files
+    /// or a quarter of the reserve's bytes, whichever comes first (so the reserve is not
+    /// overrun between two looks).
+    const FILES_BETWEEN: usize = 64;
+
+    /// Fails when the file system of `dir` has less room than kept.
+    fn check(self, dir: &Path) -> Result<(), String> {
+        if self.bytes == 0 {
+            return Ok(());
+        }
+        let stat =
+            nix::sys::statvfs::statvfs(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let free = stat.blocks_available().saturating_mul(stat.fragment_size());
+        let inodes = stat.files_available();
+        if free < self.bytes || inodes < stat.files() / 100 {
+            return Err(format!(
+                "the hot tier is nearly full ({} MiB and {inodes} inodes free; conversions \
+                 leave {} MiB and 1% of the inodes free): this store is not written further",
+                free >> 20,
+                self.bytes >> 20
+            ));
+        }
+        Ok(())
+    }
+}
+
 pub(crate) fn write_chunks(
     layout: &StoreLayout,
     dir: &Path,
     stop: &Stop,
+    reserve: Reserve,
     raw: Option<&std::fs::File>,
     mut read_chunk: impl FnMut(usize, &[u64]) -> Result<ChunkRead, String>,
 ) -> Result<Written, String> {
@@ -82,11 +123,21 @@ pub(crate) fn write_chunks(
     std::thread::scope(|scope| {
         let storer = scope.spawn(move || -> Result<(), String> {
             let mut error = None;
+            // Files and bytes written since the room left was last looked at (none yet).
+            let mut since = (Reserve::FILES_BETWEEN, 0u64);
             for (key, bytes) in to_store {
                 if failed.load(std::sync::atomic::Ordering::Acquire) {
                     continue;
                 }
-                if let Err(e) = put_atomically(dir, &key, &bytes) {
+                let look = since.0 >= Reserve::FILES_BETWEEN || since.1 >= reserve.bytes / 4;
+                let room = if look {
+                    since = (0, 0);
+                    reserve.check(dir)
+                } else {
+                    Ok(())
+                };
+                since = (since.0 + 1, since.1 + bytes.len() as u64);
+                if let Err(e) = room.and_then(|()| put_atomically(dir, &key, &bytes)) {
                     failed.store(true, std::sync::atomic::Ordering::Release);
                     error = Some(e);
                 }

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::{Status, Stores};
 use crate::convert;
-use crate::convert::write::Written;
+use crate::convert::write::{Reserve, Written};
 use crate::db::Batch;
 use crate::error::Result;
 use crate::jobs::{Handler, Job, Outcome, Stop};
@@ -59,9 +59,12 @@ impl Handler for ConvertJob {
         // Sources changed after this are not in this run's result.
         let started = std::time::SystemTime::now();
         let compressor = self.stores.config.compressor;
+        let reserve = Reserve {
+            bytes: self.stores.config.hot_reserve_mib.saturating_mul(1 << 20),
+        };
         let converted = match (&record.aggregation, &record.reduction) {
             (None, None) => self.stores.open_source(&record).and_then(|source| {
-                convert::convert_file(&source, &dir, &record.chunking, compressor, stop)
+                convert::convert_file(&source, &dir, &record.chunking, compressor, reserve, stop)
             }),
             (aggregation, reduction) => self.stores.open_sources(&record).and_then(|sources| {
                 convert::convert_sources(
@@ -71,6 +74,7 @@ impl Handler for ConvertJob {
                     &dir,
                     &record.chunking,
                     compressor,
+                    reserve,
                     stop,
                 )
             }),

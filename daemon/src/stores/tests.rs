@@ -24,6 +24,7 @@ fn open_with_roots(dir: &std::path::Path, allowed_roots: Vec<PathBuf>) -> (Arc<Q
         allowed_roots,
         unread_expiry_seconds: 30 * 86_400,
         compressor: crate::convert::Compressor::Lz4,
+        hot_reserve_mib: 0,
     };
     let daemon_config = crate::Config::from_sources(
         None,
@@ -923,7 +924,15 @@ fn convert_into(stores: &Stores, record: &StoreRecord, chunking: &Chunking, dir:
     let source = stores.open_source(record).unwrap();
     let stop = crate::jobs::Stop::default();
     let compressor = crate::convert::Compressor::Lz4;
-    crate::convert::convert_file(&source, dir, chunking, compressor, &stop).unwrap();
+    crate::convert::convert_file(
+        &source,
+        dir,
+        chunking,
+        compressor,
+        crate::convert::write::Reserve::NONE,
+        &stop,
+    )
+    .unwrap();
 }
 
 #[test]
