@@ -58,6 +58,23 @@ fn netcdf4(path: &Path) {
     file.close().unwrap();
 }
 
+/// `source` converted into `store` with LZ4, no reserve, never stopped.
+fn convert_lz4(
+    source: &Source,
+    store: &Path,
+    chunking: &Chunking,
+) -> Result<(StoreLayout, write::Written), String> {
+    let stop = crate::jobs::Stop::default();
+    convert_file(
+        source,
+        store,
+        chunking,
+        Compressor::Lz4,
+        Reserve::NONE,
+        &stop,
+    )
+}
+
 fn map(primary: u32) -> Chunking {
     Chunking {
         access_pattern: AccessPattern::Map,
@@ -207,15 +224,8 @@ fn a_converted_store_holds_the_source_values_in_every_chunk() {
         map_primary_chunksize: 1,
         chunk_size_mib: 0.5,
     };
-    let (layout, written) = convert_file(
-        &Source::open(&source).unwrap(),
-        &store,
-        &chunking,
-        Compressor::Lz4,
-        Reserve::NONE,
-        &crate::jobs::Stop::default(),
-    )
-    .unwrap();
+    let (layout, written) =
+        convert_lz4(&Source::open(&source).unwrap(), &store, &chunking).unwrap();
     assert_eq!(written, write::Written::Complete);
     let consolidated: Value =
         serde_json::from_slice(&std::fs::read(store.join(".zmetadata")).unwrap()).unwrap();
@@ -269,30 +279,14 @@ fn a_source_written_to_while_it_is_converted_fails_the_conversion() {
     };
     let unchanged = Source::open(&source).unwrap();
     let store = dir.path().join("unchanged");
-    let (_, written) = convert_file(
-        &unchanged,
-        &store,
-        &chunking,
-        Compressor::Lz4,
-        Reserve::NONE,
-        &stop,
-    )
-    .unwrap();
+    let (_, written) = convert_lz4(&unchanged, &store, &chunking).unwrap();
     assert_eq!(written, write::Written::Complete);
     // Written to after the conversion opened it (its modification time says so): one
     // source, and one of a conversion of several.
     let opened = Source::open(&source).unwrap();
     touch(60);
     let store = dir.path().join("one");
-    let err = convert_file(
-        &opened,
-        &store,
-        &chunking,
-        Compressor::Lz4,
-        Reserve::NONE,
-        &stop,
-    )
-    .unwrap_err();
+    let err = convert_lz4(&opened, &store, &chunking).unwrap_err();
     assert!(
         err.contains("a.nc: changed while it was converted"),
         "{err}"
@@ -358,14 +352,10 @@ fn a_source_that_is_not_netcdf_fails_with_a_reason_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("notes.nc");
     std::fs::write(&source, "not a netcdf file").unwrap();
-    let stop = crate::jobs::Stop::default();
-    let err = convert_file(
+    let err = convert_lz4(
         &Source::open(&source).unwrap(),
         &dir.path().join("s"),
         &map(1),
-        Compressor::Lz4,
-        Reserve::NONE,
-        &stop,
     )
     .unwrap_err();
     assert!(
@@ -460,17 +450,8 @@ fn string_variables_become_vlen_utf8_arrays_with_every_string() {
         chunk_size_mib: 16.0,
     };
     let store = dir.path().join("store");
-    let stop = crate::jobs::Stop::default();
     let opened = Source::open(&source).unwrap();
-    let (layout, _) = convert_file(
-        &opened,
-        &store,
-        &chunking,
-        Compressor::Lz4,
-        Reserve::NONE,
-        &stop,
-    )
-    .unwrap();
+    let (layout, _) = convert_lz4(&opened, &store, &chunking).unwrap();
     let zarray = &layout.documents["codes/.zarray"];
     assert_eq!(zarray["dtype"], json!("|O"));
     assert_eq!(zarray["filters"], json!([{"id": "vlen-utf8"}]));
@@ -779,15 +760,7 @@ fn a_conversion_through_stored_chunks_writes_what_the_library_values_give() {
     let store = dir.path().join("store");
     // Two time steps per chunk: only `d` (no time axis) has stored chunks that are store
     // chunks; the others the daemon decodes are cut from several stored chunks each.
-    let (layout, written) = convert_file(
-        &source,
-        &store,
-        &map(2),
-        Compressor::Lz4,
-        Reserve::NONE,
-        &crate::jobs::Stop::default(),
-    )
-    .unwrap();
+    let (layout, written) = convert_lz4(&source, &store, &map(2)).unwrap();
     assert_eq!(written, Written::Complete);
     let file = netcdf::open(&path).unwrap();
     let mut compared = 0;
