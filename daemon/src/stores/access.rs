@@ -7,7 +7,7 @@
 //!   supplementary groups) or other bits, as the kernel would decide without ACLs.
 //! - A caller without a local account (a user of an identity provider) may convert what lies
 //!   under one of `stores.allowed_roots`. So does one named as a system account (root, the
-//!   daemons, `nobody`: a uid outside `UID_MIN` to `UID_MAX` of `/etc/login.defs`) or as the
+//!   daemons: a uid below `UID_MIN` of `/etc/login.defs`; `nobody`) or as the
 //!   account the daemon runs as (see [`user_account`]): a name is all a token says, and
 //!   those of the system are no one's to claim. The operator's `svcd store convert`, run as
 //!   root, converts so too.
@@ -44,29 +44,31 @@ enum Want {
     Read,
 }
 
-/// The uids of users' accounts, `UID_MIN` to `UID_MAX` of `/etc/login.defs` (1000 to 60000
-/// where it does not say, as Debian's); the others are the system's. Read once.
-fn user_uids() -> std::ops::RangeInclusive<u32> {
-    static UIDS: std::sync::OnceLock<std::ops::RangeInclusive<u32>> = std::sync::OnceLock::new();
-    UIDS.get_or_init(|| {
+/// The first uid of users' accounts: `UID_MIN` of `/etc/login.defs` (1000 where it does not
+/// say, as Debian's); the uids below are the system's. Read once. (No upper bound: a
+/// directory service's users often have uids far above `UID_MAX`, which is local.)
+fn first_user_uid() -> u32 {
+    static FIRST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *FIRST.get_or_init(|| {
         let defs = std::fs::read_to_string("/etc/login.defs").unwrap_or_default();
-        // Lines `NAME VALUE`; the last setting of a name counts.
-        let value = |name: &str| {
-            defs.lines()
-                .filter_map(|line| {
-                    let mut words = line.split_whitespace();
-                    (words.next()? == name).then(|| words.next()?.parse().ok())?
-                })
-                .next_back()
-        };
-        value("UID_MIN").unwrap_or(1000)..=value("UID_MAX").unwrap_or(60_000)
+        // Lines `NAME VALUE` (`#` comments); the last setting counts.
+        defs.lines()
+            .filter_map(|line| {
+                let mut words = line.split_whitespace();
+                (words.next()? == "UID_MIN").then(|| words.next()?.parse().ok())?
+            })
+            .next_back()
+            .unwrap_or(1000)
     })
-    .clone()
 }
 
+/// The uids of `nobody` (the overflow uid) and of the old `nfsnobody`: system accounts above
+/// `UID_MIN`.
+const NOBODY_UIDS: [u32; 2] = [65_534, 4_294_967_294];
+
 /// The local account a service user `user` is: the account of that name, unless it is a
-/// system account (uid outside [`user_uids`]: root, the daemons, `nobody`) or the one the
-/// daemon runs as, whose names no user of an identity provider may turn into those
+/// system account (root, the daemons: a uid below [`first_user_uid`]; `nobody`) or the one
+/// the daemon runs as, whose names no user of an identity provider may turn into those
 /// accounts' rights (`None` then, as for a name with no account). The mount gives files of
 /// such users' stores to root, as those of users without an account.
 ///
@@ -74,7 +76,8 @@ fn user_uids() -> std::ops::RangeInclusive<u32> {
 /// The password database cannot be read.
 pub fn user_account(user: &str) -> nix::Result<Option<User>> {
     Ok(User::from_name(user)?.filter(|account| {
-        user_uids().contains(&account.uid.as_raw()) && account.uid != Uid::effective()
+        let uid = account.uid.as_raw();
+        uid >= first_user_uid() && !NOBODY_UIDS.contains(&uid) && account.uid != Uid::effective()
     }))
 }
 
