@@ -45,28 +45,12 @@ pub(crate) fn write_metadata(layout: &StoreLayout, dir: &Path) -> Result<(), Str
     put(".zmetadata", &layout.consolidated())
 }
 
-/// Writes every chunk of every array of `layout` into `dir`, checking `stop` between chunks:
-/// `read_chunk(n, index)` reads chunk `index` of array `n` (see [`file_chunks`]).
-///
-/// The work is shared by three kinds of thread:
-/// - this one reads chunks from the sources (the NetCDF library takes one process-wide lock,
-///   so its reads do not run in parallel anyway); for a NetCDF-4 variable whose stored
-///   chunks the daemon decodes itself it only says where they are (in `raw`, the opened
-///   source);
-/// - [`encoders`] threads inflate those, and compress every chunk with the array's codecs,
-///   so the source's decompression and the store's compression use every core;
-/// - one thread creates the chunk files: creating files in one directory from several
-///   threads at once makes them wait on the directory's lock (with ext4, more than twice as
-///   long in all as one thread creating them in turn).
-///
-/// A few chunks are in flight between them, so memory stays bounded.
-///
-/// # Errors
-/// A sentence naming the variable and chunk that could not be read or written.
 /// Room a conversion leaves free on the file system it writes to: it stops (its store
 /// fails) when fewer bytes than `bytes`, or fewer than 1% of the inodes, are free. A source
 /// of a few KiB can make a store of millions of chunk files; the room left is for restores,
-/// which write to the same tier, and for the database.
+/// which write to the same tier (and for the database, when it shares the file system). It
+/// is looked at between files, by each conversion on its own, so it may be overrun by what
+/// the conversions running write between two looks.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Reserve {
     pub(crate) bytes: u64,
@@ -103,6 +87,25 @@ impl Reserve {
     }
 }
 
+/// Writes every chunk of every array of `layout` into `dir`, checking `stop` between chunks:
+/// `read_chunk(n, index)` reads chunk `index` of array `n` (see [`file_chunks`]).
+///
+/// The work is shared by three kinds of thread:
+/// - this one reads chunks from the sources (the NetCDF library takes one process-wide lock,
+///   so its reads do not run in parallel anyway); for a NetCDF-4 variable whose stored
+///   chunks the daemon decodes itself it only says where they are (in `raw`, the opened
+///   source);
+/// - [`encoders`] threads inflate those, and compress every chunk with the array's codecs,
+///   so the source's decompression and the store's compression use every core;
+/// - one thread creates the chunk files: creating files in one directory from several
+///   threads at once makes them wait on the directory's lock (with ext4, more than twice as
+///   long in all as one thread creating them in turn).
+///
+/// A few chunks are in flight between them, so memory stays bounded.
+///
+/// # Errors
+/// A sentence naming the variable and chunk that could not be read or written.
+/// Stops with an error where the file system keeps `reserve`.
 pub(crate) fn write_chunks(
     layout: &StoreLayout,
     dir: &Path,

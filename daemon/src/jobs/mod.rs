@@ -261,8 +261,12 @@ impl Queue {
                 existing.first = true;
                 batch.put(cf::JOBS, seq.to_be_bytes(), existing.encode());
                 self.db.write(batch)?;
-                state.pending.retain(|&pending| pending != seq);
-                state.count_waiting(&existing.party, false);
+                // (Not pending when it was stopped while running: it is queued again at the
+                // next start.)
+                if state.pending.contains(&seq) {
+                    state.pending.retain(|&pending| pending != seq);
+                    state.count_waiting(&existing.party, false);
+                }
                 Self::place(&mut state, seq, true);
                 state.jobs.insert(seq, existing.clone());
                 return Ok(existing);
@@ -469,7 +473,8 @@ impl Queue {
         for (at, seq) in state.pending.iter().enumerate() {
             let job = &state.jobs[seq];
             if !job.first {
-                if seen.len() == state.waiting.len() {
+                // Only once a job was found: the counts cannot then starve a party's jobs.
+                if best.is_some() && seen.len() >= state.waiting.len() {
                     break;
                 }
                 if seen.contains(job.party.as_str()) {
