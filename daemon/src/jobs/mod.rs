@@ -157,6 +157,26 @@ impl State {
         }
     }
 
+    /// Puts job `seq` (known in `jobs`) among the pending ones: last, or, queued to run
+    /// first, among those, in the order of their sequence numbers (the order a restart gives
+    /// them).
+    fn add_pending(&mut self, seq: u64) {
+        let job = &self.jobs[&seq];
+        let at = if job.first {
+            self.pending
+                .iter()
+                .position(|&pending| {
+                    pending > seq || !self.jobs.get(&pending).is_some_and(|job| job.first)
+                })
+                .unwrap_or(self.pending.len())
+        } else {
+            let party = job.party.clone();
+            self.count_waiting(&party, true);
+            self.pending.len()
+        };
+        self.pending.insert(at, seq);
+    }
+
     /// Takes job `seq` out of the pending ones, at `at`.
     fn take_pending(&mut self, at: usize) -> Option<u64> {
         let seq = self.pending.remove(at)?;
@@ -166,6 +186,14 @@ impl State {
             self.count_waiting(&party, false);
         }
         Some(seq)
+    }
+
+    /// Takes job `seq` out of the pending ones, when it is there (a job stopped while it ran
+    /// is not, until the next start).
+    fn remove_pending(&mut self, seq: u64) {
+        if let Some(at) = self.pending.iter().position(|&pending| pending == seq) {
+            self.take_pending(at);
+        }
     }
 }
 
@@ -261,14 +289,9 @@ impl Queue {
                 existing.first = true;
                 batch.put(cf::JOBS, seq.to_be_bytes(), existing.encode());
                 self.db.write(batch)?;
-                // (Not pending when it was stopped while running: it is queued again at the
-                // next start.)
-                if state.pending.contains(&seq) {
-                    state.pending.retain(|&pending| pending != seq);
-                    state.count_waiting(&existing.party, false);
-                }
-                Self::place(&mut state, seq, true);
+                state.remove_pending(seq);
                 state.jobs.insert(seq, existing.clone());
+                state.add_pending(seq);
                 return Ok(existing);
             }
             if first || !existing.first {
@@ -293,36 +316,16 @@ impl Queue {
         // Holding the lock while writing keeps rows in sequence order with the memory state.
         self.db.write(batch)?;
         if let Some(seq) = replaced {
-            state.pending.retain(|&pending| pending != seq);
+            state.remove_pending(seq);
             state.jobs.remove(&seq);
         }
         state.next_seq += 1;
-        Self::place(&mut state, job.seq, first);
-        if !first {
-            state.count_waiting(party, true);
-        }
         state.subjects.insert(identity, job.seq);
         state.jobs.insert(job.seq, job.clone());
+        state.add_pending(job.seq);
         drop(state);
         self.wake.notify_one();
         Ok(job)
-    }
-
-    /// Puts `seq` among the pending jobs: last, or (`first`) among those to run first, in
-    /// the order of their sequence numbers (the order a restart gives them).
-    fn place(state: &mut State, seq: u64, first: bool) {
-        let at = if first {
-            state
-                .pending
-                .iter()
-                .position(|&pending| {
-                    pending > seq || !state.jobs.get(&pending).is_some_and(|job| job.first)
-                })
-                .unwrap_or(state.pending.len())
-        } else {
-            state.pending.len()
-        };
-        state.pending.insert(at, seq);
     }
 
     /// The job of `kind` on `subject` waiting to run, else the one running.
@@ -403,8 +406,7 @@ impl Queue {
         if state.stopping || state.running.contains_key(&identity) {
             return false;
         }
-        let at = state.pending.iter().position(|&pending| pending == seq);
-        at.and_then(|at| state.take_pending(at));
+        state.remove_pending(seq);
         let job = self.mark_started(state, seq);
         // Held, so that no worker starts meanwhile to take the subject's next job.
         self.run(&job, handler);
