@@ -59,7 +59,7 @@ pub use stores::cold::Progress as TierProgress;
 pub use stores::read::{KeyBytes, KeyKind};
 pub use stores::request::{AccessPattern, Chunking, ConvertRequest, ShareRequest};
 pub use stores::share::SHARE_METHOD;
-pub use stores::{CONVERT, Share, Status, StoreRecord, Stores};
+pub use stores::{CONVERT, Share, Status, StoreRecord, Stores, parse_token};
 pub use tier::{
     ArchiveOptions, ArchiveRow, Asked, BlobState, InstanceRow, Listed, ListedPage,
     State as TierState,

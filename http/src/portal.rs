@@ -196,11 +196,7 @@ async fn load(
 fn store_token(segment: &str) -> Result<Uuid, ApiError> {
     segment
         .strip_suffix(".zarr")
-        .and_then(|t| {
-            Uuid::try_parse(t)
-                .ok()
-                .filter(|token| token.to_string() == t)
-        })
+        .and_then(svc_daemon::parse_token)
         .ok_or_else(|| Error::NotFound(Missing::Store(segment.to_string())).into())
 }
 

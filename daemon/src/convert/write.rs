@@ -104,8 +104,8 @@ impl Reserve {
 /// A few chunks are in flight between them, so memory stays bounded.
 ///
 /// # Errors
-/// A sentence naming the variable and chunk that could not be read or written.
-/// Stops with an error where the file system keeps `reserve`.
+/// A sentence naming the variable and chunk that could not be read or written, or that the
+/// file system has no more room than `reserve` keeps.
 pub(crate) fn write_chunks(
     layout: &StoreLayout,
     dir: &Path,

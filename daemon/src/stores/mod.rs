@@ -209,6 +209,15 @@ fn same_work(later: &StoreRecord, run: &StoreRecord, started: std::time::SystemT
         })
 }
 
+/// The store token `text` names, written as the service writes tokens (lower-case,
+/// hyphenated, as store URLs and the mount name them); `None` for anything else, another
+/// spelling of the same UUID included, which names no store.
+pub fn parse_token(text: &str) -> Option<Uuid> {
+    Uuid::try_parse(text)
+        .ok()
+        .filter(|token| token.to_string() == text)
+}
+
 /// The token of the store `owner` gets for `sources`.
 pub(crate) fn token(
     owner: &str,

@@ -663,12 +663,7 @@ impl ShareRequest {
             .split_once("/data-portal/zarr/")
             .and_then(|(_, rest)| rest.split('/').next())
             .and_then(|segment| segment.strip_suffix(".zarr"))
-            .and_then(|token| {
-                // As the service writes it (a store URL of another spelling names no store).
-                uuid::Uuid::try_parse(token)
-                    .ok()
-                    .filter(|parsed| parsed.to_string() == token)
-            })
+            .and_then(super::parse_token)
             .ok_or_else(|| {
                 Error::invalid(
                     "path",

@@ -1107,7 +1107,7 @@ impl Tier {
     /// A read error.
     pub(crate) fn has_state(&self, token: Uuid) -> Result<bool> {
         let prefix = token.as_bytes();
-        Ok(self.db.any_prefixed(cf::KEYS, prefix)?
+        Ok(self.has_listing(token)?
             || self.db.any_prefixed(cf::MANIFESTS, prefix)?
             || self.db.any_prefixed(cf::TIERS, prefix)?)
     }
@@ -1219,7 +1219,8 @@ impl Tier {
         // and its record saying ready).
         // Found by walking the stores that have a listing or a manifest (one seek each), not
         // by asking each store that is not ready (one seek each, of many more).
-        let mut listed = self.db.prefixes(cf::KEYS, TOKEN_BYTES)?;
+        let mut listed = std::collections::BTreeSet::new();
+        listed.extend(self.db.prefixes(cf::KEYS, TOKEN_BYTES)?);
         listed.extend(self.db.prefixes(cf::MANIFESTS, TOKEN_BYTES)?);
         for token in listed
             .iter()
