@@ -90,9 +90,41 @@ pub struct StoresConfig {
     /// The compressor of new stores' chunks (default `lz4`).
     pub compressor: crate::convert::Compressor,
     /// MiB a conversion leaves free on the hot tier's file system, with 1% of its inodes
-    /// (default 1024; 0: none): it stops there and fails its store, so that one store does
-    /// not take the room restores and the database need.
-    pub hot_reserve_mib: u64,
+    /// (default `"auto"`: 1% of the file system's size, at most 1024; 0: none): it stops
+    /// there and fails its store, so that one store does not take the room restores and the
+    /// database need.
+    pub hot_reserve_mib: HotReserve,
+    /// Longest a conversion may run, in seconds (default a day; 0: no limit): past it, it
+    /// stops and fails its store.
+    pub max_conversion_seconds: u64,
+}
+
+/// `stores.hot_reserve_mib`: `"auto"`, or a number of MiB (a number or its digits, as an
+/// environment variable gives it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HotReserve {
+    /// 1% of the hot tier's file system, at most 1 GiB.
+    Auto,
+    /// This many MiB.
+    Mib(u64),
+}
+
+impl<'de> Deserialize<'de> for HotReserve {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Number(u64),
+            Text(String),
+        }
+        match Given::deserialize(deserializer)? {
+            Given::Number(mib) => Ok(HotReserve::Mib(mib)),
+            Given::Text(text) if text == "auto" => Ok(HotReserve::Auto),
+            Given::Text(text) => text.parse().map(HotReserve::Mib).map_err(|_| {
+                serde::de::Error::custom(format!("\"auto\" or a number of MiB, not {text:?}"))
+            }),
+        }
+    }
 }
 
 /// The `[tier]` section: where archived blobs go and how stores are cut into blobs.
@@ -452,6 +484,32 @@ mod tests {
         let c = Config::from_sources(None, &[], &Overrides::default()).unwrap();
         assert_eq!(c.data_dir, PathBuf::from("./var"));
         assert_eq!(c.http.listen.to_string(), "127.0.0.1:7777");
+    }
+
+    #[test]
+    fn the_hot_reserve_is_auto_unless_a_file_or_the_environment_gives_mib() {
+        let reserve = |file: Option<&str>, env: &[(&str, &str)]| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("svcd.toml");
+            if let Some(text) = file {
+                std::fs::write(&path, text).unwrap();
+            }
+            let env: Vec<(String, String)> = env
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect();
+            Config::from_sources(file.map(|_| path.as_path()), &env, &Overrides::default())
+                .map(|c| c.stores.hot_reserve_mib)
+        };
+        assert_eq!(reserve(None, &[]).unwrap(), HotReserve::Auto);
+        let set = "[stores]\nhot_reserve_mib = 512\n";
+        assert_eq!(reserve(Some(set), &[]).unwrap(), HotReserve::Mib(512));
+        let env = [("SVCD_STORES_HOT_RESERVE_MIB", "0")];
+        assert_eq!(reserve(None, &env).unwrap(), HotReserve::Mib(0));
+        let env = [("SVCD_STORES_HOT_RESERVE_MIB", "auto")];
+        assert_eq!(reserve(Some(set), &env).unwrap(), HotReserve::Auto);
+        let err = reserve(None, &[("SVCD_STORES_HOT_RESERVE_MIB", "lots")]).unwrap_err();
+        assert!(err.to_string().contains("not \"lots\""), "{err}");
     }
 
     #[test]

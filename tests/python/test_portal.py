@@ -2,6 +2,7 @@
 store with xarray over HTTP (zarr-python 3 through fsspec, with the bearer header) and find
 every value netCDF4-python reads from the source; and the refusals a stranger meets."""
 
+import contextlib
 import json
 import shutil
 import time
@@ -239,6 +240,60 @@ def test_a_source_whose_names_lead_out_of_its_store_writes_nothing_there(daemon,
     # it changed: no file or directory written, the other store's bytes as they were.
     assert tree() == before
     assert set(daemon.data.iterdir()) == top
+
+
+def test_a_source_that_keeps_data_in_other_files_is_refused_before_any_is_read(daemon, tmp_path):
+    """HDF5 lets a dataset's bytes live in other files: external raw storage (any byte range
+    of any file), external links and virtual datasets. The NetCDF library follows them with
+    the daemon's rights, so a user's file could copy the daemon's keys, or another user's
+    data, into a store of its own. Each fails its store with a reason naming the object,
+    and no byte of the other files reaches a store."""
+    import h5py
+
+    secret = tmp_path / "signing-key.pem"
+    secret.write_bytes(b"-----BEGIN PRIVATE KEY----- not for users " * 2)
+    secret.chmod(0o600)
+    victim = tmp_path / "victim.h5"
+    with h5py.File(victim, "w") as f:
+        f["private"] = np.arange(10, dtype="f8") * 1.5
+    victim.chmod(0o600)
+    sources = daemon.data / "sources"
+    sources.mkdir(exist_ok=True)
+    made = {}
+    # External raw storage: the dataset's bytes are the secret's.
+    path = sources / "external-storage.nc"
+    with h5py.File(path, "w", libver=("earliest", "v110")) as f:
+        f.create_dataset("key", shape=(64,), dtype="u1", external=[(str(secret), 0, 64)])
+    made[path] = "/key keeps its data in other files"
+    # An external link to another file's dataset.
+    path = sources / "external-link.nc"
+    with h5py.File(path, "w", libver=("earliest", "v110")) as f:
+        f["x"] = np.arange(3, dtype="f4")
+        f["linked"] = h5py.ExternalLink(str(victim), "/private")
+    made[path] = "/linked is a link to another file"
+    # A virtual dataset of another file's.
+    path = sources / "virtual.nc"
+    with h5py.File(path, "w", libver=("earliest", "v110")) as f:
+        layout = h5py.VirtualLayout(shape=(10,), dtype="f8")
+        layout[:] = h5py.VirtualSource(str(victim), "private", shape=(10,))
+        f.create_virtual_dataset("virtual", layout)
+    made[path] = "/virtual is a virtual dataset of other files"
+    token = daemon.token_file(tmp_path / "mallory.json", "mallory")
+    headers = {"Authorization": f"Bearer {token}"}
+    for path, reason in made.items():
+        answer = requests.post(f"{daemon.base}/data-portal/zarr/convert", json={"path": [str(path)]}, headers=headers, timeout=30)
+        assert answer.status_code == 200, answer.text
+        [url] = answer.json()["urls"]
+        status = wait_ready(daemon.base, headers, url)
+        assert status["status"] == 1 and reason in status["reason"] and path.name in status["reason"], status
+        store = daemon.data / "stores" / url.rstrip("/").rsplit("/", 1)[1].removesuffix(".zarr")
+        assert not store.exists(), sorted(store.rglob("*"))
+        for key in ("key/0", "linked/0", "virtual/0"):
+            chunk = requests.get(f"{url}/{key}", headers=headers, timeout=30)
+            assert chunk.status_code in (404, 500), (key, chunk.status_code)
+    # The files do reach the data (h5py follows them): the refusal keeps it out.
+    with h5py.File(sources / "external-storage.nc") as f:
+        assert bytes(f["key"][:]) == secret.read_bytes()[:64]
 
 
 def test_share_urls_open_without_a_token_and_refuse_forgeries(daemon, portal, tmp_path):
@@ -505,17 +560,46 @@ def test_zarr_python_2_reads_every_value(portal):
     assert result.stdout.startswith("zarr 2."), result.stdout
 
 
-@pytest.mark.parametrize("reserve_mib, reason", [(0, "No space left on device"), (1, "the hot tier is nearly full")])
-def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path, reserve_mib, reason):
+@contextlib.contextmanager
+def own_daemon(binary, tmp_path, data, **settings):
+    """svcd serving `data` (where jane, a user without a local account, may convert) with
+    the `SVCD_*` settings given (`None`: unset): its API's base URL, jane's headers, and a
+    conversion of one file that gives its store's URL."""
+    import os
+
+    from conftest import Svcd, serve
+
+    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data))
+    for name, value in settings.items():
+        env.pop(name, None)
+        if value is not None:
+            env[name] = str(value)
+    proc, host = serve(binary, data, env)
+    try:
+        base = f"{host}/api/svc-nextgen"
+        token = Svcd(base, host, data, binary).token_file(tmp_path / "jane.json", "jane")
+        headers = {"Authorization": f"Bearer {token}"}
+        convert = lambda path: requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(path)]}, headers=headers, timeout=30).json()["urls"][0]
+        yield base, headers, convert
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+
+
+FULL = "No space left on device"
+RESERVED = "the hot tier is nearly full"
+
+
+@pytest.mark.parametrize("reserve_mib, reasons", [(0, [FULL]), (1, [RESERVED]), (None, [FULL, RESERVED])])
+def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path, reserve_mib, reasons):
     """The hot tier on a 2 MiB file system: a store that does not fit fails with a reason
     that says so (the disk full, or, with a reserve, the reserve reached first), its partial
-    data is removed, and a store that fits is converted after it."""
-    import os
+    data is removed, and a store that fits is converted after it. With no reserve set, the
+    default (`auto`) is 1% of the file system (20 KiB here), not a GiB that would fail every
+    store."""
     import subprocess
 
     import netCDF4
-
-    from conftest import Svcd, serve
 
     data = tmp_path / "svcd"
     tier = tmp_path / "tier"
@@ -534,16 +618,11 @@ def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path
                 nc.createDimension("lon", 180)
                 var = nc.createVariable("tas", "f4", ("time", "lat", "lon"))
                 var[:] = np.random.default_rng(steps).random((steps, 90, 180), dtype="f4")
-        env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data), SVCD_STORES_HOT_RESERVE_MIB=str(reserve_mib))
-        proc, host = serve(daemon.binary, data, env)
-        try:
-            base = f"{host}/api/svc-nextgen"
-            token = Svcd(base, host, data, daemon.binary).token_file(tmp_path / "jane.json", "jane")
-            headers = {"Authorization": f"Bearer {token}"}
-            convert = lambda path: requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(path)]}, headers=headers, timeout=30).json()["urls"][0]
+        with own_daemon(daemon.binary, tmp_path, data, SVCD_STORES_HOT_RESERVE_MIB=reserve_mib) as (base, headers, convert):
             big_url = convert(big)
             failed = wait_ready(base, headers, big_url, timeout=120)
-            assert failed["status"] == 1 and reason in failed["reason"] and "big.nc" in failed["reason"], failed
+            reason = next((reason for reason in reasons if reason in failed["reason"]), None)
+            assert failed["status"] == 1 and reason and "big.nc" in failed["reason"], failed
             assert list(tier.iterdir()) == [], "the failed store's partial data is removed"
             chunk = requests.get(f"{big_url}/tas/0.0.0", headers=headers, timeout=30)
             assert chunk.status_code == 500 and reason in chunk.json()["detail"], chunk.text
@@ -552,11 +631,38 @@ def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path
             served = xr.open_zarr(small_url, storage_options={"headers": headers})
             with xr.open_dataset(small, engine="netcdf4") as expected:
                 np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
-        finally:
-            proc.terminate()
-            assert proc.wait(timeout=30) == 0
     finally:
         subprocess.run(["umount", str(tier)], check=False)
+
+
+def test_a_conversion_past_its_time_limit_fails_its_store_and_frees_its_worker(daemon, tmp_path):
+    """A NetCDF-4 file of a few KiB that claims 16 GiB of fill values (chunks never written)
+    would hold a worker for minutes, or days at a larger claim; with
+    `stores.max_conversion_seconds` at 1 its store fails with a reason that says so, its
+    partial data is removed, and the next store is converted by the freed worker."""
+    import netCDF4
+
+    data = tmp_path / "svcd"
+    data.mkdir()
+    sparse, small = data / "sparse.nc", data / "small.nc"
+    with netCDF4.Dataset(sparse, "w") as nc:
+        nc.createDimension("time", 2048)
+        nc.createDimension("lat", 2048)
+        nc.createDimension("lon", 1024)
+        nc.createVariable("tas", "f4", ("time", "lat", "lon"), chunksizes=(1, 2048, 1024))
+    assert sparse.stat().st_size < 1 << 20
+    with netCDF4.Dataset(small, "w") as nc:
+        nc.createDimension("time", 2)
+        var = nc.createVariable("tas", "f4", ("time",))
+        var[:] = [1.0, 2.0]
+    with own_daemon(daemon.binary, tmp_path, data, SVCD_STORES_MAX_CONVERSION_SECONDS=1, SVCD_STORES_WORKERS=1) as (base, headers, convert):
+        sparse_url = convert(sparse)
+        small_url = convert(small)
+        failed = wait_ready(base, headers, sparse_url, timeout=120)
+        assert failed["status"] == 1 and "took longer than 1 s" in failed["reason"], failed
+        store = data / "stores" / sparse_url.rstrip("/").rsplit("/", 1)[1].removesuffix(".zarr")
+        assert not store.exists()
+        assert wait_ready(base, headers, small_url, timeout=120) == {"status": 0, "reason": ""}
 
 
 def write_stored_chunks_source(path):

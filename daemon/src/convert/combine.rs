@@ -495,6 +495,7 @@ fn order_by_index(
         if parts[0].index(&dim).is_none() {
             continue;
         }
+        check_index_values(&dim, parts.iter().filter_map(|part| part.index(&dim)))?;
         let mut values = Vec::with_capacity(parts.len());
         for part in &parts {
             let index = part.index(&dim).ok_or_else(|| {
@@ -602,6 +603,7 @@ fn align(
             .filter(|&n| parts[n].index(&dim).is_some())
             .collect();
         if indexed.len() > 1 {
+            check_index_values(&dim, indexed.iter().filter_map(|&n| parts[n].index(&dim)))?;
             let mut bytes = Vec::with_capacity(indexed.len());
             for &n in &indexed {
                 bytes.push(block(parts[n].index(&dim).expect("indexed"), slabs)?);
@@ -685,15 +687,17 @@ fn realign(
             all.dedup_by(|a, b| key(*a) == key(*b));
             all
         }
-        Join::Inner => labels[0]
-            .iter()
-            .copied()
-            .filter(|v| {
-                labels[1..]
-                    .iter()
-                    .all(|l| l.iter().any(|w| key(*w) == key(*v)))
-            })
-            .collect(),
+        Join::Inner => {
+            let others: Vec<std::collections::HashSet<u64>> = labels[1..]
+                .iter()
+                .map(|l| l.iter().map(|w| key(*w)).collect())
+                .collect();
+            labels[0]
+                .iter()
+                .copied()
+                .filter(|v| others.iter().all(|l| l.contains(&key(*v))))
+                .collect()
+        }
         Join::Left => labels[0].clone(),
         Join::Right => labels[labels.len() - 1].clone(),
         Join::Exact => unreachable!("exact fails before"),
@@ -1071,8 +1075,38 @@ pub(crate) fn with_missing(dtype: Dtype) -> Option<Dtype> {
     }
 }
 
-/// All values of a variable (an index: small).
+/// The most values the indexes of one dimension may hold in all the sources of an
+/// aggregation, which aligning or ordering them reads whole (128 MiB of 64-bit values). A
+/// file may claim any length, and a classic file gives zeros past its end.
+const MOST_INDEX_VALUES: u64 = 1 << 24;
+
+/// Fails when `indexes`, those of `dim` in the parts, hold more than [`MOST_INDEX_VALUES`]
+/// values in all: checked before any of them is read.
+fn check_index_values<'v>(
+    dim: &str,
+    indexes: impl Iterator<Item = &'v CombinedVar>,
+) -> Result<(), String> {
+    let total = indexes
+        .map(|var| {
+            var.info
+                .dims
+                .iter()
+                .map(|d| d.len)
+                .fold(1, u64::saturating_mul)
+        })
+        .fold(0, u64::saturating_add);
+    if total > MOST_INDEX_VALUES {
+        return Err(format!(
+            "the indexes of {dim:?} hold {total} values in all, more than the \
+             {MOST_INDEX_VALUES} an aggregation aligns or orders"
+        ));
+    }
+    Ok(())
+}
+
+/// All values of a variable (an index, checked by [`check_index_values`]).
 fn block(var: &CombinedVar, slabs: &mut dyn Slabs) -> Result<Vec<u8>, String> {
+    check_index_values(&var.info.name, std::iter::once(var))?;
     let shape: Vec<u64> = var.info.dims.iter().map(|d| d.len).collect();
     read_block(slabs, var, &vec![0; shape.len()], &shape)
 }

@@ -120,6 +120,8 @@ pub(crate) struct StoreLayout {
     pub(crate) documents: Map<String, Value>,
     /// The arrays, in file order (root first, then each group depth-first).
     pub(crate) arrays: Vec<ArrayLayout>,
+    /// The chunks of those arrays, in all.
+    chunk_total: u64,
 }
 
 impl StoreLayout {
@@ -131,7 +133,18 @@ impl StoreLayout {
         StoreLayout {
             documents,
             arrays: Vec::new(),
+            chunk_total: 0,
         }
+    }
+
+    /// Fails when `more` arrays would make more than [`MAX_ARRAYS`].
+    fn room_for(&self, more: usize) -> Result<(), String> {
+        if self.arrays.len().saturating_add(more) > MAX_ARRAYS {
+            return Err(format!(
+                "more than {MAX_ARRAYS} variables, more than a store of this service holds"
+            ));
+        }
+        Ok(())
     }
 
     /// Claims `path` (an array's or a group's) for `what`, named in the error: two
@@ -192,9 +205,20 @@ pub(crate) fn layout(
 /// one chunk, as xarray writes it, unless it is longer (a file may claim any length).
 const MAX_COORDINATE_CHUNK: u64 = 1 << 22;
 
+/// The most arrays one store may have (a file may hold a million variables; laying out
+/// and serving the metadata of each costs time and memory, and no dataset of this field
+/// comes close).
+const MAX_ARRAYS: usize = 100_000;
+
 /// The most chunks one store may have: a file may claim dimensions whose chunks would
 /// never end being written.
 const MAX_STORE_CHUNKS: u64 = 20_000_000;
+
+/// The largest chunk of a store, in bytes of values: the largest `chunk_size` (512 MiB)
+/// with the plan's overshoot, and then some. A variable that runs along one dimension
+/// several times (`v(time, time, time)`, which NetCDF allows) can make a plan's chunk far
+/// larger, and reading it would take more memory than there is.
+const MAX_CHUNK_BYTES: u64 = 1 << 30;
 
 /// The number of chunks of an array of `shape` in chunks of `chunks`.
 fn chunk_count(shape: &[u64], chunks: &[u64]) -> u64 {
@@ -276,6 +300,7 @@ impl Scope<'_> {
         groups: &[String],
         layout: &mut StoreLayout,
     ) -> Result<(), String> {
+        layout.room_for(variables.len())?;
         let prefix = groups.join("/");
         let variables = variables
             .iter()
@@ -293,19 +318,19 @@ impl Scope<'_> {
         groups: &[String],
         layout: &mut StoreLayout,
     ) -> Result<(), String> {
+        layout.room_for(variables.len())?;
         let mut dims: Vec<Dim> = Vec::new();
+        // Where each dimension is in `dims`, by name (a file may have a million).
+        let mut dim_at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         let mut data_vars = Vec::new();
         let mut kinds = Vec::with_capacity(variables.len());
         for variable in variables {
             let mut indexes = Vec::new();
             for dimension in &variable.dims {
-                let index = dims
-                    .iter()
-                    .position(|d| d.name == dimension.name)
-                    .unwrap_or_else(|| {
-                        dims.push(dimension.clone());
-                        dims.len() - 1
-                    });
+                let index = *dim_at.entry(dimension.name.as_str()).or_insert_with(|| {
+                    dims.push(dimension.clone());
+                    dims.len() - 1
+                });
                 indexes.push(index);
             }
             let coordinate = variable.is_coordinate();
@@ -329,6 +354,20 @@ impl Scope<'_> {
             } else {
                 indexes.iter().map(|&d| planned[d]).collect()
             };
+            let chunk_bytes = chunks
+                .iter()
+                .fold(dtype.size(), |bytes, &len| bytes.saturating_mul(len));
+            if chunk_bytes > MAX_CHUNK_BYTES {
+                return Err(format!(
+                    "variable {:?} would be stored in chunks of {chunks:?}, {} MiB each, more \
+                     than the {} MiB a chunk may hold (a variable that runs along one \
+                     dimension more than once?); a smaller map_primary_chunksize or \
+                     chunk_size makes smaller ones",
+                    variable.name,
+                    chunk_bytes >> 20,
+                    MAX_CHUNK_BYTES >> 20
+                ));
+            }
             let name = variable.name.clone();
             let path = if groups.is_empty() {
                 name.clone()
@@ -381,13 +420,11 @@ impl Scope<'_> {
             layout
                 .documents
                 .insert(format!("{}/.zattrs", array.path), Value::Object(attrs));
+            layout.chunk_total = layout
+                .chunk_total
+                .saturating_add(chunk_count(&array.shape, &array.chunks));
             layout.arrays.push(array);
-            let total = layout
-                .arrays
-                .iter()
-                .map(|a| chunk_count(&a.shape, &a.chunks))
-                .fold(0u64, u64::saturating_add);
-            if total > MAX_STORE_CHUNKS {
+            if layout.chunk_total > MAX_STORE_CHUNKS {
                 let last = layout.arrays.last().expect("just pushed");
                 return Err(format!(
                     "the store would have more than {MAX_STORE_CHUNKS} chunks (variable {:?} \
@@ -540,19 +577,66 @@ pub(crate) fn layout_of_groups(
     Ok(layout)
 }
 
+/// The most values one attribute may hold. A file's header may give an attribute billions
+/// of values (in a hole of a sparse file, they take no disk); as JSON each takes some 32
+/// bytes or more, and a failed allocation ends the daemon.
+const MAX_ATTRIBUTE_VALUES: usize = 1 << 20;
+
+/// The longest text attribute, in bytes.
+const MAX_ATTRIBUTE_TEXT: usize = 16 << 20;
+
 /// Attributes as a JSON object, in file order.
+///
+/// # Errors
+/// An attribute that cannot be read, or holds more than [`MAX_ATTRIBUTE_VALUES`] values or
+/// [`MAX_ATTRIBUTE_TEXT`] bytes of text, named with `owner`.
 pub(crate) fn attributes<'a>(
     attributes: impl Iterator<Item = netcdf::Attribute<'a>>,
     owner: &str,
 ) -> Result<Map<String, Value>, String> {
     attributes
         .map(|attribute| {
-            let value = attribute
-                .value()
-                .map_err(|e| format!("{owner}: attribute {:?}: {e}", attribute.name()))?;
+            let failed =
+                |what: String| format!("{owner}: attribute {:?}: {what}", attribute.name());
+            let value = attribute.value().map_err(|e| failed(e.to_string()))?;
+            let (values, text) = attribute_size(&value);
+            if values > MAX_ATTRIBUTE_VALUES || text > MAX_ATTRIBUTE_TEXT {
+                return Err(failed(format!(
+                    "{values} values and {text} bytes of text, more than an attribute may \
+                     hold here ({MAX_ATTRIBUTE_VALUES} values, {MAX_ATTRIBUTE_TEXT} bytes)"
+                )));
+            }
             Ok((attribute.name().to_string(), attribute_json(value)))
         })
         .collect()
+}
+
+/// How many values an attribute holds, and its bytes of text.
+fn attribute_size(value: &AttributeValue) -> (usize, usize) {
+    match value {
+        AttributeValue::Uchars(v) => (v.len(), 0),
+        AttributeValue::Schars(v) => (v.len(), 0),
+        AttributeValue::Ushorts(v) => (v.len(), 0),
+        AttributeValue::Shorts(v) => (v.len(), 0),
+        AttributeValue::Uints(v) => (v.len(), 0),
+        AttributeValue::Ints(v) => (v.len(), 0),
+        AttributeValue::Ulonglongs(v) => (v.len(), 0),
+        AttributeValue::Longlongs(v) => (v.len(), 0),
+        AttributeValue::Floats(v) => (v.len(), 0),
+        AttributeValue::Doubles(v) => (v.len(), 0),
+        AttributeValue::Str(s) => (1, s.len()),
+        AttributeValue::Strs(v) => (v.len(), v.iter().map(String::len).sum()),
+        AttributeValue::Uchar(_)
+        | AttributeValue::Schar(_)
+        | AttributeValue::Ushort(_)
+        | AttributeValue::Short(_)
+        | AttributeValue::Uint(_)
+        | AttributeValue::Int(_)
+        | AttributeValue::Ulonglong(_)
+        | AttributeValue::Longlong(_)
+        | AttributeValue::Float(_)
+        | AttributeValue::Double(_) => (1, 0),
+    }
 }
 
 /// A float as JSON: a number, or the string zarr uses for a non-finite value.

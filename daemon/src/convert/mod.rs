@@ -5,6 +5,7 @@
 //! conversion writes.
 
 pub(crate) mod combine;
+pub(crate) mod external;
 pub(crate) mod metadata;
 pub(crate) mod plan;
 pub(crate) mod reduce;
@@ -54,14 +55,23 @@ pub(crate) struct Source {
     /// The path as the user gave it, for messages.
     path: std::path::PathBuf,
     file: std::fs::File,
-    /// Its size and modification time when it was opened (see [`Source::unchanged`]).
-    opened: (u64, i64, i64),
+    /// Its size and times when it was opened (see [`Source::unchanged`]).
+    opened: Version,
 }
 
-/// The size and modification time (seconds, nanoseconds) of a file.
-fn version(meta: &std::fs::Metadata) -> (u64, i64, i64) {
+/// The size, modification time and change time (seconds, nanoseconds) of a file. The change
+/// time is the one its owner cannot set back: a file written to and then given its old
+/// modification time again has a new one.
+type Version = (u64, (i64, i64), (i64, i64));
+
+/// The [`Version`] of a file.
+fn version(meta: &std::fs::Metadata) -> Version {
     use std::os::unix::fs::MetadataExt;
-    (meta.size(), meta.mtime(), meta.mtime_nsec())
+    (
+        meta.size(),
+        (meta.mtime(), meta.mtime_nsec()),
+        (meta.ctime(), meta.ctime_nsec()),
+    )
 }
 
 impl Source {
@@ -89,7 +99,7 @@ impl Source {
         })
     }
 
-    /// Whether the file is as it was opened: the same size and modification time. One
+    /// Whether the file is as it was opened: the same [`Version`]. One
     /// written to while it was converted (a model still writing it, a copy over it in
     /// place, a truncation) may have given a mix of old and new bytes, or zeros past a cut
     /// (the NetCDF library fills a short read of a classic file so), which no later read
@@ -105,8 +115,9 @@ impl Source {
             Ok(())
         } else {
             Err(format!(
-                "{shown}: changed while it was converted (its size or modification time is not \
-                 what it was when the conversion opened it); convert it again once it is written"
+                "{shown}: changed while it was converted (its size, or the time it or its \
+                 attributes last changed, is not what it was when the conversion opened it); \
+                 convert it again once it is written"
             ))
         }
     }
@@ -143,6 +154,7 @@ impl Source {
         let shown = self.path.display();
         let file =
             crate::crawl::open_netcdf(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
+        external::refuse_data_elsewhere(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
         let stored = StoredFile::open(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
         let layout = metadata::layout(&file, stored.as_ref(), chunking, &compressor.codec())
             .map_err(|e| format!("{shown}: {e}"))?;
@@ -315,6 +327,8 @@ impl<'s> OpenSources<'s> {
         } else {
             let source = &self.sources[n];
             let file = crate::crawl::open_netcdf(&source.opened())
+                .map_err(|e| format!("{}: {e}", source.path.display()))?;
+            external::refuse_data_elsewhere(&source.opened())
                 .map_err(|e| format!("{}: {e}", source.path.display()))?;
             // Without HDF5's view, every slab is read by the library.
             let stored = StoredFile::open(&source.opened()).ok().flatten();

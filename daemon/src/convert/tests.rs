@@ -317,6 +317,19 @@ fn a_source_written_to_while_it_is_converted_fails_the_conversion() {
     file.set_len(before.len() / 2).unwrap();
     file.set_modified(before.modified().unwrap()).unwrap();
     assert!(opened.unchanged().is_err());
+    // Or written in place, its size and modification time kept as they were: its change
+    // time, which its owner cannot set, tells (a clock tick later, as file times go).
+    let opened = Source::open(&source).unwrap();
+    let before = std::fs::metadata(&source).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    std::os::unix::fs::FileExt::write_at(&file, &[0xff; 8], 0).unwrap();
+    file.set_modified(before.modified().unwrap()).unwrap();
+    let after = std::fs::metadata(&source).unwrap();
+    assert_eq!(
+        (after.len(), after.modified().unwrap()),
+        (before.len(), before.modified().unwrap())
+    );
+    assert!(opened.unchanged().is_err());
 }
 
 #[test]
@@ -345,6 +358,20 @@ fn a_conversion_stops_where_the_hot_tier_keeps_its_reserve() {
     let (_, written) =
         convert_file(&source, &store, &map(1), Compressor::Lz4, room, &stop).unwrap();
     assert_eq!(written, write::Written::Complete);
+}
+
+#[test]
+fn the_reserve_is_what_is_set_else_a_hundredth_of_the_file_system_up_to_a_gib() {
+    let dir = tempfile::tempdir().unwrap();
+    use crate::config::HotReserve;
+    assert_eq!(Reserve::of(HotReserve::Mib(5), dir.path()).bytes, 5 << 20);
+    assert_eq!(Reserve::of(HotReserve::Mib(0), dir.path()).bytes, 0);
+    let stat = nix::sys::statvfs::statvfs(dir.path()).unwrap();
+    let size = stat.blocks() * stat.fragment_size();
+    assert_eq!(
+        Reserve::of(HotReserve::Auto, dir.path()).bytes,
+        (size / 100).min(1 << 30)
+    );
 }
 
 #[test]
@@ -960,4 +987,91 @@ fn two_arrays_or_groups_the_store_would_name_alike_are_refused() {
     }
     assert!(layout.claim("pr", "variable \"pr\"").is_ok());
     assert!(layout.claim("grid/tas", "variable \"grid/tas\"").is_ok());
+}
+
+#[test]
+fn a_variable_along_one_dimension_several_times_is_refused_its_terabyte_chunk() {
+    // NetCDF lets a variable run along one dimension more than once; with the time axis
+    // pinned at 1024 steps, one chunk of `v(time, time, time)` would be 8 GiB.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("repeated.nc");
+    let mut file = netcdf::create_with(&path, Options::NETCDF4).unwrap();
+    file.add_dimension("time", 1024).unwrap();
+    file.add_variable::<f64>("v", &["time", "time", "time"])
+        .unwrap();
+    file.close().unwrap();
+    let source = Source::open(&path).unwrap();
+    let err = convert_lz4(&source, &dir.path().join("s"), &map(1024)).unwrap_err();
+    assert!(
+        err.contains("variable \"v\" would be stored in chunks of [1024, 1024, 1024], 8192 MiB"),
+        "{err}"
+    );
+    assert!(!dir.path().join("s/v").exists());
+}
+
+#[test]
+fn an_attribute_of_more_values_than_an_attribute_may_hold_fails_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("attribute.nc");
+    let mut file = netcdf::create(&path).unwrap();
+    file.add_attribute("huge", vec![0_i8; (1 << 20) + 1])
+        .unwrap();
+    file.add_attribute("fine", vec![0_i8; 1 << 20]).unwrap();
+    file.close().unwrap();
+    let source = Source::open(&path).unwrap();
+    let err = convert_lz4(&source, &dir.path().join("s"), &map(1)).unwrap_err();
+    assert!(
+        err.contains("the file: attribute \"huge\": 1048577 values"),
+        "{err}"
+    );
+    assert!(!err.contains("fine"), "{err}");
+}
+
+#[test]
+fn indexes_longer_than_an_aggregation_reads_are_refused_before_they_are_read() {
+    // Two NetCDF-4 files whose index of `x` claims 2^23 + 1 values each (one written, the
+    // rest never stored): 2^24 + 2 in all, two more than a merge may align.
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str, last: f64| {
+        let path = dir.path().join(name);
+        let mut file = netcdf::create_with(&path, Options::NETCDF4).unwrap();
+        file.add_unlimited_dimension("x").unwrap();
+        let mut x = file.add_variable::<f64>("x", &["x"]).unwrap();
+        x.put_values(&[last], [1 << 23]).unwrap();
+        file.close().unwrap();
+        Source::open(&path).unwrap()
+    };
+    let sources = [make("a.nc", 1.0), make("b.nc", 2.0)];
+    let aggregation: crate::stores::request::Aggregation =
+        serde_json::from_value(json!({"mode": "merge"})).unwrap();
+    let stop = crate::jobs::Stop::default();
+    let err = convert_sources(
+        &sources,
+        Some(&aggregation),
+        None,
+        &dir.path().join("s"),
+        &map(1),
+        Compressor::Lz4,
+        Reserve::NONE,
+        &stop,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("the indexes of \"x\" hold 16777218 values in all"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_file_of_more_variables_than_a_store_holds_is_refused_before_they_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("many.nc");
+    let mut file = netcdf::create(&path).unwrap();
+    for n in 0..=100_000 {
+        file.add_variable::<u8>(&format!("v{n}"), &[]).unwrap();
+    }
+    file.close().unwrap();
+    let source = Source::open(&path).unwrap();
+    let err = convert_lz4(&source, &dir.path().join("s"), &map(1)).unwrap_err();
+    assert!(err.contains("more than 100000 variables"), "{err}");
 }

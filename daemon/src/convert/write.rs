@@ -61,6 +61,27 @@ impl Reserve {
     #[cfg(test)]
     pub(crate) const NONE: Reserve = Reserve { bytes: 0 };
 
+    /// The most the default reserve keeps.
+    const DEFAULT_MOST: u64 = 1 << 30;
+
+    /// The reserve of conversions into directories of `stores`: as many MiB as set (0:
+    /// none), or, `auto`, 1% of the file system's size and at most 1 GiB, so that a small
+    /// hot tier (a test machine's, a site's first try) is not refused every conversion by a
+    /// reserve sized for a large one.
+    pub(crate) fn of(reserve: crate::config::HotReserve, stores: &Path) -> Reserve {
+        use crate::config::HotReserve;
+        let bytes = match reserve {
+            HotReserve::Mib(mib) => mib.saturating_mul(1 << 20),
+            HotReserve::Auto => {
+                nix::sys::statvfs::statvfs(stores).map_or(Self::DEFAULT_MOST, |stat| {
+                    (stat.blocks().saturating_mul(stat.fragment_size()) / 100)
+                        .min(Self::DEFAULT_MOST)
+                })
+            }
+        };
+        Reserve { bytes }
+    }
+
     /// The room left is looked at before the first file, and again after this many files
     /// or a quarter of the reserve's bytes, whichever comes first (so the reserve is not
     /// overrun between two looks).

@@ -19,6 +19,11 @@
 //!
 //! Shutdown: [`Queue::stop`] lets running handlers see [`Stop::requested`]; a handler that
 //! stops early answers [`Outcome::Interrupted`] and its job stays queued for the next start.
+//!
+//! Crashes: a job that was running when the daemon died ([`Job::running`] still set at the
+//! next start) counts a crash. One that counted [`MOST_CRASHES`] is given up, with a reason,
+//! instead of run again: a source that makes the daemon run out of memory, or abort, would
+//! otherwise take it down again at every start, and with it every other user's work.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -34,6 +39,11 @@ use crate::error::{Error, Result};
 
 /// Format byte of a stored job.
 const FORMAT: u8 = 1;
+
+/// Crashes of the daemon during a job's runs after which it is given up (see the module's
+/// docs): a job that ran into one by chance (a power cut) runs again, one that causes them
+/// stops doing so.
+const MOST_CRASHES: u32 = 3;
 
 /// One job as it is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +66,22 @@ pub struct Job {
     /// Rows written before parties were kept read as one party, `""`.
     #[serde(default)]
     pub party: String,
+    /// Set, in the stored row, while it runs: a row found so at a start is a run a crash
+    /// cut short.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub running: bool,
+    /// Runs of it that a crash of the daemon cut short.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub crashes: u32,
+}
+
+/// Whether a count is 0 (not stored then).
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if"
+)]
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 impl Job {
@@ -87,19 +113,46 @@ pub enum Outcome {
     Interrupted,
 }
 
-/// Whether the daemon is stopping, for handlers to check between steps of long work.
+/// Whether the daemon is stopping, or a job's time is up, for handlers to check between
+/// steps of long work.
 #[derive(Debug, Clone, Default)]
-pub struct Stop(Arc<AtomicBool>);
+pub struct Stop {
+    /// Set when the daemon stops.
+    stopping: Arc<AtomicBool>,
+    /// When the work this is handed to must end (`None`: whenever it ends).
+    deadline: Option<std::time::Instant>,
+}
 
 impl Stop {
-    /// Whether the handler should stop as soon as it can.
+    /// Whether the handler should stop as soon as it can: the daemon stops, or its time
+    /// is up.
     pub fn requested(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.stopping() || self.expired()
+    }
+
+    /// Whether the daemon stops (the work is then left for the next start).
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Whether the time given by [`Stop::until`] is up.
+    pub fn expired(&self) -> bool {
+        self.deadline
+            .is_some_and(|deadline| std::time::Instant::now() >= deadline)
+    }
+
+    /// This stop, also requested once `deadline` has passed.
+    #[must_use]
+    pub fn until(&self, deadline: std::time::Instant) -> Stop {
+        Stop {
+            stopping: Arc::clone(&self.stopping),
+            deadline: Some(deadline),
+        }
     }
 
     /// Asks whoever watches this flag to stop.
     pub(crate) fn request(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.stopping.store(true, Ordering::SeqCst);
     }
 }
 
@@ -216,8 +269,16 @@ impl Queue {
     /// A read error or a corrupt job row.
     pub fn open(db: Arc<Db>) -> Result<Self> {
         let mut state = State::default();
+        let mut crashed = Batch::default();
         db.for_each(cf::JOBS, |key, value| {
-            let job = Job::decode(key, value)?;
+            let mut job = Job::decode(key, value)?;
+            if job.running {
+                job.running = false;
+                job.crashes += 1;
+                tracing::warn!(job = job.seq, kind = %job.kind, subject = %job.subject,
+                    crashes = job.crashes, "a job was running when the daemon stopped");
+                crashed.put(cf::JOBS, key.to_vec(), job.encode());
+            }
             state.next_seq = job.seq + 1;
             state.pending.push_back(job.seq);
             if !job.first {
@@ -229,6 +290,7 @@ impl Queue {
             state.jobs.insert(job.seq, job);
             Ok(true)
         })?;
+        db.write(crashed)?;
         let (first, rest): (VecDeque<u64>, VecDeque<u64>) =
             state.pending.iter().partition(|seq| state.jobs[seq].first);
         state.pending = first.into_iter().chain(rest).collect();
@@ -311,6 +373,8 @@ impl Queue {
             starts: 0,
             first,
             party: party.to_string(),
+            running: false,
+            crashes: 0,
         };
         batch.put(cf::JOBS, job.seq.to_be_bytes(), job.encode());
         // Holding the lock while writing keeps rows in sequence order with the memory state.
@@ -423,6 +487,16 @@ impl Queue {
 
     /// Runs `job`, marked as started, and records its outcome.
     fn run(&self, job: &Job, handler: &dyn Handler) {
+        if job.crashes >= MOST_CRASHES {
+            let reason = format!(
+                "given up: the daemon stopped abnormally {} times while this ran (out of \
+                 memory, say); an operator's log has more",
+                job.crashes
+            );
+            tracing::error!(job = job.seq, kind = %job.kind, subject = %job.subject, %reason);
+            self.finish(job, Some(handler.give_up(job, &reason)));
+            return;
+        }
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| handler.run(job, &self.stop)));
         let finished = match outcome {
             Ok(Ok(Outcome::Done(batch))) => Some(batch),
@@ -460,10 +534,16 @@ impl Queue {
     /// their kind running: the oldest of those queued to run first while those running leave
     /// a worker to the others; else the oldest of the party whose last job started longest
     /// ago (one with none first). A scan of the waiting jobs, done once per job started under
-    /// the queue's lock, that ends once it found the oldest runnable job of every party
-    /// waiting (so one party's thousands of jobs cost a step each only when another's one is
-    /// behind them, once).
+    /// the queue's lock, that ends once it found a job and has accounted for every party
+    /// waiting: by its oldest runnable job, or by a job that waits for its subject's running
+    /// one (so one party's thousands of jobs cost a step each only when another's one is
+    /// behind them, once, and a party whose job waits on a running one costs no more).
     fn pick(state: &State) -> Option<usize> {
+        Self::scan(state).0
+    }
+
+    /// [`Queue::pick`], and how many pending jobs it looked at.
+    fn scan(state: &State) -> (Option<usize>, usize) {
         let first_running = state
             .running
             .values()
@@ -471,13 +551,19 @@ impl Queue {
             .count();
         let first_allowed = first_running < state.workers.saturating_sub(1).max(1);
         let mut best: Option<(usize, u64)> = None;
+        // Parties whose oldest runnable job was looked at (their later jobs are skipped).
         let mut seen: HashSet<&str> = HashSet::new();
+        // Parties accounted for: seen, or with a job that waits on its subject's running job.
+        // A party with only such jobs can have a runnable job further on; passing it over
+        // while another party's job runs delays it until its subject's job ends, never
+        // longer, and the scan goes on to it when no other job was found.
+        let mut accounted: HashSet<&str> = HashSet::new();
         for (at, seq) in state.pending.iter().enumerate() {
             let job = &state.jobs[seq];
             if !job.first {
                 // Only once a job was found: the counts cannot then starve a party's jobs.
-                if best.is_some() && seen.len() >= state.waiting.len() {
-                    break;
+                if best.is_some() && accounted.len() >= state.waiting.len() {
+                    return (best.map(|(at, _)| at), at);
                 }
                 if seen.contains(job.party.as_str()) {
                     continue;
@@ -488,21 +574,25 @@ impl Queue {
                 .keys()
                 .any(|(kind, subject)| *kind == job.kind && *subject == job.subject);
             if running || (job.first && !first_allowed) {
+                if !job.first {
+                    accounted.insert(&job.party);
+                }
                 continue;
             }
             if job.first {
                 // Those queued to run first come before every other in `pending`.
-                return Some(at);
+                return (Some(at), at + 1);
             }
             let Some(&turn) = state.turns.get(&job.party) else {
-                return Some(at);
+                return (Some(at), at + 1);
             };
             seen.insert(&job.party);
+            accounted.insert(&job.party);
             if best.is_none_or(|(_, best_turn)| turn < best_turn) {
                 best = Some((at, turn));
             }
         }
-        best.map(|(at, _)| at)
+        (best.map(|(at, _)| at), state.pending.len())
     }
 
     /// Marks job `seq`, taken out of `pending`, as started: running, no longer waiting, one
@@ -510,6 +600,7 @@ impl Queue {
     fn mark_started(&self, mut state: MutexGuard<'_, State>, seq: u64) -> Job {
         let job = state.jobs.get_mut(&seq).expect("pending jobs are known");
         job.starts += 1;
+        job.running = true;
         let job = job.clone();
         state.turn += 1;
         let turn = state.turn;
@@ -545,8 +636,18 @@ impl Queue {
             }
             state.jobs.remove(&job.seq);
         } else {
-            // Interrupted: it waits for the next start, as queued again.
+            // Interrupted: it waits for the next start, as queued again, not running (a
+            // stop is no crash).
             state.subjects.entry(identity).or_insert(job.seq);
+            if let Some(queued) = state.jobs.get_mut(&job.seq) {
+                queued.running = false;
+                let mut batch = Batch::default();
+                batch.put(cf::JOBS, job.seq.to_be_bytes(), queued.encode());
+                if let Err(e) = self.db.write(batch) {
+                    tracing::warn!(job = job.seq, error = %e.chain(),
+                        "cannot record that a job was stopped; the next start counts a crash");
+                }
+            }
         }
         drop(state);
         // A job of the same subject may run now.

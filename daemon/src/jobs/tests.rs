@@ -504,3 +504,84 @@ fn a_job_is_picked_whatever_the_counts_of_waiting_jobs_say() {
     state.waiting.clear();
     assert_eq!(Queue::pick(&state), Some(0));
 }
+
+#[test]
+fn a_party_whose_job_waits_on_its_running_one_does_not_make_the_next_pick_a_full_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, queue) = open(dir.path());
+    queue
+        .enqueue(Batch::default(), "convert", "p0", "pat")
+        .unwrap();
+    let running = queue.next().unwrap();
+    assert_eq!(running.subject, "p0");
+    // Asked for again while it runs: waits for it, ahead of mallory's thousands.
+    queue
+        .enqueue(Batch::default(), "convert", "p0", "pat")
+        .unwrap();
+    for n in 0..2000 {
+        queue
+            .enqueue(Batch::default(), "convert", &format!("m{n}"), "mallory")
+            .unwrap();
+    }
+    let state = queue.state.lock();
+    let (picked, looked_at) = Queue::scan(&state);
+    assert_eq!(picked, Some(1), "mallory's oldest, as pat's waits");
+    assert!(looked_at <= 3, "looked at {looked_at} jobs");
+    drop(state);
+    // With only pat's waiting job and a runnable one of pat's behind it, that one runs.
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, queue) = open(dir.path());
+    for subject in ["p0", "p0", "p1"] {
+        queue
+            .enqueue(Batch::default(), "convert", subject, "pat")
+            .unwrap();
+        if queue.state.lock().running.is_empty() {
+            assert_eq!(queue.next().unwrap().subject, "p0");
+        }
+    }
+    assert_eq!(Queue::pick(&queue.state.lock()), Some(1));
+}
+
+#[test]
+fn a_job_the_daemon_dies_in_again_and_again_is_given_up_and_a_stop_is_no_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_db, queue) = open(dir.path());
+        for subject in ["crashes", "after"] {
+            queue
+                .enqueue(Batch::default(), "convert", subject, "")
+                .unwrap();
+        }
+    }
+    // Started, and the daemon dies in it (the queue is dropped with the job running), three
+    // times.
+    for crashes in 0..MOST_CRASHES {
+        let (db, queue) = open(dir.path());
+        assert_eq!(stored_jobs(&db)[0].crashes, crashes);
+        let job = queue.next().unwrap();
+        assert_eq!(job.subject, "crashes");
+        assert!(stored_jobs(&db)[0].running);
+    }
+    // A stop is not a crash: the run interrupted so leaves the count as it was.
+    {
+        let (db, queue) = open(dir.path());
+        let job = queue.next().unwrap();
+        queue.finish(&job, None);
+        assert!(!stored_jobs(&db)[0].running);
+        assert_eq!(stored_jobs(&db)[0].crashes, MOST_CRASHES);
+    }
+    let (db, queue) = open(dir.path());
+    let recorder = run_all(&queue, &[], 1);
+    assert_eq!(
+        *recorder.seen.lock(),
+        ["after"],
+        "the crashing job is not run again"
+    );
+    let reason = outcome(&db, "crashes").unwrap();
+    assert!(
+        reason.contains("given up: the daemon stopped abnormally 3 times"),
+        "{reason}"
+    );
+    assert_eq!(outcome(&db, "after").as_deref(), Some("done"));
+    assert!(stored_jobs(&db).is_empty());
+}

@@ -51,15 +51,34 @@ fn first_user_uid() -> u32 {
     static FIRST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *FIRST.get_or_init(|| {
         let defs = std::fs::read_to_string("/etc/login.defs").unwrap_or_default();
-        // Lines `NAME VALUE` (`#` comments); the last setting counts.
-        defs.lines()
-            .filter_map(|line| {
-                let mut words = line.split_whitespace();
-                (words.next()? == "UID_MIN").then(|| words.next()?.parse().ok())?
-            })
-            .next_back()
-            .unwrap_or(1000)
+        uid_min(&defs).unwrap_or(1000)
     })
+}
+
+/// `UID_MIN` of a `login.defs` text: lines `NAME VALUE` (`#` comments), the last setting
+/// counting, its value read as the shadow tools read numbers (C's `strtol` with base 0:
+/// `0x` hexadecimal, a leading `0` octal, else decimal).
+fn uid_min(defs: &str) -> Option<u32> {
+    defs.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            if words.next()? != "UID_MIN" {
+                return None;
+            }
+            let value = words.next()?;
+            let (digits, radix) = if let Some(hex) = value
+                .strip_prefix("0x")
+                .or_else(|| value.strip_prefix("0X"))
+            {
+                (hex, 16)
+            } else if value.len() > 1 && value.starts_with('0') {
+                (&value[1..], 8)
+            } else {
+                (value, 10)
+            };
+            u32::from_str_radix(digits, radix).ok()
+        })
+        .next_back()
 }
 
 /// The uids of `nobody` (the overflow uid) and of the old `nfsnobody`: system accounts above
@@ -282,5 +301,17 @@ mod tests {
         }
         assert!(check("", &[path(&dir, "open/a.nc")], &roots).is_err());
         assert!(check("jane.doe@idp", &[path(&dir, "open/a.nc")], &[]).is_err());
+    }
+
+    #[test]
+    fn uid_min_is_read_as_the_shadow_tools_read_it() {
+        let defs = |text: &str| uid_min(text);
+        assert_eq!(defs("UID_MIN 1000\n"), Some(1000));
+        assert_eq!(defs("UID_MIN\t0x3e8\n"), Some(1000));
+        assert_eq!(defs("UID_MIN 01750\n"), Some(1000));
+        assert_eq!(defs("UID_MIN 0\n"), Some(0));
+        assert_eq!(defs("# UID_MIN 5\nUID_MAX 60000\n"), None);
+        assert_eq!(defs("UID_MIN 500\nUID_MIN 2000\n"), Some(2000));
+        assert_eq!(defs("UID_MIN lots\n"), None);
     }
 }

@@ -16,7 +16,7 @@ impl Stores {
     /// The ready stores (the only ones whose blobs may be archived), as candidates.
     fn candidates(&self, scope: Option<Uuid>) -> Result<Vec<Candidate>> {
         Ok(self
-            .list()?
+            .list_bare()?
             .into_iter()
             .filter(|record| record.is_complete() && scope.is_none_or(|s| s == record.token))
             .map(|record| Candidate {

@@ -7,6 +7,7 @@
 //! [`Stores::mark_gone`]). Anything else is left as it is.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use uuid::Uuid;
 
@@ -59,8 +60,17 @@ impl Handler for ConvertJob {
         // Sources changed after this are not in this run's result.
         let started = std::time::SystemTime::now();
         let compressor = self.stores.config.compressor;
-        let reserve = Reserve {
-            bytes: self.stores.config.hot_reserve_mib.saturating_mul(1 << 20),
+        let reserve = Reserve::of(
+            self.stores.config.hot_reserve_mib,
+            dir.parent().unwrap_or(&dir),
+        );
+        // A conversion's work follows from what its sources claim, not from their size (a
+        // sparse file of a few KiB can claim terabytes of fill values): bounded in time,
+        // so that no conversion holds a worker, and the users waiting behind it, for days.
+        let most = self.stores.config.max_conversion_seconds;
+        let stop = &match std::time::Instant::now().checked_add(Duration::from_secs(most)) {
+            Some(deadline) if most > 0 => stop.until(deadline),
+            _ => stop.clone(),
         };
         let converted = match (&record.aggregation, &record.reduction) {
             (None, None) => self.stores.open_source(&record).and_then(|source| {
@@ -80,10 +90,23 @@ impl Handler for ConvertJob {
             }),
         };
         let (status, reason) = match converted {
-            Ok((_, Written::Interrupted)) => return Ok(Outcome::Interrupted),
             // A conversion that gave up because the daemon is stopping runs again next time.
-            Err(_) if stop.requested() => return Ok(Outcome::Interrupted),
+            Ok((_, Written::Interrupted)) | Err(_) if stop.stopping() => {
+                return Ok(Outcome::Interrupted);
+            }
             Ok((_, Written::Complete)) => (Status::Ready, String::new()),
+            // Its time was up.
+            Ok((_, Written::Interrupted)) | Err(_) if stop.expired() => {
+                self.stores.cache.forget(token);
+                remove_dir(&dir);
+                let reason = format!(
+                    "the conversion took longer than {most} s (stores.max_conversion_seconds) \
+                     and was stopped; fewer sources, or fewer, larger chunks \
+                     (map_primary_chunksize, chunk_size), convert faster"
+                );
+                (Status::Failed, reason)
+            }
+            Ok((_, Written::Interrupted)) => return Ok(Outcome::Interrupted),
             Err(reason) => {
                 self.stores.cache.forget(token);
                 remove_dir(&dir);

@@ -345,7 +345,7 @@ impl Stores {
 
     /// The stores the database records, and those of them that are ready (complete).
     fn known_and_ready(&self) -> Result<(std::collections::HashSet<Uuid>, Vec<Uuid>)> {
-        let records = self.list()?;
+        let records = self.list_bare()?;
         let known = records.iter().map(|record| record.token).collect();
         let ready = records
             .iter()
@@ -473,6 +473,17 @@ impl Stores {
             .transpose()
     }
 
+    /// The record of a store without its sources ([`Stores::decode_bare`]).
+    ///
+    /// # Errors
+    /// A read error or a corrupt record.
+    pub(crate) fn record_bare(&self, token: Uuid) -> Result<Option<StoreRecord>> {
+        self.db
+            .get(cf::STORES, token.as_bytes())?
+            .map(|value| self.decode_bare(token, &value))
+            .transpose()
+    }
+
     /// A stored record as it is read: with its sources (stored apart), and a ready store
     /// with an archived blob is status 3 (archived), which is never stored
     /// ([`StoreRecord::encode`]).
@@ -489,6 +500,15 @@ impl Stores {
             record.sources = self.sources_of(token, keep)?;
         }
         Ok(self.as_read(record))
+    }
+
+    /// As [`Stores::decode`], without reading the sources (stored apart): they are empty,
+    /// unless stored with the record ([`FORMAT_WITH_SOURCES`]). For records read in bulk by
+    /// what does not look at their sources (the sweep, the start, the mount's root, the
+    /// archive's candidates): an aggregation's are some 100 KiB. Writing such a record back
+    /// loses nothing, as a record is always stored without its sources.
+    fn decode_bare(&self, token: Uuid, value: &[u8]) -> Result<StoreRecord> {
+        Ok(self.as_read(StoreRecord::decode(token, value)?))
     }
 
     /// The sources of store `token`, as stored with its first record; kept for the next
@@ -666,7 +686,21 @@ impl Stores {
         Ok(records)
     }
 
-    /// A page of the stores in token order, from `from` on (`None`: the first): those of at
+    /// Every store, in token order, without its sources ([`Stores::decode_bare`]).
+    ///
+    /// # Errors
+    /// A read error or a corrupt record.
+    pub(crate) fn list_bare(&self) -> Result<Vec<StoreRecord>> {
+        let mut records = Vec::new();
+        self.db.for_each(cf::STORES, |key, value| {
+            records.push(self.decode_bare(token_of_key(key)?, value)?);
+            Ok(true)
+        })?;
+        Ok(records)
+    }
+
+    /// A page of the stores in token order, from `from` on (`None`: the first), without
+    /// their sources ([`Stores::decode_bare`]): those of at
     /// most `scan` records read that `keep` keeps, at most `most`, and the token the next
     /// page starts at (`None`: this is the last). So a page's work is bounded however many
     /// records `keep` passes over (gone stores stay recorded); a page may be short, even
@@ -691,7 +725,7 @@ impl Stores {
                     return Ok(db::Step::Stop);
                 }
                 read += 1;
-                let record = self.decode_keeping(token, value, false)?;
+                let record = self.decode_bare(token, value)?;
                 if keep(&record) {
                     page.push(record);
                 }

@@ -155,8 +155,9 @@ pub(super) struct Served {
 
 /// What the read path keeps of the stores being read.
 pub(super) struct ReadCache {
-    /// Metadata by store, loaded from the hot tier once per conversion.
-    metadata: Mutex<HashMap<Uuid, Arc<Served>>>,
+    /// Metadata by store, loaded from the hot tier once per conversion, weighed by its
+    /// bytes, at most [`KEPT_METADATA_BYTES`] (every store ever read would stay otherwise).
+    metadata: quick_cache::sync::Cache<Uuid, Arc<Served>, ServedWeight>,
     /// Mapped chunk files of ready stores by store and key, with the conversion they belong
     /// to (its `.zmetadata`): a chunk read again is served without opening, mapping and
     /// unmapping its file, which is most of the daemon's own work per chunk request.
@@ -167,6 +168,20 @@ pub(super) struct ReadCache {
 /// The most bytes of chunk files kept mapped. They are the page cache's pages, not copies;
 /// the bound keeps a removed or reconverted store's files from being held for long.
 const MAPPED_CHUNK_BYTES: u64 = 1 << 30;
+
+/// The most weight of metadata kept (see [`ServedWeight`]).
+const KEPT_METADATA_BYTES: u64 = 256 << 20;
+
+/// Weighs a store's metadata: its `.zmetadata` bytes, and the parsed documents, some
+/// times larger.
+#[derive(Clone)]
+pub(super) struct ServedWeight;
+
+impl quick_cache::Weighter<Uuid, Arc<Served>> for ServedWeight {
+    fn weight(&self, _token: &Uuid, served: &Arc<Served>) -> u64 {
+        (served.consolidated.len() as u64).saturating_mul(5).max(1)
+    }
+}
 
 /// Weighs a mapped chunk by its length.
 #[derive(Clone)]
@@ -181,7 +196,12 @@ impl quick_cache::Weighter<(Uuid, String), (FileIdentity, Bytes)> for ByLength {
 impl Default for ReadCache {
     fn default() -> Self {
         ReadCache {
-            metadata: Mutex::default(),
+            // The item estimate sizes the cache's tables: stores of some KiB of metadata.
+            metadata: quick_cache::sync::Cache::with_weighter(
+                4096,
+                KEPT_METADATA_BYTES,
+                ServedWeight,
+            ),
             // The item estimate sizes the cache's tables: chunks of 1 MiB and more.
             chunks: quick_cache::sync::Cache::with_weighter(1024, MAPPED_CHUNK_BYTES, ByLength),
         }
@@ -191,7 +211,7 @@ impl Default for ReadCache {
 impl ReadCache {
     /// Drops what is cached of a store.
     pub(super) fn forget(&self, token: Uuid) {
-        self.metadata.lock().remove(&token);
+        self.metadata.remove(&token);
         self.chunks.retain(|(store, _), _| *store != token);
     }
 
@@ -596,10 +616,10 @@ impl Stores {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(failed(e)),
         };
-        if let Some(served) = self.cache.metadata.lock().get(&record.token)
+        if let Some(served) = self.cache.metadata.get(&record.token)
             && served.file == Some(written)
         {
-            return Ok(Some(Arc::clone(served)));
+            return Ok(Some(served));
         }
         // Read the file and its identity from one open file, so they agree.
         let mut file = match std::fs::File::open(&path) {
@@ -624,7 +644,6 @@ impl Stores {
         });
         self.cache
             .metadata
-            .lock()
             .insert(record.token, Arc::clone(&served));
         Ok(Some(served))
     }

@@ -80,14 +80,14 @@ impl Stores {
         let reads = std::mem::take(&mut *self.reads.0.lock());
         let expiry = i64::try_from(self.config.unread_expiry_seconds).unwrap_or(i64::MAX);
         let mut removed = 0;
-        for listed in self.list()? {
+        for listed in self.list_bare()? {
             // Gone, and its data or tier state still there (its deletion failed, say): deleted
             // again. Looked at before the lock every request takes (the hot tier may be slow
             // to answer).
             let left = listed.status == Status::Gone && self.data_left(listed.token);
             // Read again, with the record to itself: it may have changed since the list.
             let _record = self.records.lock();
-            let Some(mut record) = self.record(listed.token)? else {
+            let Some(mut record) = self.record_bare(listed.token)? else {
                 continue;
             };
             let mut batch = Batch::default();

@@ -24,7 +24,8 @@ fn open_with_roots(dir: &std::path::Path, allowed_roots: Vec<PathBuf>) -> (Arc<Q
         allowed_roots,
         unread_expiry_seconds: 30 * 86_400,
         compressor: crate::convert::Compressor::Lz4,
-        hot_reserve_mib: 0,
+        hot_reserve_mib: crate::config::HotReserve::Mib(0),
+        max_conversion_seconds: 0,
     };
     let daemon_config = crate::Config::from_sources(
         None,
@@ -781,6 +782,46 @@ fn the_sweep_removes_stores_nobody_reads() {
     assert_eq!(status(read), Status::Gone);
     let reason = stores.record(read).unwrap().unwrap().reason;
     assert_eq!(reason, "removed: not read for 30 days");
+}
+
+#[test]
+fn the_sweep_the_start_and_the_mounts_listing_do_not_read_sources() {
+    let dir = tempfile::tempdir().unwrap();
+    let sources: Vec<String> = (0..1000).map(|n| format!("/data/part-{n:04}.nc")).collect();
+    let body = serde_json::json!({"path": sources, "aggregate": "concat", "dim": "time"});
+    let token = {
+        let (_queue, stores) = open(dir.path());
+        let made = stores
+            .request(&caller("jane"), &convert(&body.to_string()), NOW)
+            .unwrap();
+        let token = made[0].token;
+        record_outcome(&stores, token, Status::Failed, "", NOW).unwrap();
+        // Their sources taken away: what reads them fails from here on.
+        let mut batch = Batch::default();
+        batch.delete(cf::STORE_SOURCES, token.as_bytes().to_vec());
+        stores.db.write(batch).unwrap();
+        stores.sources.clear();
+        assert!(stores.record(token).is_err());
+        token
+    };
+    let (_queue, stores) = open(dir.path());
+    stores.reads.note(token, NOW + 5);
+    assert_eq!(stores.sweep(NOW + 10).unwrap(), 0);
+    let (page, _) = stores.list_page(None, 10, 10, |_| true).unwrap();
+    assert_eq!(page.len(), 1);
+    assert!(page[0].sources.is_empty());
+    // The sweep wrote the read into the record, which is stored without its sources
+    // whichever way it was read: put back, they are the request's.
+    let mut batch = Batch::default();
+    batch.put(
+        cf::STORE_SOURCES,
+        token.as_bytes().to_vec(),
+        encode_sources(&sources),
+    );
+    stores.db.write(batch).unwrap();
+    let record = stores.record(token).unwrap().unwrap();
+    assert_eq!(record.last_read, NOW + 5);
+    assert_eq!(&*record.sources, sources.as_slice());
 }
 
 #[test]

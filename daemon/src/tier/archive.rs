@@ -251,24 +251,12 @@ impl Tier {
 
     /// The SHA-256 (hex) and size of the cold object at `location`, read whole.
     pub(super) fn read_back(&self, location: &ObjectPath) -> Result<(String, u64)> {
-        self.block_on(async {
-            use futures::StreamExt;
-            let got = self
-                .cold
-                .get(location)
-                .await
-                .map_err(|e| tier_error(format!("read cold object {location}: {e}")))?;
-            let mut stream = got.into_stream();
-            let mut hasher = Sha256::new();
-            let mut total = 0u64;
-            while let Some(bytes) = stream.next().await {
-                let bytes =
-                    bytes.map_err(|e| tier_error(format!("read cold object {location}: {e}")))?;
-                hasher.update(&bytes);
-                total += bytes.len() as u64;
-            }
-            Ok((hex(&hasher.finalize()), total))
-        })
+        let mut hasher = Sha256::new();
+        let total = self.read_cold(location, |bytes| {
+            hasher.update(bytes);
+            Ok(())
+        })?;
+        Ok((hex(&hasher.finalize()), total))
     }
 
     /// The staging directory of a store's blobs.

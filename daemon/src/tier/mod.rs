@@ -117,6 +117,9 @@ const MOST_FAILURES_KEPT: usize = 4096;
 /// How long after a cold object could not be read back to be adopted it is not tried again.
 const ADOPTION_RETRY: Duration = Duration::from_secs(3600);
 
+/// Bytes of a cold object read by one request (see [`Tier::read_cold`]).
+const COLD_PIECE: u64 = 16 << 20;
+
 /// Where a blob instance is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -367,6 +370,8 @@ pub struct Tier {
     cleaning_grace: i64,
     /// [`COLD_ANSWER_WAIT`] (tests shorten it).
     cold_wait: Duration,
+    /// [`COLD_PIECE`] (tests shorten it).
+    cold_piece: u64,
     /// Cold objects (by name, size, modification time and entity tag) whose adoption
     /// failed, and when.
     adoption_failures: Mutex<HashMap<String, std::time::Instant>>,
@@ -452,6 +457,7 @@ impl Tier {
             instance_locks: Mutex::default(),
             cleaning_grace: CLEANING_GRACE_SECONDS,
             cold_wait: COLD_ANSWER_WAIT,
+            cold_piece: COLD_PIECE,
             adoption_failures: Mutex::default(),
             adoption_reads: Mutex::default(),
             silent_stores: Mutex::default(),
@@ -1116,6 +1122,71 @@ impl Tier {
     #[cfg(test)]
     pub(crate) fn set_cold_wait(&mut self, wait: Duration) {
         self.cold_wait = wait;
+    }
+
+    /// Bytes of a cold object read by one request.
+    #[cfg(test)]
+    pub(crate) fn set_cold_piece(&mut self, bytes: u64) {
+        self.cold_piece = bytes;
+    }
+
+    /// Reads the cold object at `location` whole, handing its bytes in order to `each`, in
+    /// pieces of [`COLD_PIECE`] bytes, a request each (all of the object's version first
+    /// asked about: a piece of another fails the read). A request of the object store
+    /// client is bounded in time (for S3, `AWS_TIMEOUT`, 30 s by default) and retried for at
+    /// most a few minutes; one request for a whole blob of many GiB would outlast that, and
+    /// the blob could never be archived or restored. Pieces make the bound one piece's, so a
+    /// blob of any size is read as long as its bytes come, and a cold tier that stops
+    /// sending fails the read within one piece's bound. Returns the bytes read. Blocking.
+    ///
+    /// # Errors
+    /// [`Error::Tier`] naming the object when the cold tier fails, or `each`'s error.
+    fn read_cold(
+        &self,
+        location: &ObjectPath,
+        mut each: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<u64> {
+        use futures::StreamExt;
+        use svc_manifests::object_store::{GetOptions, GetRange};
+        let failed =
+            |e: &dyn std::fmt::Display| tier_error(format!("read cold object {location}: {e}"));
+        self.block_on(async {
+            // The first piece's answer says how long the object is (a range past its end
+            // gives what there is) and which version it is.
+            let (mut offset, mut size, mut version) = (0, self.cold_piece, None);
+            while offset < size {
+                let end = offset.saturating_add(self.cold_piece);
+                let options = GetOptions {
+                    range: Some(GetRange::Bounded(offset..end)),
+                    if_match: version.clone(),
+                    ..GetOptions::default()
+                };
+                let got = self
+                    .cold
+                    .get_opts(location, options)
+                    .await
+                    .map_err(|e| failed(&e))?;
+                if version.is_none() {
+                    (size, version) = (got.meta.size, got.meta.e_tag.clone());
+                }
+                let end = end.min(size);
+                let mut stream = got.into_stream();
+                while let Some(bytes) = stream.next().await {
+                    let bytes = bytes.map_err(|e| failed(&e))?;
+                    offset += bytes.len() as u64;
+                    if offset > end {
+                        return Err(failed(&"more bytes than asked for came"));
+                    }
+                    each(&bytes)?;
+                }
+                if offset < end {
+                    return Err(failed(&format!(
+                        "{offset} bytes of {size} read, the rest did not come"
+                    )));
+                }
+            }
+            Ok(offset)
+        })
     }
 
     /// Deletes the store `token`'s mirrored manifest, when manifests are mirrored: the store

@@ -292,22 +292,11 @@ impl Tier {
         }
         let mut file = std::fs::File::create(staged)
             .map_err(|e| Error::io(format!("create {}", staged.display()), e))?;
-        self.block_on(async {
-            use futures::StreamExt;
-            let failed =
-                |e: &dyn std::fmt::Display| tier_error(format!("read cold object {location}: {e}"));
-            let mut stream = self
-                .cold
-                .get(location)
-                .await
-                .map_err(|e| failed(&e))?
-                .into_stream();
-            while let Some(bytes) = stream.next().await {
-                file.write_all(&bytes.map_err(|e| failed(&e))?)
-                    .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
-            }
-            Ok(())
+        self.read_cold(location, |bytes| {
+            file.write_all(bytes)
+                .map_err(|e| Error::io(format!("write {}", staged.display()), e))
         })
+        .map(drop)
     }
 }
 

@@ -520,6 +520,51 @@ fn blob_objects_are_named_by_token_and_instance_only() {
 }
 
 #[test]
+fn a_blob_longer_than_one_request_carries_is_archived_and_restored_in_pieces() {
+    // Every request for an object's bytes fails after 500 bytes, as an S3 request that
+    // outlasts its client's timeout does; a blob's object is some 1,400 bytes. Read through
+    // the object store, as from S3 (not copied from the local directory).
+    let cut = |piece: u64| {
+        with_tier(fixture(), |tier| {
+            tier.cold_dir = None;
+            tier.set_cold_piece(piece);
+            tier.cold = Arc::new(FailingUploads {
+                cut_after: Some(500),
+                uploads_complete: true,
+                ..FailingUploads::over(&tier.cold)
+            });
+        })
+    };
+    // Read back in one request, a blob is never archived.
+    let whole = cut(u64::MAX);
+    let planned = whole
+        .tier
+        .archivable(candidate(), &ArchiveOptions::default())
+        .unwrap();
+    let (instance, keys) = &planned[0];
+    let error = whole
+        .tier
+        .archive_instance(candidate(), instance, keys, &|_, _| true)
+        .unwrap_err();
+    assert!(error.to_string().contains("the tier refuses"), "{error}");
+    assert_eq!(state(&whole.tier, instance).state, State::Hot);
+    // In pieces of 400 bytes, every blob is archived, and every key restored as it was.
+    let pieces = cut(400);
+    let archived = archive_all(&pieces.tier);
+    assert_eq!(archived.len(), 4);
+    for instance in &archived {
+        assert_eq!(state(&pieces.tier, instance).state, State::Archived);
+    }
+    // A read of one chunk of each blob restores the blob.
+    for step in (0..8).step_by(2) {
+        assert_restores(&pieces, step);
+    }
+    for step in 0..8 {
+        assert_eq!(hot(&pieces, &format!("tas/{step}.0")), Some(chunk(step)));
+    }
+}
+
+#[test]
 fn an_archive_that_fails_while_packing_leaves_the_blob_hot_and_nothing_on_the_cold_tier() {
     let fixture = fixture();
     let tier = &fixture.tier;
@@ -781,6 +826,11 @@ struct FailingUploads {
     aborted: Arc<std::sync::atomic::AtomicUsize>,
     /// Where the first read of an object's bytes waits, when set.
     parked: Option<Arc<Park>>,
+    /// When set, every read of an object's bytes fails after this many bytes, as an S3
+    /// request fails that outlasts its client's timeout.
+    cut_after: Option<usize>,
+    /// Whether uploads complete (by default, completing one fails).
+    uploads_complete: bool,
 }
 
 /// Holds the first read of an object's bytes (a restore's download) until released.
@@ -808,6 +858,8 @@ impl FailingUploads {
             gets: Arc::default(),
             aborted: Arc::default(),
             parked: None,
+            cut_after: None,
+            uploads_complete: false,
         }
     }
 }
@@ -829,6 +881,7 @@ fn refused() -> ObjectError {
 struct FailingUpload {
     inner: Box<dyn svc_manifests::object_store::MultipartUpload>,
     part_fails: bool,
+    completes: bool,
     aborted: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -848,7 +901,11 @@ impl svc_manifests::object_store::MultipartUpload for FailingUpload {
     async fn complete(
         &mut self,
     ) -> svc_manifests::object_store::Result<svc_manifests::object_store::PutResult> {
-        Err(refused())
+        if self.completes {
+            self.inner.complete().await
+        } else {
+            Err(refused())
+        }
     }
 
     async fn abort(&mut self) -> svc_manifests::object_store::Result<()> {
@@ -878,6 +935,7 @@ impl ObjectStore for FailingUploads {
         Ok(Box::new(FailingUpload {
             inner: self.inner.put_multipart_opts(location, opts).await?,
             part_fails: self.part_fails,
+            completes: self.uploads_complete,
             aborted: Arc::clone(&self.aborted),
         }))
     }
@@ -903,7 +961,36 @@ impl ObjectStore for FailingUploads {
             }
             return Err(refused());
         }
-        self.inner.get_opts(location, options).await
+        let head = options.head;
+        let got = self.inner.get_opts(location, options).await?;
+        let Some(cut) = self.cut_after.filter(|_| !head) else {
+            return Ok(got);
+        };
+        use futures::StreamExt;
+        let (meta, range, attributes) =
+            (got.meta.clone(), got.range.clone(), got.attributes.clone());
+        let mut left = cut;
+        let cut_short = got.into_stream().flat_map(move |bytes| {
+            let pieces: Vec<svc_manifests::object_store::Result<bytes::Bytes>> = match bytes {
+                Ok(bytes) if bytes.len() <= left => {
+                    left -= bytes.len();
+                    vec![Ok(bytes)]
+                }
+                Ok(bytes) => {
+                    let sent = bytes.slice(..left);
+                    left = 0;
+                    vec![Ok(sent), Err(refused())]
+                }
+                Err(e) => vec![Err(e)],
+            };
+            futures::stream::iter(pieces)
+        });
+        Ok(svc_manifests::object_store::GetResult {
+            payload: svc_manifests::object_store::GetResultPayload::Stream(cut_short.boxed()),
+            meta,
+            range,
+            attributes,
+        })
     }
 
     fn delete_stream(

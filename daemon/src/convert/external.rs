@@ -1,0 +1,119 @@
+//! Sources whose data lies in other files are refused.
+//!
+//! HDF5, and so NetCDF-4, lets a dataset's bytes live outside its file: external raw storage
+//! (any byte range of any file, named by path), external links (a dataset of another HDF5
+//! file) and virtual datasets (datasets of other files mapped into one). The NetCDF library
+//! follows all three with the daemon's rights, while the access check
+//! ([`crate::stores::access`]) covers the file the user named. Converting such a file would
+//! copy into the user's store whatever the daemon can read: its signing key, the share key,
+//! other users' files. No NetCDF writer makes them, so a source that holds one is refused,
+//! before any of its data is read, with a reason naming the object.
+//!
+//! The walk visits every link of every group reachable by hard links (soft links are not
+//! followed: what they reach by a path within the file is reached by hard links, or through
+//! an external link that the walk finds where it lies), and checks each dataset's storage.
+//! It is bounded: a file with more than [`MOST_OBJECTS`] links is refused too.
+
+use std::collections::HashSet;
+
+use hdf5::LinkType;
+use hdf5_metno as hdf5;
+
+/// The most links a source's walk visits (a million variables is more than any NetCDF file
+/// holds, and about what the NetCDF library itself opens in a second).
+const MOST_OBJECTS: usize = 1_000_000;
+
+/// Fails, naming the object, when the HDF5 file at `opened` (a `/proc/self/fd/<n>` path)
+/// keeps data in other files; a file that is not HDF5 (NetCDF-3) passes.
+///
+/// # Errors
+/// A sentence naming the first object found whose data lies elsewhere, or why the file
+/// cannot be walked.
+pub(crate) fn refuse_data_elsewhere(opened: &std::path::Path) -> Result<(), String> {
+    // Opened by HDF5 itself, which finds a superblock after a user block too, as the NetCDF
+    // library does; what it cannot open is no HDF5 file the library would read as one.
+    let Ok(file) = hdf5::File::open(opened) else {
+        return Ok(());
+    };
+    let mut walk = Walk {
+        visited: HashSet::new(),
+        links: 0,
+    };
+    walk.group(&file, "")
+}
+
+/// A walk of an HDF5 file's groups.
+struct Walk {
+    /// The groups visited (their object addresses), so a group linked into itself is
+    /// walked once.
+    visited: HashSet<String>,
+    /// Links seen so far.
+    links: usize,
+}
+
+impl Walk {
+    /// Checks every link of `group` (at `path`, `""` for the root) and, through its hard
+    /// links, every dataset and group below it.
+    fn group(&mut self, group: &hdf5::Group, path: &str) -> Result<(), String> {
+        let failed = |e: hdf5::Error| format!("cannot read the HDF5 group {path:?}: {e}");
+        let token = group.loc_info().map_err(failed)?.token;
+        if !self.visited.insert(format!("{token:?}")) {
+            return Ok(());
+        }
+        let mut hard = Vec::new();
+        let mut elsewhere = None;
+        group
+            .iter_visit_default(|name, info| {
+                self.links += 1;
+                match info.link_type {
+                    LinkType::Hard => hard.push(name.to_string()),
+                    LinkType::Soft => {}
+                    // External and user-defined links.
+                    LinkType::External => {
+                        elsewhere.get_or_insert_with(|| name.to_string());
+                    }
+                }
+                Ok(())
+            })
+            .map_err(failed)?;
+        if let Some(name) = elsewhere {
+            return Err(format!(
+                "{path}/{name} is a link to another file, whose data this service does not \
+                 read"
+            ));
+        }
+        if self.links > MOST_OBJECTS {
+            return Err(format!(
+                "more than {MOST_OBJECTS} HDF5 objects, more than this service converts"
+            ));
+        }
+        for name in hard {
+            let at = format!("{path}/{name}");
+            let failed = |e: hdf5::Error| format!("cannot read the HDF5 object {at:?}: {e}");
+            let info = group.loc_info_by_name(&name).map_err(failed)?;
+            match info.loc_type {
+                hdf5::LocationType::Group => {
+                    self.group(&group.group(&name).map_err(failed)?, &at)?
+                }
+                hdf5::LocationType::Dataset => {
+                    let dataset = group.dataset(&name).map_err(failed)?;
+                    let creation = dataset.dcpl().map_err(failed)?;
+                    if creation.layout() == hdf5::dataset::Layout::Virtual {
+                        return Err(format!(
+                            "{at} is a virtual dataset of other files, whose data this service \
+                             does not read"
+                        ));
+                    }
+                    if !creation.external().is_empty() {
+                        return Err(format!(
+                            "{at} keeps its data in other files (external storage), which \
+                             this service does not read"
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
