@@ -248,6 +248,8 @@ def test_a_source_that_keeps_data_in_other_files_is_refused_before_any_is_read(d
     the daemon's rights, so a user's file could copy the daemon's keys, or another user's
     data, into a store of its own. Each fails its store with a reason naming the object,
     and no byte of the other files reaches a store."""
+    import os
+
     import h5py
 
     secret = tmp_path / "signing-key.pem"
@@ -271,6 +273,14 @@ def test_a_source_that_keeps_data_in_other_files_is_refused_before_any_is_read(d
         f["x"] = np.arange(3, dtype="f4")
         f["linked"] = h5py.ExternalLink(str(victim), "/private")
     made[path] = "/linked is a link to another file"
+    # An external link to a FIFO: following it would hold the NetCDF library's open (and its
+    # process-wide lock) until someone writes to the FIFO.
+    fifo = tmp_path / "never-written.h5"
+    os.mkfifo(fifo)
+    path = sources / "external-fifo.nc"
+    with h5py.File(path, "w", libver=("earliest", "v110")) as f:
+        f["stalls"] = h5py.ExternalLink(str(fifo), "/x")
+    made[path] = "/stalls is a link to another file"
     # A virtual dataset of another file's.
     path = sources / "virtual.nc"
     with h5py.File(path, "w", libver=("earliest", "v110")) as f:

@@ -9,6 +9,12 @@
 //! other users' files. No NetCDF writer makes them, so a source that holds one is refused,
 //! before any of its data is read, with a reason naming the object.
 //!
+//! The walk runs before the NetCDF library opens the file, whose open already follows
+//! external links (to list what they lead to): a link to a FIFO would hold its open, and
+//! the library's process-wide lock with it. And external links cannot be followed at all in
+//! this process ([`forbid_external_links`]): a file changed between the walk and the open
+//! cannot make the library follow one either.
+//!
 //! The walk visits every link of every group reachable by hard links (soft links are not
 //! followed: what they reach by a path within the file is reached by hard links, or through
 //! an external link that the walk finds where it lies), and checks each dataset's storage.
@@ -30,6 +36,7 @@ const MOST_OBJECTS: usize = 1_000_000;
 /// A sentence naming the first object found whose data lies elsewhere, or why the file
 /// cannot be walked.
 pub(crate) fn refuse_data_elsewhere(opened: &std::path::Path) -> Result<(), String> {
+    forbid_external_links();
     // Opened by HDF5 itself, which finds a superblock after a user block too, as the NetCDF
     // library does; what it cannot open is no HDF5 file the library would read as one.
     let Ok(file) = hdf5::File::open(opened) else {
@@ -40,6 +47,28 @@ pub(crate) fn refuse_data_elsewhere(opened: &std::path::Path) -> Result<(), Stri
         links: 0,
     };
     walk.group(&file, "")
+}
+
+/// Unregisters HDF5's external link class for the whole process, once: following such a
+/// link then fails ("unable to get link class") wherever it is asked for, by the NetCDF
+/// library or by this daemon. Listing a link still tells its type.
+#[allow(unsafe_code)]
+fn forbid_external_links() {
+    static FORBIDDEN: std::sync::Once = std::sync::Once::new();
+    FORBIDDEN.call_once(|| {
+        use hdf5_metno_sys::{h5::H5open, h5l::H5L_type_t, h5l::H5Lunregister};
+        // SAFETY: both only change the library's global state, under its lock; the class
+        // is registered by the library's initialisation, which `H5open` makes sure of.
+        let status = hdf5::sync::sync(|| unsafe {
+            H5open();
+            H5Lunregister(H5L_type_t::H5L_TYPE_EXTERNAL)
+        });
+        if status < 0 {
+            tracing::error!(
+                "cannot forbid HDF5 external links; sources holding them are still refused"
+            );
+        }
+    });
 }
 
 /// A walk of an HDF5 file's groups.

@@ -185,11 +185,13 @@ pub(crate) fn layout(
     chunking: &Chunking,
     compressor: &Value,
 ) -> Result<StoreLayout, String> {
-    let mut layout = StoreLayout::root(attributes(file.attributes(), "the file")?);
+    let budget = AttributeBudget::new();
+    let mut layout = StoreLayout::root(attributes(file.attributes(), "the file", &budget)?);
     let scope = Scope {
         stored,
         chunking,
         compressor,
+        budget: &budget,
     };
     let variables: Vec<Variable> = file.variables().collect();
     scope.arrays(&variables, &[], &mut layout)?;
@@ -234,6 +236,8 @@ struct Scope<'a> {
     stored: Option<&'a StoredFile>,
     chunking: &'a Chunking,
     compressor: &'a Value,
+    /// What the attributes read may still take.
+    budget: &'a AttributeBudget,
 }
 
 /// `name`, a group's or a variable's name in the source, as one segment of the store's keys.
@@ -281,7 +285,11 @@ impl Scope<'_> {
         layout
             .documents
             .insert(format!("{prefix}/.zgroup"), json!({"zarr_format": 2}));
-        let attrs = attributes(group.attributes(), &format!("group {prefix:?}"))?;
+        let attrs = attributes(
+            group.attributes(),
+            &format!("group {prefix:?}"),
+            self.budget,
+        )?;
         layout
             .documents
             .insert(format!("{prefix}/.zattrs"), Value::Object(attrs));
@@ -304,7 +312,7 @@ impl Scope<'_> {
         let prefix = groups.join("/");
         let variables = variables
             .iter()
-            .map(|variable| VarInfo::of(variable, &prefix))
+            .map(|variable| VarInfo::of(variable, &prefix, self.budget))
             .collect::<Result<Vec<_>, _>>()?;
         self.lay_out(&variables, groups, layout)
     }
@@ -471,7 +479,11 @@ impl VarInfo {
     ///
     /// # Errors
     /// A sentence naming the variable or attribute that cannot be converted.
-    pub(crate) fn of(variable: &Variable, prefix: &str) -> Result<Self, String> {
+    pub(crate) fn of(
+        variable: &Variable,
+        prefix: &str,
+        budget: &AttributeBudget,
+    ) -> Result<Self, String> {
         let name = key_segment(variable.name(), "variable", prefix)?;
         let path = if prefix.is_empty() {
             name.clone()
@@ -498,6 +510,7 @@ impl VarInfo {
         let attrs = attributes(
             variable.attributes().filter(|a| a.name() != "_FillValue"),
             &format!("variable {path:?}"),
+            budget,
         )?;
         let attribute_type = |name: &str| {
             variable
@@ -553,10 +566,13 @@ pub(crate) fn layout_of_groups(
         .map(|g| g.attrs.clone())
         .unwrap_or_default();
     let mut layout = StoreLayout::root(root_attrs);
+    // The attributes were read (and counted) with the sources.
+    let budget = AttributeBudget::new();
     let scope = Scope {
         stored: None,
         chunking,
         compressor,
+        budget: &budget,
     };
     for group in groups {
         let path: Vec<String> = if group.name.is_empty() {
@@ -585,6 +601,34 @@ const MAX_ATTRIBUTE_VALUES: usize = 1 << 20;
 /// The longest text attribute, in bytes.
 const MAX_ATTRIBUTE_TEXT: usize = 16 << 20;
 
+/// What the attributes of one conversion's sources may take as JSON, in all, in bytes (a
+/// value counted as 32, a byte of text as 1): a file may hold thousands of attributes each
+/// just under the bounds above.
+const MAX_ATTRIBUTES_JSON: usize = 256 << 20;
+
+/// What is left of [`MAX_ATTRIBUTES_JSON`] for the attributes of one conversion.
+pub(crate) struct AttributeBudget(std::cell::Cell<usize>);
+
+impl AttributeBudget {
+    /// The whole budget.
+    pub(crate) fn new() -> Self {
+        AttributeBudget(std::cell::Cell::new(MAX_ATTRIBUTES_JSON))
+    }
+
+    /// Takes what an attribute of `values` values and `text` bytes of text takes; `false`
+    /// when there is not that much left.
+    fn take(&self, values: usize, text: usize) -> bool {
+        let cost = values.saturating_mul(32).saturating_add(text);
+        match self.0.get().checked_sub(cost) {
+            Some(left) => {
+                self.0.set(left);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// Attributes as a JSON object, in file order.
 ///
 /// # Errors
@@ -593,6 +637,7 @@ const MAX_ATTRIBUTE_TEXT: usize = 16 << 20;
 pub(crate) fn attributes<'a>(
     attributes: impl Iterator<Item = netcdf::Attribute<'a>>,
     owner: &str,
+    budget: &AttributeBudget,
 ) -> Result<Map<String, Value>, String> {
     attributes
         .map(|attribute| {
@@ -604,6 +649,13 @@ pub(crate) fn attributes<'a>(
                 return Err(failed(format!(
                     "{values} values and {text} bytes of text, more than an attribute may \
                      hold here ({MAX_ATTRIBUTE_VALUES} values, {MAX_ATTRIBUTE_TEXT} bytes)"
+                )));
+            }
+            if !budget.take(values, text) {
+                return Err(failed(format!(
+                    "the attributes of the sources take more than the {} MiB they may take \
+                     in all",
+                    MAX_ATTRIBUTES_JSON >> 20
                 )));
             }
             Ok((attribute.name().to_string(), attribute_json(value)))

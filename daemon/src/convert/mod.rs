@@ -152,9 +152,9 @@ impl Source {
         compressor: Compressor,
     ) -> Result<(netcdf::File, Option<StoredFile>, StoreLayout), String> {
         let shown = self.path.display();
+        external::refuse_data_elsewhere(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
         let file =
             crate::crawl::open_netcdf(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
-        external::refuse_data_elsewhere(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
         let stored = StoredFile::open(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
         let layout = metadata::layout(&file, stored.as_ref(), chunking, &compressor.codec())
             .map_err(|e| format!("{shown}: {e}"))?;
@@ -295,6 +295,8 @@ struct OpenSources<'s> {
     /// Set when the conversion is to stop: every read fails then, so that a chunk made of
     /// many slabs (a climatology's) does not hold up a shutdown.
     stop: Option<&'s Stop>,
+    /// What the attributes of the sources' datasets may still take, all sources together.
+    budget: std::rc::Rc<metadata::AttributeBudget>,
 }
 
 /// One open source.
@@ -317,6 +319,7 @@ impl<'s> OpenSources<'s> {
             sources,
             open: Vec::new(),
             stop,
+            budget: std::rc::Rc::new(metadata::AttributeBudget::new()),
         }
     }
 
@@ -326,9 +329,9 @@ impl<'s> OpenSources<'s> {
             self.open.push(entry);
         } else {
             let source = &self.sources[n];
-            let file = crate::crawl::open_netcdf(&source.opened())
-                .map_err(|e| format!("{}: {e}", source.path.display()))?;
             external::refuse_data_elsewhere(&source.opened())
+                .map_err(|e| format!("{}: {e}", source.path.display()))?;
+            let file = crate::crawl::open_netcdf(&source.opened())
                 .map_err(|e| format!("{}: {e}", source.path.display()))?;
             // Without HDF5's view, every slab is read by the library.
             let stored = StoredFile::open(&source.opened()).ok().flatten();
@@ -363,12 +366,13 @@ impl<'s> OpenSources<'s> {
     /// The root group of source `n` as the combination sees it.
     fn dataset(&mut self, n: usize, source: &Source) -> Result<combine::Dataset, String> {
         let shown = source.path.display().to_string();
+        let budget = std::rc::Rc::clone(&self.budget);
         let file = &self.file(n)?.file;
         let failed = |e: String| format!("{shown}: {e}");
-        let attrs = metadata::attributes(file.attributes(), "the file").map_err(failed)?;
+        let attrs = metadata::attributes(file.attributes(), "the file", &budget).map_err(failed)?;
         let vars = file
             .variables()
-            .map(|variable| metadata::VarInfo::of(&variable, ""))
+            .map(|variable| metadata::VarInfo::of(&variable, "", &budget))
             .collect::<Result<Vec<_>, _>>()
             .map_err(failed)?;
         Ok(combine::Dataset {
@@ -403,7 +407,9 @@ impl combine::Slabs for OpenSources<'_> {
         }
         if let Some(stored) = &opened.stored {
             let array = opened.arrays.entry(name.to_string()).or_insert_with(|| {
-                let info = metadata::VarInfo::of(&variable, "").ok()?;
+                // Read for its shape and type; its attributes were counted with the dataset.
+                let info =
+                    metadata::VarInfo::of(&variable, "", &metadata::AttributeBudget::new()).ok()?;
                 let shape: Vec<u64> = info.dims.iter().map(|d| d.len).collect();
                 stored.array(&metadata::ArrayLayout {
                     path: name.to_string(),

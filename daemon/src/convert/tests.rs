@@ -1025,6 +1025,20 @@ fn an_attribute_of_more_values_than_an_attribute_may_hold_fails_with_its_name() 
         "{err}"
     );
     assert!(!err.contains("fine"), "{err}");
+    // Each within the bound, nine such attributes are more than the sources' in all.
+    let path = dir.path().join("attributes.nc");
+    let mut file = netcdf::create(&path).unwrap();
+    for n in 0..9 {
+        file.add_attribute(&format!("a{n}"), vec![0_i8; 1 << 20])
+            .unwrap();
+    }
+    file.close().unwrap();
+    let source = Source::open(&path).unwrap();
+    let err = convert_lz4(&source, &dir.path().join("t"), &map(1)).unwrap_err();
+    assert!(
+        err.contains("attribute \"a8\": the attributes of the sources take more than"),
+        "{err}"
+    );
 }
 
 #[test]

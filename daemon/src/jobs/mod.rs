@@ -23,7 +23,10 @@
 //! Crashes: a job that was running when the daemon died ([`Job::running`] still set at the
 //! next start) counts a crash. One that counted [`MOST_CRASHES`] is given up, with a reason,
 //! instead of run again: a source that makes the daemon run out of memory, or abort, would
-//! otherwise take it down again at every start, and with it every other user's work.
+//! otherwise take it down again at every start, and with it every other user's work. Every
+//! job running at a crash counts it, so the jobs that did run first after a start, each
+//! alone: a crash while one runs is that one's, and a job that only ran beside the one that
+//! crashes the daemon is not given up for it.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -216,10 +219,14 @@ impl State {
     fn add_pending(&mut self, seq: u64) {
         let job = &self.jobs[&seq];
         let at = if job.first {
+            // After the jobs a crash cut short (the first ones), among those queued to run
+            // first in the order of their sequence numbers.
             self.pending
                 .iter()
                 .position(|&pending| {
-                    pending > seq || !self.jobs.get(&pending).is_some_and(|job| job.first)
+                    self.jobs
+                        .get(&pending)
+                        .is_none_or(|job| job.crashes == 0 && (pending > seq || !job.first))
                 })
                 .unwrap_or(self.pending.len())
         } else {
@@ -291,9 +298,13 @@ impl Queue {
             Ok(true)
         })?;
         db.write(crashed)?;
+        let (crashed, others): (VecDeque<u64>, VecDeque<u64>) = state
+            .pending
+            .iter()
+            .partition(|seq| state.jobs[seq].crashes > 0);
         let (first, rest): (VecDeque<u64>, VecDeque<u64>) =
-            state.pending.iter().partition(|seq| state.jobs[seq].first);
-        state.pending = first.into_iter().chain(rest).collect();
+            others.iter().partition(|seq| state.jobs[seq].first);
+        state.pending = crashed.into_iter().chain(first).chain(rest).collect();
         Ok(Queue {
             db,
             state: Mutex::new(state),
@@ -544,6 +555,14 @@ impl Queue {
 
     /// [`Queue::pick`], and how many pending jobs it looked at.
     fn scan(state: &State) -> (Option<usize>, usize) {
+        // Jobs a crash cut short run first, each alone (see the module's docs).
+        let crashed = |seq: &u64| state.jobs.get(seq).is_some_and(|job| job.crashes > 0);
+        if state.running.values().any(crashed) {
+            return (None, 0);
+        }
+        if state.pending.front().is_some_and(crashed) {
+            return (state.running.is_empty().then_some(0), 1);
+        }
         let first_running = state
             .running
             .values()

@@ -585,3 +585,54 @@ fn a_job_the_daemon_dies_in_again_and_again_is_given_up_and_a_stop_is_no_crash()
     assert_eq!(outcome(&db, "after").as_deref(), Some("done"));
     assert!(stored_jobs(&db).is_empty());
 }
+
+#[test]
+fn after_a_crash_the_jobs_it_cut_short_run_first_each_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_db, queue) = open(dir.path());
+        queue.state.lock().workers = 2;
+        for (subject, party) in [("culprit", "mallory"), ("bystander", "grace")] {
+            queue
+                .enqueue(Batch::default(), "convert", subject, party)
+                .unwrap();
+        }
+        queue
+            .enqueue(Batch::default(), "convert", "later", "grace")
+            .unwrap();
+        // Both run when the daemon dies.
+        assert_eq!(queue.next().unwrap().subject, "culprit");
+        assert_eq!(queue.next().unwrap().subject, "bystander");
+    }
+    {
+        let (db, queue) = open(dir.path());
+        queue.state.lock().workers = 2;
+        assert_eq!(crashes_of(&db), ["culprit 1", "bystander 1", "later 0"]);
+        // A job queued to run first waits behind them too.
+        queue
+            .enqueue_first(Batch::default(), "convert", "removal", "grace")
+            .unwrap();
+        // The culprit runs alone: nothing else starts beside it, with a worker free.
+        assert_eq!(queue.next().unwrap().subject, "culprit");
+        assert_eq!(Queue::pick(&queue.state.lock()), None);
+    }
+    // It took the daemon down alone: the crash is its own.
+    let (db, queue) = open(dir.path());
+    assert_eq!(
+        crashes_of(&db),
+        ["culprit 2", "bystander 1", "later 0", "removal 0"]
+    );
+    let recorder = run_all(&queue, &[], 2);
+    assert_eq!(
+        *recorder.seen.lock(),
+        ["culprit", "bystander", "removal", "later"]
+    );
+}
+
+/// Each stored job's subject and crashes, in sequence order.
+fn crashes_of(db: &Db) -> Vec<String> {
+    stored_jobs(db)
+        .into_iter()
+        .map(|job| format!("{} {}", job.subject, job.crashes))
+        .collect()
+}

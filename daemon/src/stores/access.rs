@@ -56,16 +56,17 @@ fn first_user_uid() -> u32 {
 }
 
 /// `UID_MIN` of a `login.defs` text: lines `NAME VALUE` (`#` comments), the last setting
-/// counting, its value read as the shadow tools read numbers (C's `strtol` with base 0:
-/// `0x` hexadecimal, a leading `0` octal, else decimal).
+/// counting (`None` when it is not a number: the shadow tools then use their default), its
+/// value read as those tools read numbers (C's `strtol` with base 0: `0x` hexadecimal, a
+/// leading `0` octal, else decimal).
 fn uid_min(defs: &str) -> Option<u32> {
     defs.lines()
         .filter_map(|line| {
             let mut words = line.split_whitespace();
-            if words.next()? != "UID_MIN" {
-                return None;
-            }
-            let value = words.next()?;
+            (words.next()? == "UID_MIN").then(|| words.next().unwrap_or(""))
+        })
+        .next_back()
+        .and_then(|value| {
             let (digits, radix) = if let Some(hex) = value
                 .strip_prefix("0x")
                 .or_else(|| value.strip_prefix("0X"))
@@ -78,7 +79,6 @@ fn uid_min(defs: &str) -> Option<u32> {
             };
             u32::from_str_radix(digits, radix).ok()
         })
-        .next_back()
 }
 
 /// The uids of `nobody` (the overflow uid) and of the old `nfsnobody`: system accounts above
@@ -313,5 +313,6 @@ mod tests {
         assert_eq!(defs("# UID_MIN 5\nUID_MAX 60000\n"), None);
         assert_eq!(defs("UID_MIN 500\nUID_MIN 2000\n"), Some(2000));
         assert_eq!(defs("UID_MIN lots\n"), None);
+        assert_eq!(defs("UID_MIN 500\nUID_MIN lots\n"), None);
     }
 }

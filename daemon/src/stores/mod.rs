@@ -316,9 +316,11 @@ impl Stores {
             cache: read::ReadCache::default(),
             share_key: share::ShareKey::open(share_key)?,
             reads: sweep::Reads::default(),
-            // The item estimate sizes the cache's tables.
+            // The item estimate sizes the cache's tables, and its shards (at most one per 32
+            // items; an item heavier than a shard's share is never kept): at most 8, that an
+            // aggregation's 1,000 long paths are kept on any machine.
             sources: quick_cache::sync::Cache::with_weighter(
-                4096,
+                256,
                 KEPT_SOURCES_BYTES,
                 SourcesLength,
             ),

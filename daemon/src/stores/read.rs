@@ -196,13 +196,16 @@ impl quick_cache::Weighter<(Uuid, String), (FileIdentity, Bytes)> for ByLength {
 impl Default for ReadCache {
     fn default() -> Self {
         ReadCache {
-            // The item estimate sizes the cache's tables: stores of some KiB of metadata.
+            // The item estimate sizes the cache's tables, and its shards (at most one per 32
+            // items): an item heavier than a shard's share of the weight is never kept, so
+            // few shards, that a store's metadata of some MiB is kept on any machine.
             metadata: quick_cache::sync::Cache::with_weighter(
-                4096,
+                256,
                 KEPT_METADATA_BYTES,
                 ServedWeight,
             ),
-            // The item estimate sizes the cache's tables: chunks of 1 MiB and more.
+            // The item estimate sizes the cache's tables (chunks of 1 MiB and more), and its
+            // shards, at most 32: a chunk of up to 32 MiB is kept on any machine.
             chunks: quick_cache::sync::Cache::with_weighter(1024, MAPPED_CHUNK_BYTES, ByLength),
         }
     }
