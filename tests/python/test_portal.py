@@ -288,6 +288,13 @@ def test_a_source_that_keeps_data_in_other_files_is_refused_before_any_is_read(d
         layout[:] = h5py.VirtualSource(str(victim), "private", shape=(10,))
         f.create_virtual_dataset("virtual", layout)
     made[path] = "/virtual is a virtual dataset of other files"
+    # And groups nested deeper than the libraries' recursion should be asked to go.
+    path = sources / "deep.nc"
+    with h5py.File(path, "w", libver=("earliest", "v110")) as f:
+        group = f
+        for depth in range(70):
+            group = group.create_group(f"g{depth}")
+    made[path] = "groups nested more than 64 deep"
     token = daemon.token_file(tmp_path / "mallory.json", "mallory")
     headers = {"Authorization": f"Bearer {token}"}
     for path, reason in made.items():

@@ -491,11 +491,19 @@ fn order_by_index(
     slabs: &mut dyn Slabs,
 ) -> Result<(Vec<String>, String, Vec<Part>), String> {
     let mut differing = Vec::new();
-    for dim in parts[0].dims() {
+    // The values of every dimension's indexes are kept until the order is found: bounded
+    // together.
+    let dims = parts[0].dims();
+    check_index_values(
+        &dims.join(", "),
+        dims.iter()
+            .filter(|dim| parts[0].index(dim).is_some())
+            .flat_map(|dim| parts.iter().filter_map(move |part| part.index(dim))),
+    )?;
+    for dim in dims {
         if parts[0].index(&dim).is_none() {
             continue;
         }
-        check_index_values(&dim, parts.iter().filter_map(|part| part.index(&dim)))?;
         let mut values = Vec::with_capacity(parts.len());
         for part in &parts {
             let index = part.index(&dim).ok_or_else(|| {

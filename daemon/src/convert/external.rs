@@ -25,6 +25,12 @@ use std::collections::HashSet;
 use hdf5::LinkType;
 use hdf5_metno as hdf5;
 
+/// The deepest nesting of groups a source may have. The NetCDF library reads groups
+/// recursively, and so do the walk and the layout: a file of groups nested a hundred
+/// thousand deep would overflow a thread's stack, which ends the process. No dataset of
+/// this field nests more than a few.
+const MOST_DEPTH: usize = 64;
+
 /// The most links a source's walk visits (a million variables is more than any NetCDF file
 /// holds, and about what the NetCDF library itself opens in a second).
 const MOST_OBJECTS: usize = 1_000_000;
@@ -46,7 +52,7 @@ pub(crate) fn refuse_data_elsewhere(opened: &std::path::Path) -> Result<(), Stri
         visited: HashSet::new(),
         links: 0,
     };
-    walk.group(&file, "")
+    walk.group(&file, "", 0)
 }
 
 /// Unregisters HDF5's external link class for the whole process, once: following such a
@@ -83,7 +89,13 @@ struct Walk {
 impl Walk {
     /// Checks every link of `group` (at `path`, `""` for the root) and, through its hard
     /// links, every dataset and group below it.
-    fn group(&mut self, group: &hdf5::Group, path: &str) -> Result<(), String> {
+    fn group(&mut self, group: &hdf5::Group, path: &str, depth: usize) -> Result<(), String> {
+        if depth > MOST_DEPTH {
+            return Err(format!(
+                "{path}: groups nested more than {MOST_DEPTH} deep, deeper than this service \
+                 converts"
+            ));
+        }
         let failed = |e: hdf5::Error| format!("cannot read the HDF5 group {path:?}: {e}");
         let token = group.loc_info().map_err(failed)?.token;
         if !self.visited.insert(format!("{token:?}")) {
@@ -122,7 +134,7 @@ impl Walk {
             let info = group.loc_info_by_name(&name).map_err(failed)?;
             match info.loc_type {
                 hdf5::LocationType::Group => {
-                    self.group(&group.group(&name).map_err(failed)?, &at)?
+                    self.group(&group.group(&name).map_err(failed)?, &at, depth + 1)?
                 }
                 hdf5::LocationType::Dataset => {
                     let dataset = group.dataset(&name).map_err(failed)?;

@@ -1056,6 +1056,8 @@ fn indexes_longer_than_an_aggregation_reads_are_refused_before_they_are_read() {
         Source::open(&path).unwrap()
     };
     let sources = [make("a.nc", 1.0), make("b.nc", 2.0)];
+    // Merged, so aligned. (Combined by their coordinates, the order the same bound refuses
+    // is given up for a concatenation along `x`, which reads no index whole.)
     let aggregation: crate::stores::request::Aggregation =
         serde_json::from_value(json!({"mode": "merge"})).unwrap();
     let stop = crate::jobs::Stop::default();
