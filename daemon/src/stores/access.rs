@@ -85,8 +85,13 @@ fn uid_min(defs: &str) -> Option<u32> {
 /// `UID_MIN`.
 const NOBODY_UIDS: [u32; 2] = [65_534, 4_294_967_294];
 
+/// The uids systemd gives the services it runs with `DynamicUser=` (its documented range):
+/// system accounts above `UID_MIN`, made and named for a service while it runs.
+const DYNAMIC_SERVICE_UIDS: std::ops::RangeInclusive<u32> = 61_184..=65_519;
+
 /// The local account a service user `user` is: the account of that name, unless it is a
-/// system account (root, the daemons: a uid below [`first_user_uid`]; `nobody`) or the one
+/// system account (root, the daemons: a uid below [`first_user_uid`]; `nobody`; a systemd
+/// service's dynamic user, [`DYNAMIC_SERVICE_UIDS`]) or the one
 /// the daemon runs as, whose names no user of an identity provider may turn into those
 /// accounts' rights (`None` then, as for a name with no account). The mount gives files of
 /// such users' stores to root, as those of users without an account.
@@ -94,10 +99,16 @@ const NOBODY_UIDS: [u32; 2] = [65_534, 4_294_967_294];
 /// # Errors
 /// The password database cannot be read.
 pub fn user_account(user: &str) -> nix::Result<Option<User>> {
-    Ok(User::from_name(user)?.filter(|account| {
-        let uid = account.uid.as_raw();
-        uid >= first_user_uid() && !NOBODY_UIDS.contains(&uid) && account.uid != Uid::effective()
-    }))
+    Ok(User::from_name(user)?.filter(|account| is_users_uid(account.uid)))
+}
+
+/// Whether `uid` is a user's, not the system's (see [`user_account`]).
+fn is_users_uid(uid: Uid) -> bool {
+    let raw = uid.as_raw();
+    raw >= first_user_uid()
+        && !NOBODY_UIDS.contains(&raw)
+        && !DYNAMIC_SERVICE_UIDS.contains(&raw)
+        && uid != Uid::effective()
 }
 
 impl Reader {
@@ -301,6 +312,18 @@ mod tests {
         }
         assert!(check("", &[path(&dir, "open/a.nc")], &roots).is_err());
         assert!(check("jane.doe@idp", &[path(&dir, "open/a.nc")], &[]).is_err());
+    }
+
+    #[test]
+    fn uids_of_the_system_are_no_users_accounts() {
+        let users = |uid: u32| is_users_uid(Uid::from_raw(uid));
+        let first = first_user_uid();
+        assert!(!users(0) && !users(first - 1) && users(first));
+        // systemd's dynamic service users, nobody and nfsnobody; a directory service's.
+        assert!(!users(61_184) && !users(65_519) && users(61_183) && users(65_520));
+        assert!(!users(65_534) && !users(4_294_967_294));
+        assert!(users(1_000_000));
+        assert!(!is_users_uid(Uid::effective()));
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //! sources; a store of one source has no order to count. Chunking options are recorded with the
 //! store, not part of its token: whoever converts first chooses them, until a `reload`.
 //!
+//! A removed store's record stays, status 4 with its reason: its conversion count is what
+//! keeps a later conversion of the same token (the same owner, sources and options) from
+//! reusing an earlier one's ETags and the mount's inode generations.
+//!
 //! Records live in the `stores` column family (token bytes -> format byte + JSON). Creating or
 //! reconverting a store writes its record and queues its conversion job in one batch (see
 //! [`crate::jobs`]), so a request is never recorded without its job nor the other way round.
