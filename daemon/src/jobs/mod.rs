@@ -298,13 +298,13 @@ impl Queue {
             Ok(true)
         })?;
         db.write(crashed)?;
-        let (crashed, others): (VecDeque<u64>, VecDeque<u64>) = state
+        // Those a crash cut short, then those queued to run first, then the others, each in
+        // sequence order (a stable sort).
+        let jobs = &state.jobs;
+        state
             .pending
-            .iter()
-            .partition(|seq| state.jobs[seq].crashes > 0);
-        let (first, rest): (VecDeque<u64>, VecDeque<u64>) =
-            others.iter().partition(|seq| state.jobs[seq].first);
-        state.pending = crashed.into_iter().chain(first).chain(rest).collect();
+            .make_contiguous()
+            .sort_by_key(|seq| (jobs[seq].crashes == 0, !jobs[seq].first));
         Ok(Queue {
             db,
             state: Mutex::new(state),

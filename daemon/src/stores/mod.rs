@@ -156,7 +156,7 @@ impl StoreRecord {
     }
 
     /// The stored record of `token`; its sources are empty unless it is of
-    /// [`FORMAT_WITH_SOURCES`] (see [`Stores::decode`]).
+    /// [`FORMAT_WITH_SOURCES`] (see [`Stores::record`]).
     fn decode(token: Uuid, value: &[u8]) -> Result<Self> {
         let what = format!("store {token}");
         let format = match value.first() {
@@ -468,18 +468,19 @@ impl Stores {
         self.root.join(token.to_string())
     }
 
-    /// The record of a store, whoever asks, as [`Stores::decode`] reads it.
+    /// The record of a store, whoever asks, as it is read: with its sources (stored apart,
+    /// see [`Stores::with_sources`]), and a ready store with an archived blob is status 3
+    /// (archived), which is never stored ([`StoreRecord::encode`]).
     ///
     /// # Errors
     /// A read error or a corrupt record.
     pub fn record(&self, token: Uuid) -> Result<Option<StoreRecord>> {
-        self.db
-            .get(cf::STORES, token.as_bytes())?
-            .map(|value| self.decode(token, &value))
+        self.record_bare(token)?
+            .map(|record| self.with_sources(record, true))
             .transpose()
     }
 
-    /// The record of a store without its sources ([`Stores::decode_bare`]).
+    /// As [`Stores::record`], without its sources ([`Stores::decode_bare`]).
     ///
     /// # Errors
     /// A read error or a corrupt record.
@@ -490,31 +491,23 @@ impl Stores {
             .transpose()
     }
 
-    /// A stored record as it is read: with its sources (stored apart), and a ready store
-    /// with an archived blob is status 3 (archived), which is never stored
-    /// ([`StoreRecord::encode`]).
-    fn decode(&self, token: Uuid, value: &[u8]) -> Result<StoreRecord> {
-        self.decode_keeping(token, value, true)
-    }
-
-    /// As [`Stores::decode`]; the sources read are kept for the next read of the record when
-    /// `keep` (a record read for a request), not when it is one of many listed (which would
-    /// push out of the cache the sources of the stores being read).
-    fn decode_keeping(&self, token: Uuid, value: &[u8], keep: bool) -> Result<StoreRecord> {
-        let mut record = StoreRecord::decode(token, value)?;
-        if record.sources.is_empty() {
-            record.sources = self.sources_of(token, keep)?;
-        }
-        Ok(self.as_read(record))
-    }
-
-    /// As [`Stores::decode`], without reading the sources (stored apart): they are empty,
-    /// unless stored with the record ([`FORMAT_WITH_SOURCES`]). For records read in bulk by
-    /// what does not look at their sources (the sweep, the start, the mount's root, the
-    /// archive's candidates): an aggregation's are some 100 KiB. Writing such a record back
-    /// loses nothing, as a record is always stored without its sources.
+    /// A stored record as it is read, without reading the sources (stored apart): they are
+    /// empty, unless stored with the record ([`FORMAT_WITH_SOURCES`]). For records read in
+    /// bulk by what does not look at their sources (the sweep, the start, the mount's root,
+    /// the archive's candidates): an aggregation's are some 100 KiB. Writing such a record
+    /// back loses nothing, as a record is always stored without its sources.
     fn decode_bare(&self, token: Uuid, value: &[u8]) -> Result<StoreRecord> {
         Ok(self.as_read(StoreRecord::decode(token, value)?))
+    }
+
+    /// `record` (read bare) with its sources; those read are kept for the next read of the
+    /// record when `keep` (a record read for a request), not when it is one of many listed
+    /// (which would push out of the cache the sources of the stores being read).
+    fn with_sources(&self, mut record: StoreRecord, keep: bool) -> Result<StoreRecord> {
+        if record.sources.is_empty() {
+            record.sources = self.sources_of(record.token, keep)?;
+        }
+        Ok(record)
     }
 
     /// The sources of store `token`, as stored with its first record; kept for the next
@@ -684,12 +677,10 @@ impl Stores {
     /// # Errors
     /// A read error or a corrupt record.
     pub fn list(&self) -> Result<Vec<StoreRecord>> {
-        let mut records = Vec::new();
-        self.db.for_each(cf::STORES, |key, value| {
-            records.push(self.decode_keeping(token_of_key(key)?, value, false)?);
-            Ok(true)
-        })?;
-        Ok(records)
+        self.list_bare()?
+            .into_iter()
+            .map(|record| self.with_sources(record, false))
+            .collect()
     }
 
     /// Every store, in token order, without its sources ([`Stores::decode_bare`]).
