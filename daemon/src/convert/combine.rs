@@ -194,14 +194,29 @@ impl Part {
     /// its indexes (xarray lists a dataset's data variables before its coordinates).
     fn dims(&self) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let (indexes, data): (Vec<&CombinedVar>, Vec<&CombinedVar>) =
             self.vars.iter().partition(|v| v.info.is_coordinate());
         for dim in data.iter().chain(&indexes).flat_map(|v| &v.info.dims) {
-            if !names.contains(&dim.name) {
+            if seen.insert(dim.name.as_str()) {
                 names.push(dim.name.clone());
             }
         }
         names
+    }
+
+    /// Its dimensions' lengths and its indexes' positions in `vars`, by dimension name.
+    fn dims_by_name(&self) -> DimsByName {
+        let mut by_name = DimsByName::default();
+        for (at, var) in self.vars.iter().enumerate() {
+            if var.info.is_coordinate() {
+                by_name.index.entry(var.info.name.clone()).or_insert(at);
+            }
+            for dim in &var.info.dims {
+                by_name.len.entry(dim.name.clone()).or_insert(dim.len);
+            }
+        }
+        by_name
     }
 
     fn data_var_names(&self) -> Vec<&str> {
@@ -224,6 +239,14 @@ impl Part {
             [] => String::new(),
         }
     }
+}
+
+/// A part's dimensions looked up by name, as [`Part::dim`] and [`Part::index`] find them
+/// (sources may have thousands of variables and dimensions each).
+#[derive(Default)]
+struct DimsByName {
+    len: HashMap<String, u64>,
+    index: HashMap<String, usize>,
 }
 
 /// Combines `datasets` (the sources, in request order) as `aggregation` says: the groups of
@@ -282,11 +305,15 @@ fn grouped(
     failed: Option<&str>,
 ) -> Result<Vec<(String, Part)>, String> {
     let mut groups: Vec<(String, Vec<Part>)> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
     for part in parts {
         let signature = signature(&part, key);
-        match groups.iter_mut().find(|(s, _)| *s == signature) {
-            Some((_, members)) => members.push(part),
-            None => groups.push((signature, vec![part])),
+        match at.get(&signature) {
+            Some(&n) => groups[n].1.push(part),
+            None => {
+                at.insert(signature.clone(), groups.len());
+                groups.push((signature, vec![part]));
+            }
         }
     }
     if let (Some(reason), 1) = (failed, groups.len()) {
@@ -362,7 +389,7 @@ fn inferred(
     if parts.len() == 1 {
         return Ok(parts.into_iter().next().expect("one part"));
     }
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut shared = false;
     for part in &parts {
         let names = part.data_var_names();
@@ -384,7 +411,8 @@ fn concat_dim(parts: &[Part], aggregation: &Aggregation) -> Option<String> {
     if let Some(dim) = &aggregation.dim {
         return Some(dim.clone());
     }
-    let all_have = |name: &str| parts.iter().all(|p| p.dim(name).is_some());
+    let by_name: Vec<DimsByName> = parts.iter().map(Part::dims_by_name).collect();
+    let all_have = |name: &str| by_name.iter().all(|b| b.len.contains_key(name));
     if all_have("time") {
         return Some("time".into());
     }
@@ -437,6 +465,7 @@ fn by_coords(
     slabs: &mut dyn Slabs,
 ) -> Result<Part, String> {
     let mut groups: Vec<(Vec<String>, Vec<Part>)> = Vec::new();
+    let mut at: HashMap<Vec<String>, usize> = HashMap::new();
     for part in parts {
         let mut key: Vec<String> = part
             .data_var_names()
@@ -444,9 +473,12 @@ fn by_coords(
             .map(str::to_string)
             .collect();
         key.sort_unstable();
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, members)) => members.push(part),
-            None => groups.push((key, vec![part])),
+        match at.get(&key) {
+            Some(&n) => groups[n].1.push(part),
+            None => {
+                at.insert(key.clone(), groups.len());
+                groups.push((key, vec![part]));
+            }
         }
     }
     let options = combine_options(aggregation);
@@ -494,19 +526,21 @@ fn order_by_index(
     // The values of every dimension's indexes are kept until the order is found: bounded
     // together.
     let dims = parts[0].dims();
+    let by_name: Vec<DimsByName> = parts.iter().map(Part::dims_by_name).collect();
+    let index = |n: usize, dim: &str| by_name[n].index.get(dim).map(|&at| &parts[n].vars[at]);
     check_index_values(
         &dims.join(", "),
         dims.iter()
-            .filter(|dim| parts[0].index(dim).is_some())
-            .flat_map(|dim| parts.iter().filter_map(move |part| part.index(dim))),
+            .filter(|dim| index(0, dim).is_some())
+            .flat_map(|dim| (0..parts.len()).filter_map(move |n| index(n, dim))),
     )?;
     for dim in dims {
-        if parts[0].index(&dim).is_none() {
+        if index(0, &dim).is_none() {
             continue;
         }
         let mut values = Vec::with_capacity(parts.len());
-        for part in &parts {
-            let index = part.index(&dim).ok_or_else(|| {
+        for (n, part) in parts.iter().enumerate() {
+            let index = index(n, &dim).ok_or_else(|| {
                 format!(
                     "Every dimension requires a corresponding 1D coordinate and index for \
                      inferring concatenation order: {} has no index of {dim:?}",
@@ -599,22 +633,36 @@ fn align(
 ) -> Result<Vec<Part>, String> {
     let mut parts = parts.to_vec();
     let mut dims: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for part in &parts {
         for dim in part.dims() {
-            if !dims.contains(&dim) && Some(dim.as_str()) != except {
+            if Some(dim.as_str()) != except && seen.insert(dim.clone()) {
                 dims.push(dim);
             }
         }
     }
+    // Realigning changes the lengths of the dimension realigned, and nothing else of them.
+    let mut by_name: Vec<DimsByName> = parts.iter().map(Part::dims_by_name).collect();
     for dim in dims {
         let indexed: Vec<usize> = (0..parts.len())
-            .filter(|&n| parts[n].index(&dim).is_some())
+            .filter(|&n| by_name[n].index.contains_key(&dim))
             .collect();
+        fn index<'p>(
+            parts: &'p [Part],
+            by_name: &[DimsByName],
+            n: usize,
+            dim: &str,
+        ) -> &'p CombinedVar {
+            &parts[n].vars[by_name[n].index[dim]]
+        }
         if indexed.len() > 1 {
-            check_index_values(&dim, indexed.iter().filter_map(|&n| parts[n].index(&dim)))?;
+            check_index_values(
+                &dim,
+                indexed.iter().map(|&n| index(&parts, &by_name, n, &dim)),
+            )?;
             let mut bytes = Vec::with_capacity(indexed.len());
             for &n in &indexed {
-                bytes.push(block(parts[n].index(&dim).expect("indexed"), slabs)?);
+                bytes.push(block(index(&parts, &by_name, n, &dim), slabs)?);
             }
             if let Some(other) = (1..bytes.len()).find(|&i| bytes[i] != bytes[0]) {
                 if join == Join::Exact {
@@ -627,10 +675,18 @@ fn align(
                     ));
                 }
                 realign(&mut parts, &indexed, &bytes, &dim, join)?;
+                for &n in &indexed {
+                    if let Some(len) = parts[n].dim(&dim) {
+                        by_name[n].len.insert(dim.clone(), len);
+                    }
+                }
             }
         }
-        let with: Vec<&Part> = parts.iter().filter(|p| p.dim(&dim).is_some()).collect();
-        let sizes: Vec<u64> = with.iter().filter_map(|p| p.dim(&dim)).collect();
+        let (with, sizes): (Vec<&Part>, Vec<u64>) = parts
+            .iter()
+            .zip(&by_name)
+            .filter_map(|(p, by_name)| Some((p, *by_name.len.get(&dim)?)))
+            .unzip();
         if let Some(n) = sizes.iter().position(|&s| s != sizes[0]) {
             return Err(format!(
                 "cannot reindex or align along dimension {dim:?} because of conflicting \
@@ -777,13 +833,18 @@ fn merge(parts: &[Part], aggregation: &Aggregation, slabs: &mut dyn Slabs) -> Re
     let compat = aggregation.compat.unwrap_or(Compat::NoConflicts);
     let parts = &align(parts, join, None, slabs)?;
     let mut vars: Vec<CombinedVar> = Vec::new();
+    // Where each name is in `vars`.
+    let mut at: HashMap<String, usize> = HashMap::new();
     let mut names = Vec::new();
     for part in parts {
         names.extend(part.names.iter().cloned());
         for var in &part.vars {
-            match vars.iter_mut().find(|v| v.info.name == var.info.name) {
-                None => vars.push(var.clone()),
-                Some(first) => agree(first, var, compat, slabs)?,
+            match at.get(&var.info.name) {
+                None => {
+                    at.insert(var.info.name.clone(), vars.len());
+                    vars.push(var.clone());
+                }
+                Some(&first) => agree(&mut vars[first], var, compat, slabs)?,
             }
         }
     }
@@ -1137,22 +1198,26 @@ fn concat(
     // Each part's length along `dim` (1 where it does not have it).
     let lens: Vec<u64> = parts.iter().map(|p| p.dim(dim).unwrap_or(1)).collect();
     let total: u64 = lens.iter().sum();
-    // The variables in order of first appearance.
-    let mut order: Vec<String> = Vec::new();
-    for part in parts {
+    // The variables in order of first appearance, and the parts that have each, in order
+    // (looked up by name: sources may have thousands of variables each).
+    let mut order: Vec<&str> = Vec::new();
+    let mut present_in: HashMap<&str, Vec<(usize, &CombinedVar)>> = HashMap::new();
+    for (n, part) in parts.iter().enumerate() {
         for var in &part.vars {
-            if !order.contains(&var.info.name) {
-                order.push(var.info.name.clone());
+            let name = var.info.name.as_str();
+            let present = present_in.entry(name).or_insert_with(|| {
+                order.push(name);
+                Vec::new()
+            });
+            // A part's first variable of a name is its variable of that name.
+            if present.last().is_none_or(|&(last, _)| last != n) {
+                present.push((n, var));
             }
         }
     }
     let mut vars = Vec::with_capacity(order.len());
-    for name in &order {
-        let present: Vec<(usize, &CombinedVar)> = parts
-            .iter()
-            .enumerate()
-            .filter_map(|(n, p)| p.var(name).map(|v| (n, v)))
-            .collect();
+    for name in order {
+        let present = &present_in[name];
         let (_, first) = present[0];
         let has_dim = present
             .iter()
@@ -1185,7 +1250,7 @@ fn concat(
             vars.push(merged);
             continue;
         }
-        vars.push(concatenated_var(parts, &lens, total, dim, name, &present)?);
+        vars.push(concatenated_var(parts, &lens, total, dim, name, present)?);
     }
     let mut names = Vec::new();
     for part in parts {
@@ -1254,9 +1319,10 @@ fn concatenated_var(
     }
     let mut pieces = Vec::new();
     let mut start = 0;
+    let mut having = present.iter().peekable();
     for (n, part) in parts.iter().enumerate() {
         let len = lens[n];
-        let Some(var) = part.var(name) else {
+        let Some((_, var)) = having.next_if(|(at, _)| *at == n) else {
             pieces.push(Piece {
                 origin: None,
                 start,

@@ -185,7 +185,7 @@ pub(crate) fn layout(
     chunking: &Chunking,
     compressor: &Value,
 ) -> Result<StoreLayout, String> {
-    let budget = AttributeBudget::new();
+    let budget = MetadataBudget::new();
     let mut layout = StoreLayout::root(attributes(file.attributes(), "the file", &budget)?);
     let scope = Scope {
         stored,
@@ -236,8 +236,8 @@ struct Scope<'a> {
     stored: Option<&'a StoredFile>,
     chunking: &'a Chunking,
     compressor: &'a Value,
-    /// What the attributes read may still take.
-    budget: &'a AttributeBudget,
+    /// What the metadata read (attributes and variables) may still take.
+    budget: &'a MetadataBudget,
 }
 
 /// `name`, a group's or a variable's name in the source, as one segment of the store's keys.
@@ -482,7 +482,7 @@ impl VarInfo {
     pub(crate) fn of(
         variable: &Variable,
         prefix: &str,
-        budget: &AttributeBudget,
+        budget: &MetadataBudget,
     ) -> Result<Self, String> {
         let name = key_segment(variable.name(), "variable", prefix)?;
         let path = if prefix.is_empty() {
@@ -491,7 +491,7 @@ impl VarInfo {
             format!("{prefix}/{name}")
         };
         let dtype = Dtype::of(variable)?;
-        let dims = variable
+        let dims: Vec<Dim> = variable
             .dimensions()
             .iter()
             .map(|dimension| Dim {
@@ -499,6 +499,7 @@ impl VarInfo {
                 len: dimension.len() as u64,
             })
             .collect();
+        budget.take_variable(&path, &dims)?;
         // Without `_FillValue`, null (for a string array too, as xarray writes it).
         let fill_value = match variable.attribute_value("_FillValue") {
             Some(value) => {
@@ -566,8 +567,8 @@ pub(crate) fn layout_of_groups(
         .map(|g| g.attrs.clone())
         .unwrap_or_default();
     let mut layout = StoreLayout::root(root_attrs);
-    // The attributes were read (and counted) with the sources.
-    let budget = AttributeBudget::new();
+    // The attributes and variables were read (and counted) with the sources.
+    let budget = MetadataBudget::new();
     let scope = Scope {
         stored: None,
         chunking,
@@ -601,31 +602,81 @@ const MAX_ATTRIBUTE_VALUES: usize = 1 << 20;
 /// The longest text attribute, in bytes.
 const MAX_ATTRIBUTE_TEXT: usize = 16 << 20;
 
-/// What the attributes of one conversion's sources may take as JSON, in all, in bytes (a
-/// value counted as 32, a byte of text as 1): a file may hold thousands of attributes each
-/// just under the bounds above.
-const MAX_ATTRIBUTES_JSON: usize = 256 << 20;
+/// What the metadata of one conversion's sources may take in memory, in all, in bytes: its
+/// attributes as JSON (a value counted as 32, a byte of text as 1) and its variables (each
+/// counted as [`VARIABLE_COST`], its dimensions as 32 each, with the bytes of their names).
+/// A file may hold thousands of attributes each just under the bounds above, and an
+/// aggregation reads the variables of every one of its sources (10,000 files of 100,000
+/// variables each are a billion variables) before it combines them.
+const MAX_METADATA_BYTES: usize = 256 << 20;
 
-/// What is left of [`MAX_ATTRIBUTES_JSON`] for the attributes of one conversion.
-pub(crate) struct AttributeBudget(std::cell::Cell<usize>);
+/// What one variable's description takes, besides its names and attributes (about what it
+/// takes in memory, and then some for what combining sources does with it): 256 MiB hold a
+/// million variables, of all the sources of a conversion together.
+const VARIABLE_COST: usize = 256;
 
-impl AttributeBudget {
+/// What is left of [`MAX_METADATA_BYTES`] for the metadata of one conversion.
+pub(crate) struct MetadataBudget {
+    left: std::cell::Cell<usize>,
+    total: usize,
+}
+
+impl MetadataBudget {
     /// The whole budget.
     pub(crate) fn new() -> Self {
-        AttributeBudget(std::cell::Cell::new(MAX_ATTRIBUTES_JSON))
+        Self::of(MAX_METADATA_BYTES)
+    }
+
+    /// A budget of `bytes`.
+    pub(crate) fn of(bytes: usize) -> Self {
+        MetadataBudget {
+            left: std::cell::Cell::new(bytes),
+            total: bytes,
+        }
     }
 
     /// Takes what an attribute of `values` values and `text` bytes of text takes; `false`
     /// when there is not that much left.
     fn take(&self, values: usize, text: usize) -> bool {
-        let cost = values.saturating_mul(32).saturating_add(text);
-        match self.0.get().checked_sub(cost) {
+        self.take_bytes(values.saturating_mul(32).saturating_add(text))
+    }
+
+    /// Takes what the description of a variable named `name` along `dims` takes.
+    ///
+    /// # Errors
+    /// A sentence naming the variable (`path`), when there is not that much left.
+    fn take_variable(&self, path: &str, dims: &[Dim]) -> Result<(), String> {
+        let cost = dims
+            .iter()
+            .map(|dim| 32usize.saturating_add(dim.name.len()))
+            .fold(
+                VARIABLE_COST.saturating_add(path.len()),
+                usize::saturating_add,
+            );
+        if self.take_bytes(cost) {
+            Ok(())
+        } else {
+            Err(format!("variable {path:?}: {}", self.exhausted()))
+        }
+    }
+
+    fn take_bytes(&self, cost: usize) -> bool {
+        match self.left.get().checked_sub(cost) {
             Some(left) => {
-                self.0.set(left);
+                self.left.set(left);
                 true
             }
             None => false,
         }
+    }
+
+    /// Why a conversion whose budget ran out fails.
+    fn exhausted(&self) -> String {
+        format!(
+            "the variables and attributes of the sources take more than the {} MiB they may \
+             take in all (a variable counts as {VARIABLE_COST} bytes and its names)",
+            self.total >> 20
+        )
     }
 }
 
@@ -637,7 +688,7 @@ impl AttributeBudget {
 pub(crate) fn attributes<'a>(
     attributes: impl Iterator<Item = netcdf::Attribute<'a>>,
     owner: &str,
-    budget: &AttributeBudget,
+    budget: &MetadataBudget,
 ) -> Result<Map<String, Value>, String> {
     attributes
         .map(|attribute| {
@@ -652,11 +703,7 @@ pub(crate) fn attributes<'a>(
                 )));
             }
             if !budget.take(values, text) {
-                return Err(failed(format!(
-                    "the attributes of the sources take more than the {} MiB they may take \
-                     in all",
-                    MAX_ATTRIBUTES_JSON >> 20
-                )));
+                return Err(failed(budget.exhausted()));
             }
             Ok((attribute.name().to_string(), attribute_json(value)))
         })

@@ -295,8 +295,9 @@ struct OpenSources<'s> {
     /// Set when the conversion is to stop: every read fails then, so that a chunk made of
     /// many slabs (a climatology's) does not hold up a shutdown.
     stop: Option<&'s Stop>,
-    /// What the attributes of the sources' datasets may still take, all sources together.
-    budget: std::rc::Rc<metadata::AttributeBudget>,
+    /// What the metadata of the sources (their attributes and variables) may still take, all
+    /// sources together.
+    budget: std::rc::Rc<metadata::MetadataBudget>,
 }
 
 /// One open source.
@@ -319,7 +320,7 @@ impl<'s> OpenSources<'s> {
             sources,
             open: Vec::new(),
             stop,
-            budget: std::rc::Rc::new(metadata::AttributeBudget::new()),
+            budget: std::rc::Rc::new(metadata::MetadataBudget::new()),
         }
     }
 
@@ -407,9 +408,9 @@ impl combine::Slabs for OpenSources<'_> {
         }
         if let Some(stored) = &opened.stored {
             let array = opened.arrays.entry(name.to_string()).or_insert_with(|| {
-                // Read for its shape and type; its attributes were counted with the dataset.
+                // Read for its shape and type; it was counted with the dataset.
                 let info =
-                    metadata::VarInfo::of(&variable, "", &metadata::AttributeBudget::new()).ok()?;
+                    metadata::VarInfo::of(&variable, "", &metadata::MetadataBudget::new()).ok()?;
                 let shape: Vec<u64> = info.dims.iter().map(|d| d.len).collect();
                 stored.array(&metadata::ArrayLayout {
                     path: name.to_string(),

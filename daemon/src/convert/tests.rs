@@ -1036,7 +1036,44 @@ fn an_attribute_of_more_values_than_an_attribute_may_hold_fails_with_its_name() 
     let source = Source::open(&path).unwrap();
     let err = convert_lz4(&source, &dir.path().join("t"), &map(1)).unwrap_err();
     assert!(
-        err.contains("attribute \"a8\": the attributes of the sources take more than"),
+        err.contains(
+            "attribute \"a8\": the variables and attributes of the sources take more than"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_variables_of_all_the_sources_of_an_aggregation_are_bounded_together() {
+    // An aggregation reads the variables of every source before it combines them: 10,000
+    // sources of 100,000 variables each, each source within the bound of one store, would
+    // be a billion. With a budget of 1,600 bytes (`a` along `time` counts as 256 + 1 + 32
+    // + 4 bytes, `time` three more), the first source's four variables (1,175 bytes) fit,
+    // and the second's `time`, and not its `a`.
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<_> = (0..2)
+        .map(|n| {
+            let path = dir.path().join(format!("part{n}.nc"));
+            let mut file = netcdf::create(&path).unwrap();
+            file.add_dimension("time", 1).unwrap();
+            for name in ["time", "a", "b", "c"] {
+                file.add_variable::<f64>(name, &["time"]).unwrap();
+            }
+            file.close().unwrap();
+            path
+        })
+        .collect();
+    let sources: Vec<Source> = paths.iter().map(|p| Source::open(p).unwrap()).collect();
+    let mut slabs = OpenSources::new(&sources, None);
+    slabs.budget = std::rc::Rc::new(metadata::MetadataBudget::of(1600));
+    let first = slabs.dataset(0, &sources[0]).unwrap();
+    assert_eq!(first.vars.len(), 4);
+    let err = slabs.dataset(1, &sources[1]).unwrap_err();
+    assert!(
+        err.starts_with(&format!(
+            "{}: variable \"a\": the variables and attributes of the sources take more than",
+            paths[1].display()
+        )),
         "{err}"
     );
 }
