@@ -93,23 +93,28 @@ pub struct StoresConfig {
     /// (default `"auto"`: 1% of the file system's size, at most 1024; 0: none): it stops
     /// there and fails its store, so that one store does not take the room restores and the
     /// database need.
-    pub hot_reserve_mib: HotReserve,
+    pub hot_reserve_mib: MibOrAuto,
+    /// MiB the stores of one user may take in all, those being converted with those ready
+    /// (default `"auto"`: a quarter of the hot tier's file system; 0: no bound): a
+    /// conversion that would go past it stops and fails its store, so that one user's
+    /// stores do not take the room every other user's conversions need.
+    pub max_user_mib: MibOrAuto,
     /// Longest a conversion may run, in seconds (default a day; 0: no limit): past it, it
     /// stops and fails its store.
     pub max_conversion_seconds: u64,
 }
 
-/// `stores.hot_reserve_mib`: `"auto"`, or a number of MiB (a number or its digits, as an
-/// environment variable gives it).
+/// `stores.hot_reserve_mib` and `stores.max_user_mib`: `"auto"` (each says what it is), or
+/// a number of MiB (a number or its digits, as an environment variable gives it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HotReserve {
-    /// 1% of the hot tier's file system, at most 1 GiB.
+pub enum MibOrAuto {
+    /// Worked out from the hot tier's file system.
     Auto,
     /// This many MiB.
     Mib(u64),
 }
 
-impl<'de> Deserialize<'de> for HotReserve {
+impl<'de> Deserialize<'de> for MibOrAuto {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
@@ -118,9 +123,9 @@ impl<'de> Deserialize<'de> for HotReserve {
             Text(String),
         }
         match Given::deserialize(deserializer)? {
-            Given::Number(mib) => Ok(HotReserve::Mib(mib)),
-            Given::Text(text) if text == "auto" => Ok(HotReserve::Auto),
-            Given::Text(text) => text.parse().map(HotReserve::Mib).map_err(|_| {
+            Given::Number(mib) => Ok(MibOrAuto::Mib(mib)),
+            Given::Text(text) if text == "auto" => Ok(MibOrAuto::Auto),
+            Given::Text(text) => text.parse().map(MibOrAuto::Mib).map_err(|_| {
                 serde::de::Error::custom(format!("\"auto\" or a number of MiB, not {text:?}"))
             }),
         }
@@ -487,7 +492,7 @@ mod tests {
     }
 
     #[test]
-    fn the_hot_reserve_is_auto_unless_a_file_or_the_environment_gives_mib() {
+    fn the_hot_reserve_and_the_user_bound_are_auto_unless_a_file_or_the_environment_gives_mib() {
         let reserve = |file: Option<&str>, env: &[(&str, &str)]| {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("svcd.toml");
@@ -501,15 +506,24 @@ mod tests {
             Config::from_sources(file.map(|_| path.as_path()), &env, &Overrides::default())
                 .map(|c| c.stores.hot_reserve_mib)
         };
-        assert_eq!(reserve(None, &[]).unwrap(), HotReserve::Auto);
+        assert_eq!(reserve(None, &[]).unwrap(), MibOrAuto::Auto);
         let set = "[stores]\nhot_reserve_mib = 512\n";
-        assert_eq!(reserve(Some(set), &[]).unwrap(), HotReserve::Mib(512));
+        assert_eq!(reserve(Some(set), &[]).unwrap(), MibOrAuto::Mib(512));
         let env = [("SVCD_STORES_HOT_RESERVE_MIB", "0")];
-        assert_eq!(reserve(None, &env).unwrap(), HotReserve::Mib(0));
+        assert_eq!(reserve(None, &env).unwrap(), MibOrAuto::Mib(0));
         let env = [("SVCD_STORES_HOT_RESERVE_MIB", "auto")];
-        assert_eq!(reserve(Some(set), &env).unwrap(), HotReserve::Auto);
+        assert_eq!(reserve(Some(set), &env).unwrap(), MibOrAuto::Auto);
         let err = reserve(None, &[("SVCD_STORES_HOT_RESERVE_MIB", "lots")]).unwrap_err();
         assert!(err.to_string().contains("not \"lots\""), "{err}");
+        let config = Config::from_sources(
+            None,
+            &[("SVCD_STORES_MAX_USER_MIB".into(), "64".into())],
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(config.stores.max_user_mib, MibOrAuto::Mib(64));
+        let default = Config::from_sources(None, &[], &Overrides::default()).unwrap();
+        assert_eq!(default.stores.max_user_mib, MibOrAuto::Auto);
     }
 
     #[test]

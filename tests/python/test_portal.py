@@ -635,7 +635,9 @@ def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path
                 nc.createDimension("lon", 180)
                 var = nc.createVariable("tas", "f4", ("time", "lat", "lon"))
                 var[:] = np.random.default_rng(steps).random((steps, 90, 180), dtype="f4")
-        with own_daemon(daemon.binary, tmp_path, data, SVCD_STORES_HOT_RESERVE_MIB=reserve_mib) as (base, headers, convert):
+        # No bound on one user's stores: by default a quarter of the file system, it would
+        # be met first.
+        with own_daemon(daemon.binary, tmp_path, data, SVCD_STORES_HOT_RESERVE_MIB=reserve_mib, SVCD_STORES_MAX_USER_MIB=0) as (base, headers, convert):
             big_url = convert(big)
             failed = wait_ready(base, headers, big_url, timeout=120)
             reason = next((reason for reason in reasons if reason in failed["reason"]), None)
@@ -652,26 +654,34 @@ def test_a_full_disk_fails_only_that_store_and_removes_its_data(daemon, tmp_path
         subprocess.run(["umount", str(tier)], check=False)
 
 
+def sparse_and_small_sources(data, steps, side):
+    """Two sources in `data`: `sparse.nc`, a NetCDF-4 file whose `tas` claims `steps` time
+    steps of `side` (lat, lon) values, one chunk each, never written (the file takes a few
+    KiB), and `small.nc`, two values."""
+    import netCDF4
+
+    sparse, small = data / "sparse.nc", data / "small.nc"
+    with netCDF4.Dataset(sparse, "w") as nc:
+        nc.createDimension("time", steps)
+        nc.createDimension("lat", side[0])
+        nc.createDimension("lon", side[1])
+        nc.createVariable("tas", "f4", ("time", "lat", "lon"), chunksizes=(1, *side))
+    with netCDF4.Dataset(small, "w") as nc:
+        nc.createDimension("time", 2)
+        var = nc.createVariable("tas", "f4", ("time",))
+        var[:] = [1.0, 2.0]
+    return sparse, small
+
+
 def test_a_conversion_past_its_time_limit_fails_its_store_and_frees_its_worker(daemon, tmp_path):
     """A NetCDF-4 file of a few KiB that claims 16 GiB of fill values (chunks never written)
     would hold a worker for minutes, or days at a larger claim; with
     `stores.max_conversion_seconds` at 1 its store fails with a reason that says so, its
     partial data is removed, and the next store is converted by the freed worker."""
-    import netCDF4
-
     data = tmp_path / "svcd"
     data.mkdir()
-    sparse, small = data / "sparse.nc", data / "small.nc"
-    with netCDF4.Dataset(sparse, "w") as nc:
-        nc.createDimension("time", 2048)
-        nc.createDimension("lat", 2048)
-        nc.createDimension("lon", 1024)
-        nc.createVariable("tas", "f4", ("time", "lat", "lon"), chunksizes=(1, 2048, 1024))
+    sparse, small = sparse_and_small_sources(data, steps=2048, side=(2048, 1024))
     assert sparse.stat().st_size < 1 << 20
-    with netCDF4.Dataset(small, "w") as nc:
-        nc.createDimension("time", 2)
-        var = nc.createVariable("tas", "f4", ("time",))
-        var[:] = [1.0, 2.0]
     with own_daemon(daemon.binary, tmp_path, data, SVCD_STORES_MAX_CONVERSION_SECONDS=1, SVCD_STORES_WORKERS=1) as (base, headers, convert):
         sparse_url = convert(sparse)
         small_url = convert(small)
@@ -680,6 +690,31 @@ def test_a_conversion_past_its_time_limit_fails_its_store_and_frees_its_worker(d
         store = data / "stores" / sparse_url.rstrip("/").rsplit("/", 1)[1].removesuffix(".zarr")
         assert not store.exists()
         assert wait_ready(base, headers, small_url, timeout=120) == {"status": 0, "reason": ""}
+
+
+def test_one_users_stores_take_at_most_their_bound_and_other_users_convert_as_before(daemon, tmp_path):
+    """A NetCDF-4 file of a few KiB that claims 2,000 chunks of fill values makes a store of
+    2,000 chunk files (8 MB on disk); with `stores.max_user_mib` at 2, jane's store fails
+    with a reason that says so and its partial data is removed, while john's store, and a
+    small one of hers, are converted."""
+    from conftest import Svcd
+
+    data = tmp_path / "svcd"
+    data.mkdir()
+    sparse, small = sparse_and_small_sources(data, steps=2000, side=(64, 64))
+    assert sparse.stat().st_size < 64 << 10
+    with own_daemon(daemon.binary, tmp_path, data, SVCD_STORES_MAX_USER_MIB=2) as (base, headers, convert):
+        sparse_url = convert(sparse)
+        failed = wait_ready(base, headers, sparse_url, timeout=120)
+        assert failed["status"] == 1, failed
+        assert 'sparse.nc: the stores of "jane" would take more than the 2.0 MiB' in failed["reason"], failed
+        store = data / "stores" / sparse_url.rstrip("/").rsplit("/", 1)[1].removesuffix(".zarr")
+        assert not store.exists()
+        host = base.removesuffix("/api/svc-nextgen")
+        john = {"Authorization": f"Bearer {Svcd(base, host, data, daemon.binary).token_file(tmp_path / 'john.json', 'john')}"}
+        johns = requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(small)]}, headers=john, timeout=30).json()["urls"][0]
+        assert wait_ready(base, john, johns, timeout=120) == {"status": 0, "reason": ""}
+        assert wait_ready(base, headers, convert(small), timeout=120) == {"status": 0, "reason": ""}
 
 
 def write_stored_chunks_source(path):

@@ -344,7 +344,10 @@ fn a_conversion_stops_where_the_hot_tier_keeps_its_reserve() {
     let stop = crate::jobs::Stop::default();
     let store = dir.path().join("store");
     // More room kept than any file system has: nothing but the metadata is written.
-    let everything = Reserve { bytes: u64::MAX };
+    let everything = Reserve {
+        bytes: u64::MAX,
+        ..Reserve::NONE
+    };
     let err =
         convert_file(&source, &store, &map(1), Compressor::Lz4, everything, &stop).unwrap_err();
     assert!(err.contains("the hot tier is nearly full"), "{err}");
@@ -354,7 +357,10 @@ fn a_conversion_stops_where_the_hot_tier_keeps_its_reserve() {
     }));
     // A reserve the file system has room for: written whole.
     let store = dir.path().join("kept");
-    let room = Reserve { bytes: 1 << 20 };
+    let room = Reserve {
+        bytes: 1 << 20,
+        ..Reserve::NONE
+    };
     let (_, written) =
         convert_file(&source, &store, &map(1), Compressor::Lz4, room, &stop).unwrap();
     assert_eq!(written, write::Written::Complete);
@@ -363,13 +369,13 @@ fn a_conversion_stops_where_the_hot_tier_keeps_its_reserve() {
 #[test]
 fn the_reserve_is_what_is_set_else_a_hundredth_of_the_file_system_up_to_a_gib() {
     let dir = tempfile::tempdir().unwrap();
-    use crate::config::HotReserve;
-    assert_eq!(Reserve::of(HotReserve::Mib(5), dir.path()).bytes, 5 << 20);
-    assert_eq!(Reserve::of(HotReserve::Mib(0), dir.path()).bytes, 0);
+    use crate::config::MibOrAuto;
+    assert_eq!(Reserve::of(MibOrAuto::Mib(5), dir.path()).bytes, 5 << 20);
+    assert_eq!(Reserve::of(MibOrAuto::Mib(0), dir.path()).bytes, 0);
     let stat = nix::sys::statvfs::statvfs(dir.path()).unwrap();
     let size = stat.blocks() * stat.fragment_size();
     assert_eq!(
-        Reserve::of(HotReserve::Auto, dir.path()).bytes,
+        Reserve::of(MibOrAuto::Auto, dir.path()).bytes,
         (size / 100).min(1 << 30)
     );
 }

@@ -51,15 +51,22 @@ pub(crate) fn write_metadata(layout: &StoreLayout, dir: &Path) -> Result<(), Str
 /// which write to the same tier (and for the database, when it shares the file system). It
 /// is looked at between files, by each conversion on its own, so it may be overrun by what
 /// the conversions running write between two looks.
-#[derive(Debug, Clone, Copy)]
+///
+/// With it, what the store's owner may still write ([`Allowance`]; `None`: no bound), taken
+/// file by file.
+#[derive(Clone)]
 pub(crate) struct Reserve {
     pub(crate) bytes: u64,
+    pub(crate) allowance: Option<Arc<Allowance>>,
 }
 
 impl Reserve {
     /// No reserve.
     #[cfg(test)]
-    pub(crate) const NONE: Reserve = Reserve { bytes: 0 };
+    pub(crate) const NONE: Reserve = Reserve {
+        bytes: 0,
+        allowance: None,
+    };
 
     /// The most the default reserve keeps.
     const DEFAULT_MOST: u64 = 1 << 30;
@@ -68,18 +75,21 @@ impl Reserve {
     /// none), or, `auto`, 1% of the file system's size and at most 1 GiB, so that a small
     /// hot tier (a test machine's, a site's first try) is not refused every conversion by a
     /// reserve sized for a large one.
-    pub(crate) fn of(reserve: crate::config::HotReserve, stores: &Path) -> Reserve {
-        use crate::config::HotReserve;
+    pub(crate) fn of(reserve: crate::config::MibOrAuto, stores: &Path) -> Reserve {
+        use crate::config::MibOrAuto;
         let bytes = match reserve {
-            HotReserve::Mib(mib) => mib.saturating_mul(1 << 20),
-            HotReserve::Auto => {
+            MibOrAuto::Mib(mib) => mib.saturating_mul(1 << 20),
+            MibOrAuto::Auto => {
                 nix::sys::statvfs::statvfs(stores).map_or(Self::DEFAULT_MOST, |stat| {
                     (stat.blocks().saturating_mul(stat.fragment_size()) / 100)
                         .min(Self::DEFAULT_MOST)
                 })
             }
         };
-        Reserve { bytes }
+        Reserve {
+            bytes,
+            allowance: None,
+        }
     }
 
     /// The room left is looked at before the first file, and again after this many files
@@ -88,7 +98,7 @@ impl Reserve {
     const FILES_BETWEEN: usize = 64;
 
     /// Fails when the file system of `dir` has less room than kept.
-    fn check(self, dir: &Path) -> Result<(), String> {
+    fn check(&self, dir: &Path) -> Result<(), String> {
         if self.bytes == 0 {
             return Ok(());
         }
@@ -105,6 +115,109 @@ impl Reserve {
             ));
         }
         Ok(())
+    }
+}
+
+/// What a file of `len` bytes takes on the hot tier, as stores count it: whole blocks of
+/// 4 KiB (ext4's and xfs's), at least one. A store of many small chunks (a sparse source's
+/// chunks of fill values compress to a few dozen bytes each) takes far more disk than
+/// bytes.
+pub(crate) fn on_disk(len: u64) -> u64 {
+    len.max(1).div_ceil(4096).saturating_mul(4096)
+}
+
+/// `bytes` in MiB, for messages.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
+/// Bytes written by the conversions running now, by the owner of their stores.
+pub(crate) type Writing = Arc<parking_lot::Mutex<std::collections::HashMap<String, u64>>>;
+
+/// What the stores of one user may take in all, as one conversion of one of their stores
+/// sees it: the bound, what their other stores held when it started (those ready, as each
+/// conversion recorded them), and what every conversion of theirs running now has written
+/// (shared between them, so that conversions running side by side do not each take the
+/// whole bound). A source of a few KiB can make a store of hundreds of MiB, and one user's
+/// many stores could take all the room above the [`Reserve`], which every other user's
+/// conversions need.
+pub(crate) struct Allowance {
+    owner: String,
+    most: u64,
+    held: u64,
+    writing: Writing,
+    /// What this conversion has written.
+    written: std::sync::atomic::AtomicU64,
+}
+
+impl Allowance {
+    /// The most one user's stores may take, in bytes, on the hot tier whose stores are in
+    /// `stores` (0: no bound): as many MiB as set, or, `auto`, a quarter of the file system.
+    pub(crate) fn most(setting: crate::config::MibOrAuto, stores: &Path) -> u64 {
+        use crate::config::MibOrAuto;
+        match setting {
+            MibOrAuto::Mib(mib) => mib.saturating_mul(1 << 20),
+            MibOrAuto::Auto => nix::sys::statvfs::statvfs(stores).map_or(0, |stat| {
+                stat.blocks().saturating_mul(stat.fragment_size()) / 4
+            }),
+        }
+    }
+
+    /// The allowance of a conversion of a store of `owner`, whose other stores hold `held`
+    /// bytes, under a bound of `most` bytes, with the other conversions `writing`.
+    pub(crate) fn new(owner: &str, most: u64, held: u64, writing: Writing) -> Self {
+        Allowance {
+            owner: owner.to_string(),
+            most,
+            held,
+            writing,
+            written: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Takes what a file of `len` bytes takes on disk for this conversion.
+    ///
+    /// # Errors
+    /// Why not, when the owner's stores would then take more than the bound.
+    fn take(&self, len: u64) -> Result<(), String> {
+        let bytes = on_disk(len);
+        let mut writing = self.writing.lock();
+        let being_written = writing.get(&self.owner).copied().unwrap_or(0);
+        if self
+            .held
+            .saturating_add(being_written)
+            .saturating_add(bytes)
+            > self.most
+        {
+            return Err(format!(
+                "the stores of {:?} would take more than the {} one user's stores may take \
+                 (stores.max_user_mib; {} in stores ready, {} being written): this store is \
+                 not written further; removing stores no longer needed makes room",
+                self.owner,
+                mib(self.most),
+                mib(self.held),
+                mib(being_written)
+            ));
+        }
+        *writing.entry(self.owner.clone()).or_default() += bytes;
+        self.written
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Drop for Allowance {
+    /// What this conversion wrote is no longer being written: its store's record counts it
+    /// now (the allowance is dropped once the outcome is recorded), or it was removed.
+    fn drop(&mut self) {
+        let written = *self.written.get_mut();
+        let mut writing = self.writing.lock();
+        if let Some(being_written) = writing.get_mut(&self.owner) {
+            *being_written = being_written.saturating_sub(written);
+            if *being_written == 0 {
+                writing.remove(&self.owner);
+            }
+        }
     }
 }
 
@@ -126,7 +239,8 @@ impl Reserve {
 ///
 /// # Errors
 /// A sentence naming the variable and chunk that could not be read or written, or that the
-/// file system has no more room than `reserve` keeps.
+/// file system has no more room than `reserve` keeps, or that the owner's stores would take
+/// more than their allowance.
 pub(crate) fn write_chunks(
     layout: &StoreLayout,
     dir: &Path,
@@ -161,7 +275,14 @@ pub(crate) fn write_chunks(
                     Ok(())
                 };
                 since = (since.0 + 1, since.1 + bytes.len() as u64);
-                if let Err(e) = room.and_then(|()| put_atomically(dir, &key, &bytes)) {
+                let allowed = |()| match &reserve.allowance {
+                    Some(allowance) => allowance.take(bytes.len() as u64),
+                    None => Ok(()),
+                };
+                if let Err(e) = room
+                    .and_then(allowed)
+                    .and_then(|()| put_atomically(dir, &key, &bytes))
+                {
                     failed.store(true, std::sync::atomic::Ordering::Release);
                     error = Some(e);
                 }
@@ -623,6 +744,34 @@ pub(super) fn to_usize(n: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn conversions_of_one_user_running_together_share_the_users_allowance() {
+        let writing = Writing::default();
+        let most = 10 * 4096;
+        let first = Allowance::new("jane", most, 4 * 4096, Arc::clone(&writing));
+        let second = Allowance::new("jane", most, 4 * 4096, Arc::clone(&writing));
+        let other = Allowance::new("jane2", most, 0, Arc::clone(&writing));
+        // A file of one byte takes a block: 4 held, and 2 being written.
+        first.take(1).unwrap();
+        first.take(4096).unwrap();
+        // 4 held, 2 being written by the first, and 5 more: past the 10.
+        let err = second.take(5 * 4096).unwrap_err();
+        assert!(
+            err.starts_with("the stores of \"jane\" would take more"),
+            "{err}"
+        );
+        second.take(4096).unwrap();
+        // Another user's stores are not counted with hers.
+        other.take(most).unwrap();
+        assert!(first.take(4 * 4096).is_err());
+        // What a conversion wrote is no longer being written once it is done.
+        drop(first);
+        second.take(5 * 4096).unwrap();
+        drop(second);
+        drop(other);
+        assert!(writing.lock().is_empty());
+    }
 
     #[test]
     fn edge_chunks_are_padded_in_c_order() {

@@ -60,10 +60,16 @@ impl Handler for ConvertJob {
         // Sources changed after this are not in this run's result.
         let started = std::time::SystemTime::now();
         let compressor = self.stores.config.compressor;
-        let reserve = Reserve::of(
-            self.stores.config.hot_reserve_mib,
-            dir.parent().unwrap_or(&dir),
-        );
+        // Held until the outcome is recorded: what it wrote counts as being written until
+        // the record counts it.
+        let allowance = self.stores.allowance(&record)?;
+        let reserve = Reserve {
+            allowance: allowance.clone(),
+            ..Reserve::of(
+                self.stores.config.hot_reserve_mib,
+                dir.parent().unwrap_or(&dir),
+            )
+        };
         // A conversion's work follows from what its sources claim, not from their size (a
         // sparse file of a few KiB can claim terabytes of fill values): bounded in time,
         // so that no conversion holds a worker, and the users waiting behind it, for days.
@@ -114,6 +120,7 @@ impl Handler for ConvertJob {
             }
         };
         tracing::info!(%token, status = u8::from(status), %reason, "conversion finished");
+        let mut bytes = 0;
         if status == Status::Ready {
             // The listing and the manifest are written before the record that says ready, so
             // a ready store always has them; not with it, as that write holds the lock every
@@ -121,6 +128,10 @@ impl Handler for ConvertJob {
             // reads them (only a complete store's are read); a store reloaded or removed
             // meanwhile has a job that follows, whose first step forgets them.
             let keys = self.stores.listing(&record)?;
+            bytes = keys
+                .iter()
+                .map(|(_, size)| convert::write::on_disk(*size))
+                .fold(0, u64::saturating_add);
             let mut batch = Batch::default();
             crate::tier::Tier::put_listing(&mut batch, token, &keys);
             self.stores.tier.put_manifest(&mut batch, token);
@@ -134,11 +145,12 @@ impl Handler for ConvertJob {
         let recorded = self.stores.record_conversion_outcome(
             &record,
             started,
-            status,
-            &reason,
+            (status, &reason),
+            bytes,
             now(),
             Batch::default(),
         )?;
+        drop(allowance);
         if !recorded {
             tracing::info!(%token, "the store was reloaded or removed during its conversion");
         }

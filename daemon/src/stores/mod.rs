@@ -138,6 +138,11 @@ pub struct StoreRecord {
     /// before it was kept read as 0, their conversion until the next.
     #[serde(default)]
     pub conversion: u64,
+    /// What its files took when its conversion finished, in bytes (0 until then, for a
+    /// store that failed, and for stores converted before this was kept): what counts
+    /// against its owner's `stores.max_user_mib`.
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 impl StoreRecord {
@@ -282,6 +287,8 @@ pub struct Stores {
     on_demand: read::OnDemand,
     /// Key listings, blob manifests and the cold tier.
     pub(crate) tier: Arc<crate::tier::Tier>,
+    /// Bytes written by the conversions running now, by owner ([`Allowance`]).
+    writing: crate::convert::write::Writing,
 }
 
 /// A pre-signed share of a store (spec 2, endpoint 5).
@@ -331,6 +338,7 @@ impl Stores {
             records: parking_lot::Mutex::default(),
             on_demand: read::OnDemand::default(),
             tier,
+            writing: crate::convert::write::Writing::default(),
         };
         let moved = stores.store_sources_apart()?;
         if moved > 0 {
@@ -654,6 +662,8 @@ impl Stores {
                         updated: now,
                         last_read: existing.as_ref().map_or(0, |r| r.last_read),
                         conversion: existing.as_ref().map_or(1, |r| r.conversion + 1),
+                        // Its files are removed when its conversion starts.
+                        bytes: 0,
                     };
                     // The same sources each time (the token is made from them).
                     batch.put(
@@ -681,6 +691,41 @@ impl Stores {
             .into_iter()
             .map(|record| self.with_sources(record, false))
             .collect()
+    }
+
+    /// What the owner of `record` may still write while it is converted (`None`: no
+    /// bound): `stores.max_user_mib`, less what the owner's other stores hold (ready or
+    /// archived alike: what was converted, wherever its bytes are now) and what the owner's
+    /// other conversions running now have written. Every record is read: once per
+    /// conversion.
+    ///
+    /// # Errors
+    /// The records cannot be read.
+    pub(crate) fn allowance(
+        &self,
+        record: &StoreRecord,
+    ) -> Result<Option<Arc<crate::convert::write::Allowance>>> {
+        let most = crate::convert::write::Allowance::most(self.config.max_user_mib, &self.root);
+        if most == 0 {
+            return Ok(None);
+        }
+        let mut held = 0u64;
+        self.db.for_each(cf::STORES, |key, value| {
+            let other = self.decode_bare(token_of_key(key)?, value)?;
+            if other.owner == record.owner
+                && matches!(other.status, Status::Ready | Status::Archived)
+                && other.token != record.token
+            {
+                held = held.saturating_add(other.bytes);
+            }
+            Ok(true)
+        })?;
+        Ok(Some(Arc::new(crate::convert::write::Allowance::new(
+            &record.owner,
+            most,
+            held,
+            Arc::clone(&self.writing),
+        ))))
     }
 
     /// Every store, in token order, without its sources ([`Stores::decode_bare`]).
@@ -836,11 +881,12 @@ impl Stores {
         &self,
         run: &StoreRecord,
         started: std::time::SystemTime,
-        status: Status,
-        reason: &str,
+        outcome: (Status, &str),
+        bytes: u64,
         now: i64,
         batch: Batch,
     ) -> Result<bool> {
+        let (status, reason) = outcome;
         let _record = self.records.lock();
         match self.record(run.token)? {
             Some(mut record)
@@ -848,6 +894,7 @@ impl Stores {
                     && (record.conversion == run.conversion
                         || same_work(&record, run, started)) =>
             {
+                record.bytes = bytes;
                 self.write_outcome(&mut record, status, reason, now, batch)?;
                 Ok(true)
             }
@@ -875,6 +922,7 @@ impl Stores {
             .is_some_and(|next| next.seq != job);
         match self.record(token)? {
             Some(mut record) if record.status == Status::Preparing && !waiting => {
+                record.bytes = 0;
                 self.write_outcome(&mut record, Status::Failed, reason, now, Batch::default())?;
                 Ok(true)
             }

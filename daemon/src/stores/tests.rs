@@ -16,6 +16,14 @@ fn open(dir: &std::path::Path) -> (Arc<Queue>, Stores) {
 }
 
 fn open_with_roots(dir: &std::path::Path, allowed_roots: Vec<PathBuf>) -> (Arc<Queue>, Stores) {
+    open_with(dir, allowed_roots, crate::config::MibOrAuto::Mib(0))
+}
+
+fn open_with(
+    dir: &std::path::Path,
+    allowed_roots: Vec<PathBuf>,
+    max_user_mib: crate::config::MibOrAuto,
+) -> (Arc<Queue>, Stores) {
     let db = Arc::new(Db::open(dir).unwrap());
     let queue = Arc::new(Queue::open(Arc::clone(&db)).unwrap());
     let config = StoresConfig {
@@ -24,7 +32,8 @@ fn open_with_roots(dir: &std::path::Path, allowed_roots: Vec<PathBuf>) -> (Arc<Q
         allowed_roots,
         unread_expiry_seconds: 30 * 86_400,
         compressor: crate::convert::Compressor::Lz4,
-        hot_reserve_mib: crate::config::HotReserve::Mib(0),
+        hot_reserve_mib: crate::config::MibOrAuto::Mib(0),
+        max_user_mib,
         max_conversion_seconds: 0,
     };
     let daemon_config = crate::Config::from_sources(
@@ -294,7 +303,7 @@ fn a_conversion_outcome_is_recorded_only_while_the_store_still_prepares_it() {
     stores.request(&jane, &time_series, NOW).unwrap();
     let outcome = |run: &StoreRecord, started| {
         stores
-            .record_conversion_outcome(run, started, Status::Ready, "", NOW, Batch::default())
+            .record_conversion_outcome(run, started, (Status::Ready, ""), 0, NOW, Batch::default())
             .unwrap()
     };
     assert!(!outcome(&record, started));
@@ -935,6 +944,86 @@ fn constant_file(path: &std::path::Path, value: f32) {
         .add_variable::<f32>("tas", &["time", "lat", "lon"])
         .unwrap();
     tas.put_values(&[value; 24], ..).unwrap();
+}
+
+/// A file of `steps` time steps of one value each: its store has a chunk file per step.
+fn steps_file(path: &std::path::Path, steps: usize) {
+    let mut file = netcdf::create(path).unwrap();
+    file.add_dimension("time", steps).unwrap();
+    let mut tas = file.add_variable::<f32>("tas", &["time"]).unwrap();
+    tas.put_values(&vec![1.0; steps], ..).unwrap();
+}
+
+#[test]
+fn one_users_stores_take_at_most_their_bound_and_the_other_users_convert_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let (_queue, stores) = open_with(
+        &dir.path().join("db"),
+        vec![data.clone()],
+        crate::config::MibOrAuto::Mib(1),
+    );
+    let stores = Arc::new(stores);
+    // Each store: 100 chunk files and its metadata documents, 4 KiB each on disk, about
+    // 420 KiB of the 1 MiB one user's stores may take.
+    let paths: Vec<_> = (0..3)
+        .map(|n| {
+            let path = data.join(format!("{n}.nc"));
+            steps_file(&path, 100);
+            path
+        })
+        .collect();
+    let converted = |who: &Caller, body: String| {
+        let [record] = stores
+            .request(who, &convert(&body), NOW)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert!(run_store_job(&stores, record.token));
+        stores.record(record.token).unwrap().unwrap()
+    };
+    let one = |path: &std::path::Path| format!(r#"{{"path": "{}"}}"#, path.display());
+    let (jane, john) = (caller("jane"), caller("jane2"));
+    let first = converted(&jane, one(&paths[0]));
+    assert_eq!(first.status, Status::Ready, "{}", first.reason);
+    assert!(
+        (100 * 4096..110 * 4096).contains(&first.bytes),
+        "{}",
+        first.bytes
+    );
+    let second = converted(&jane, one(&paths[1]));
+    assert_eq!(second.status, Status::Ready, "{}", second.reason);
+    // The third would take her stores past the bound: it fails, and its data goes.
+    let third = converted(&jane, one(&paths[2]));
+    assert_eq!(third.status, Status::Failed);
+    assert!(
+        third.reason.contains(&format!(
+            "2.nc: the stores of \"jane\" would take more than the 1.0 MiB one user's stores \
+             may take (stores.max_user_mib; {:.1} MiB in stores ready, ",
+            (first.bytes + second.bytes) as f64 / f64::from(1 << 20)
+        )),
+        "{}",
+        third.reason
+    );
+    assert_eq!(third.bytes, 0);
+    assert!(!stores.dir(third.token).exists());
+    // Another user's conversion of the same file is not held to hers.
+    let johns = converted(&john, one(&paths[2]));
+    assert_eq!(johns.status, Status::Ready, "{}", johns.reason);
+    // A store removed makes room.
+    stores
+        .remove(first.token, "removed by its owner", NOW)
+        .unwrap();
+    assert!(run_store_job(&stores, first.token));
+    let again = converted(
+        &jane,
+        format!(r#"{{"path": "{}", "reload": true}}"#, paths[2].display()),
+    );
+    assert_eq!(again.token, third.token);
+    assert_eq!(again.status, Status::Ready, "{}", again.reason);
+    // Nothing is counted as being written once the conversions are done.
+    assert!(stores.writing.lock().is_empty());
 }
 
 /// The store `caller` gets for the one file `path`.
