@@ -53,6 +53,12 @@ use crate::stores::request::{Aggregation, Compat, Concatenated, GroupBy, Join, M
 /// Grid dimension and coordinate names of the `grid` signature.
 const GRID: [&str; 6] = ["lat", "lon", "rlat", "rlon", "x", "y"];
 
+/// The most slabs of sources one concatenation describes (a variable's slab of each part,
+/// some 64 bytes each; 1,000 sources of 4,000 variables): the sources' variables are
+/// bounded together ([`super::metadata::MetadataBudget`]), but a concatenation describes
+/// each variable of any part once for every part.
+const MAX_SLABS: usize = 1 << 22;
+
 /// Elements compared at a time when checking that two variables agree.
 const COMPARE_ELEMENTS: u64 = 4 << 20;
 
@@ -1215,6 +1221,17 @@ fn concat(
             }
         }
     }
+    // Each variable concatenated is described by a slab of each part.
+    let slabs_described = order.len().saturating_mul(parts.len());
+    if slabs_described > MAX_SLABS {
+        return Err(format!(
+            "concatenating {} sources of {} variables in all along {dim:?} would describe \
+             {slabs_described} slabs, more than the {MAX_SLABS} one store may be made of: \
+             fewer sources, or sources of fewer variables",
+            parts.len(),
+            order.len()
+        ));
+    }
     let mut vars = Vec::with_capacity(order.len());
     for name in order {
         let present = &present_in[name];
@@ -1568,5 +1585,61 @@ mod tests {
             let total: u64 = shape.iter().product();
             assert_eq!(covered, total, "{shape:?}");
         }
+    }
+
+    /// Reads each source's index as its number.
+    struct Numbered;
+
+    impl Slabs for Numbered {
+        fn read(&mut self, n: usize, _: &str, _: &[u64], _: &[u64]) -> Result<Vec<u8>, String> {
+            Ok((n as f64).to_le_bytes().to_vec())
+        }
+    }
+
+    fn along_time(name: &str) -> VarInfo {
+        VarInfo {
+            name: name.into(),
+            dims: vec![Dim {
+                name: "time".into(),
+                len: 1,
+            }],
+            dtype: Dtype::Float(netcdf::types::FloatType::F64),
+            attrs: Map::new(),
+            fill_value: Value::Null,
+            packing: super::super::metadata::Packing::default(),
+        }
+    }
+
+    #[test]
+    fn a_concatenation_describing_more_slabs_than_a_store_is_made_of_is_refused() {
+        // 1,000 sources, the first with 4,200 variables and the others with none but their
+        // index: few variables in all, but each of the first's is described by a slab of
+        // every source, 4.2 million in all.
+        let datasets: Vec<Dataset> = (0..1000)
+            .map(|n| Dataset {
+                name: format!("s{n}.nc"),
+                attrs: Map::new(),
+                vars: std::iter::once(along_time("time"))
+                    .chain((0..if n == 0 { 4200 } else { 0 }).map(|v| along_time(&format!("v{v}"))))
+                    .collect(),
+            })
+            .collect();
+        let aggregation = Aggregation {
+            mode: Mode::Concat,
+            join: None,
+            compat: None,
+            data_vars: None,
+            coords: None,
+            dim: Some("time".into()),
+            group_by: None,
+        };
+        let err = combine(&datasets, &aggregation, &mut Numbered).unwrap_err();
+        assert!(
+            err.contains("concatenating 1000 sources of 4201 variables in all along \"time\" would describe 4201000 slabs"),
+            "{err}"
+        );
+        // A tenth of them are combined.
+        let parts = combine(&datasets[..100], &aggregation, &mut Numbered).unwrap();
+        assert_eq!(parts[0].1.vars.len(), 4201);
     }
 }

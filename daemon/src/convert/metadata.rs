@@ -606,8 +606,8 @@ const MAX_ATTRIBUTE_TEXT: usize = 16 << 20;
 /// attributes as JSON (a value counted as 32, a byte of text as 1) and its variables (each
 /// counted as [`VARIABLE_COST`], its dimensions as 32 each, with the bytes of their names).
 /// A file may hold thousands of attributes each just under the bounds above, and an
-/// aggregation reads the variables of every one of its sources (10,000 files of 100,000
-/// variables each are a billion variables) before it combines them.
+/// aggregation reads the variables of every one of its sources (1,000 files of 100,000
+/// variables each are a hundred million) before it combines them.
 const MAX_METADATA_BYTES: usize = 256 << 20;
 
 /// What one variable's description takes, besides its names and attributes (about what it

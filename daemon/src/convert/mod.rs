@@ -175,7 +175,7 @@ pub(crate) fn convert_file(
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
     let (file, stored, layout) = source.layout(chunking, compressor)?;
-    write::write_metadata(&layout, dir)?;
+    write::write_metadata(&layout, dir, &reserve)?;
     let read = write::file_chunks(&file, stored.as_ref(), &layout);
     let written = write::write_chunks(&layout, dir, stop, reserve, Some(&source.file), read)
         .map_err(|e| format!("{}: {e}", source.path.display()))?;
@@ -247,7 +247,7 @@ pub(crate) fn convert_sources(
             var.info.name
         ));
     }
-    write::write_metadata(&layout, dir)?;
+    write::write_metadata(&layout, dir, &reserve)?;
     let read = |n: usize, index: &[u64]| -> Result<write::ChunkRead, String> {
         let array = &layout.arrays[n];
         let (start, count) = write::chunk_extent(array, index);

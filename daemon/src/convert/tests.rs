@@ -1051,9 +1051,9 @@ fn an_attribute_of_more_values_than_an_attribute_may_hold_fails_with_its_name() 
 
 #[test]
 fn the_variables_of_all_the_sources_of_an_aggregation_are_bounded_together() {
-    // An aggregation reads the variables of every source before it combines them: 10,000
+    // An aggregation reads the variables of every source before it combines them: 1,000
     // sources of 100,000 variables each, each source within the bound of one store, would
-    // be a billion. With a budget of 1,600 bytes (`a` along `time` counts as 256 + 1 + 32
+    // be a hundred million. With a budget of 1,600 bytes (`a` along `time` counts as 256 + 1 + 32
     // + 4 bytes, `time` three more), the first source's four variables (1,175 bytes) fit,
     // and the second's `time`, and not its `a`.
     let dir = tempfile::tempdir().unwrap();

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use netcdf::{Extent, Variable};
-use serde_json::{Value, json};
+use serde_json::json;
 use zarrs::array::{
     Array, ArrayBytes, ArrayBytesOffsets, ArrayMetadata, ArrayToBytesCodecTraits, CodecOptions,
 };
@@ -32,17 +32,40 @@ pub(crate) enum Written {
 }
 
 /// Writes `layout`'s metadata into `dir` (created if needed): every document as a file and
-/// the consolidated `.zmetadata`.
+/// the consolidated `.zmetadata`, taken first from the owner's allowance (`reserve`), with
+/// a block for each directory they make: a store of thousands of arrays and no chunk is
+/// some MiB of metadata.
 ///
 /// # Errors
-/// A sentence naming what could not be written.
-pub(crate) fn write_metadata(layout: &StoreLayout, dir: &Path) -> Result<(), String> {
-    let put =
-        |key: &str, document: &Value| put_atomically(dir, key, document.to_string().as_bytes());
-    for (key, document) in &layout.documents {
-        put(key, document)?;
+/// A sentence naming what could not be written, or that the owner's stores would take more
+/// than their allowance.
+pub(crate) fn write_metadata(
+    layout: &StoreLayout,
+    dir: &Path,
+    reserve: &Reserve,
+) -> Result<(), String> {
+    let mut documents: Vec<(&str, String)> = layout
+        .documents
+        .iter()
+        .map(|(key, document)| (key.as_str(), document.to_string()))
+        .collect();
+    documents.push((".zmetadata", layout.consolidated().to_string()));
+    if let Some(allowance) = &reserve.allowance {
+        let directories: std::collections::HashSet<&str> = documents
+            .iter()
+            .map(|(key, _)| key.rsplit_once('/').map_or("", |(parent, _)| parent))
+            .collect();
+        for (_, text) in &documents {
+            allowance.take(text.len() as u64)?;
+        }
+        for _ in directories {
+            allowance.take(0)?;
+        }
     }
-    put(".zmetadata", &layout.consolidated())
+    for (key, text) in &documents {
+        put_atomically(dir, key, text.as_bytes())?;
+    }
+    Ok(())
 }
 
 /// Room a conversion leaves free on the file system it writes to: it stops (its store
@@ -122,7 +145,7 @@ impl Reserve {
 /// 4 KiB (ext4's and xfs's), at least one. A store of many small chunks (a sparse source's
 /// chunks of fill values compress to a few dozen bytes each) takes far more disk than
 /// bytes.
-pub(crate) fn on_disk(len: u64) -> u64 {
+fn on_disk(len: u64) -> u64 {
     len.max(1).div_ceil(4096).saturating_mul(4096)
 }
 
@@ -131,23 +154,76 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
-/// Bytes written by the conversions running now, by the owner of their stores.
-pub(crate) type Writing = Arc<parking_lot::Mutex<std::collections::HashMap<String, u64>>>;
+/// What the files of a store take on the hot tier, as its conversion took them from its
+/// owner's allowance: each file (`keys` and their sizes) in whole blocks, and a block for
+/// each directory.
+pub(crate) fn store_on_disk<'a>(keys: impl Iterator<Item = (&'a str, u64)>) -> u64 {
+    let mut directories = std::collections::HashSet::new();
+    let mut bytes = 0u64;
+    for (key, len) in keys {
+        directories.insert(key.rsplit_once('/').map_or("", |(parent, _)| parent));
+        bytes = bytes.saturating_add(on_disk(len));
+    }
+    bytes.saturating_add(on_disk(0).saturating_mul(directories.len() as u64))
+}
+
+/// What the conversions running now have written, and how what the stores hold has changed
+/// since the daemon started, by owner: shared by every conversion (see [`Allowance`]).
+#[derive(Default)]
+pub(crate) struct Ledger(parking_lot::Mutex<std::collections::HashMap<String, Usage>>);
+
+/// One owner's line of the [`Ledger`].
+#[derive(Debug, Default, Clone, Copy)]
+struct Usage {
+    /// What the owner's conversions running now have written.
+    writing: u64,
+    /// How much more the owner's store records count than when the daemon started, by the
+    /// outcomes of conversions recorded since ([`Allowance::settle`]).
+    recorded: i128,
+}
+
+impl Ledger {
+    /// `held()`, what the records of `owner`'s stores count now, with where the ledger
+    /// stood then: read together, under the ledger's lock, so that an outcome recorded
+    /// meanwhile is counted once, in one or the other.
+    ///
+    /// # Errors
+    /// `held`'s.
+    pub(crate) fn snapshot<E>(
+        &self,
+        owner: &str,
+        held: impl FnOnce() -> Result<u64, E>,
+    ) -> Result<(u64, i128), E> {
+        let usage = self.0.lock();
+        let held = held()?;
+        Ok((held, usage.get(owner).map_or(0, |u| u.recorded)))
+    }
+
+    /// What `owner`'s conversions running now have written.
+    #[cfg(test)]
+    pub(crate) fn writing(&self, owner: &str) -> u64 {
+        self.0.lock().get(owner).map_or(0, |u| u.writing)
+    }
+}
 
 /// What the stores of one user may take in all, as one conversion of one of their stores
-/// sees it: the bound, what their other stores held when it started (those ready, as each
-/// conversion recorded them), and what every conversion of theirs running now has written
-/// (shared between them, so that conversions running side by side do not each take the
-/// whole bound). A source of a few KiB can make a store of hundreds of MiB, and one user's
-/// many stores could take all the room above the [`Reserve`], which every other user's
-/// conversions need.
+/// sees it: the bound, what the records of their other stores counted when it started, how
+/// the outcomes of their conversions recorded since changed that, and what every
+/// conversion of theirs running now has written. A source of a few KiB can make a store
+/// of hundreds of MiB, and one user's many stores could take all the room above the
+/// [`Reserve`], which every other user's conversions need.
 pub(crate) struct Allowance {
     owner: String,
     most: u64,
+    /// What the records of the owner's other stores counted when it started.
     held: u64,
-    writing: Writing,
+    /// The owner's [`Usage::recorded`] then.
+    recorded_at_start: i128,
+    ledger: Arc<Ledger>,
     /// What this conversion has written.
     written: std::sync::atomic::AtomicU64,
+    /// Whether [`Allowance::settle`] moved what it wrote to the records.
+    settled: std::sync::atomic::AtomicBool,
 }
 
 impl Allowance {
@@ -163,15 +239,23 @@ impl Allowance {
         }
     }
 
-    /// The allowance of a conversion of a store of `owner`, whose other stores hold `held`
-    /// bytes, under a bound of `most` bytes, with the other conversions `writing`.
-    pub(crate) fn new(owner: &str, most: u64, held: u64, writing: Writing) -> Self {
+    /// The allowance of a conversion of a store of `owner` under a bound of `most` bytes,
+    /// from where `ledger` stood when the records of the owner's other stores counted
+    /// `held` bytes ([`Ledger::snapshot`]).
+    pub(crate) fn new(
+        owner: &str,
+        most: u64,
+        (held, recorded_at_start): (u64, i128),
+        ledger: Arc<Ledger>,
+    ) -> Self {
         Allowance {
             owner: owner.to_string(),
             most,
             held,
-            writing,
+            recorded_at_start,
+            ledger,
             written: std::sync::atomic::AtomicU64::new(0),
+            settled: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -181,42 +265,63 @@ impl Allowance {
     /// Why not, when the owner's stores would then take more than the bound.
     fn take(&self, len: u64) -> Result<(), String> {
         let bytes = on_disk(len);
-        let mut writing = self.writing.lock();
-        let being_written = writing.get(&self.owner).copied().unwrap_or(0);
-        if self
-            .held
-            .saturating_add(being_written)
-            .saturating_add(bytes)
-            > self.most
-        {
+        let mut ledger = self.ledger.0.lock();
+        let usage = ledger.entry(self.owner.clone()).or_default();
+        let stored = (i128::from(self.held) + usage.recorded - self.recorded_at_start).max(0);
+        let total = stored + i128::from(usage.writing) + i128::from(bytes);
+        if total > i128::from(self.most) {
             return Err(format!(
                 "the stores of {:?} would take more than the {} one user's stores may take \
-                 (stores.max_user_mib; {} in stores ready, {} being written): this store is \
-                 not written further; removing stores no longer needed makes room",
+                 (stores.max_user_mib; {} in their other stores, {} being written): this \
+                 store is not written further; removing stores no longer needed makes room",
                 self.owner,
                 mib(self.most),
-                mib(self.held),
-                mib(being_written)
+                mib(u64::try_from(stored).unwrap_or(u64::MAX)),
+                mib(usage.writing)
             ));
         }
-        *writing.entry(self.owner.clone()).or_default() += bytes;
+        usage.writing = usage.writing.saturating_add(bytes);
         self.written
             .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
+
+    /// Records the conversion's outcome with `record` (which says whether it was recorded,
+    /// and if so, what the store's record counted before and counts now), under the
+    /// ledger's lock: what this conversion wrote is no longer being written, and the
+    /// change of the record is counted for the owner's other conversions, at once.
+    ///
+    /// # Errors
+    /// `record`'s; then what it wrote counts as written no longer (as when it is dropped).
+    pub(crate) fn settle<E>(
+        &self,
+        record: impl FnOnce() -> Result<Option<(u64, u64)>, E>,
+    ) -> Result<bool, E> {
+        let mut ledger = self.ledger.0.lock();
+        let recorded = record()?;
+        let usage = ledger.entry(self.owner.clone()).or_default();
+        if let Some((before, now)) = recorded {
+            usage.recorded += i128::from(now) - i128::from(before);
+        }
+        let written = self.written.load(std::sync::atomic::Ordering::Relaxed);
+        usage.writing = usage.writing.saturating_sub(written);
+        self.settled
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(recorded.is_some())
+    }
 }
 
 impl Drop for Allowance {
-    /// What this conversion wrote is no longer being written: its store's record counts it
-    /// now (the allowance is dropped once the outcome is recorded), or it was removed.
+    /// What a conversion that recorded no outcome wrote is no longer being written: it was
+    /// removed, or it is interrupted (and starts over).
     fn drop(&mut self) {
+        if *self.settled.get_mut() {
+            return;
+        }
         let written = *self.written.get_mut();
-        let mut writing = self.writing.lock();
-        if let Some(being_written) = writing.get_mut(&self.owner) {
-            *being_written = being_written.saturating_sub(written);
-            if *being_written == 0 {
-                writing.remove(&self.owner);
-            }
+        let mut ledger = self.ledger.0.lock();
+        if let Some(usage) = ledger.get_mut(&self.owner) {
+            usage.writing = usage.writing.saturating_sub(written);
         }
     }
 }
@@ -747,11 +852,12 @@ mod tests {
 
     #[test]
     fn conversions_of_one_user_running_together_share_the_users_allowance() {
-        let writing = Writing::default();
+        let ledger = Arc::new(Ledger::default());
         let most = 10 * 4096;
-        let first = Allowance::new("jane", most, 4 * 4096, Arc::clone(&writing));
-        let second = Allowance::new("jane", most, 4 * 4096, Arc::clone(&writing));
-        let other = Allowance::new("jane2", most, 0, Arc::clone(&writing));
+        let start = |owner: &str, held| ledger.snapshot(owner, || Ok::<_, ()>(held)).unwrap();
+        let first = Allowance::new("jane", most, start("jane", 4 * 4096), Arc::clone(&ledger));
+        let second = Allowance::new("jane", most, start("jane", 4 * 4096), Arc::clone(&ledger));
+        let other = Allowance::new("jane2", most, start("jane2", 0), Arc::clone(&ledger));
         // A file of one byte takes a block: 4 held, and 2 being written.
         first.take(1).unwrap();
         first.take(4096).unwrap();
@@ -765,12 +871,57 @@ mod tests {
         // Another user's stores are not counted with hers.
         other.take(most).unwrap();
         assert!(first.take(4 * 4096).is_err());
-        // What a conversion wrote is no longer being written once it is done.
+        // The first's outcome is recorded (its record counted nothing, now 2 blocks): what
+        // it wrote is no longer being written, and counts as what the records hold.
+        assert!(first.settle(|| Ok::<_, ()>(Some((0, 2 * 4096)))).unwrap());
         drop(first);
-        second.take(5 * 4096).unwrap();
-        drop(second);
-        drop(other);
-        assert!(writing.lock().is_empty());
+        // 4 held, 2 recorded since, 1 being written by the second: 3 more fit, 4 do not.
+        assert!(second.take(4 * 4096).is_err());
+        second.take(3 * 4096).unwrap();
+        // A conversion started now reads the first's record with the others.
+        let third = Allowance::new("jane", most, start("jane", 6 * 4096), Arc::clone(&ledger));
+        assert!(third.take(1).is_err());
+        // An outcome that is not recorded (the store was reloaded or removed meanwhile):
+        // what it wrote is no longer counted.
+        assert!(!second.settle(|| Ok::<_, ()>(None)).unwrap());
+        third.take(4096).unwrap();
+        drop((second, third, other));
+        let ledger = ledger.0.lock();
+        assert!(
+            ledger.values().all(|usage| usage.writing == 0),
+            "{ledger:?}"
+        );
+    }
+
+    #[test]
+    fn the_metadata_of_a_store_is_taken_from_its_owners_allowance_before_it_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Arc::new(Ledger::default());
+        let mut layout = StoreLayout::root(serde_json::Map::new());
+        for n in 0..10 {
+            layout
+                .documents
+                .insert(format!("v{n}/.zarray"), json!({"zarr_format": 2}));
+        }
+        // 13 documents (the root's two, ten arrays', `.zmetadata`) and 11 directories: 24
+        // blocks.
+        let reserve = |blocks: u64| Reserve {
+            bytes: 0,
+            allowance: Some(Arc::new(Allowance::new(
+                "jane",
+                blocks * 4096,
+                ledger.snapshot("jane", || Ok::<_, ()>(0)).unwrap(),
+                Arc::clone(&ledger),
+            ))),
+        };
+        let err = write_metadata(&layout, dir.path(), &reserve(23)).unwrap_err();
+        assert!(
+            err.starts_with("the stores of \"jane\" would take more"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        write_metadata(&layout, dir.path(), &reserve(24)).unwrap();
+        assert!(dir.path().join("v9/.zarray").exists());
     }
 
     #[test]

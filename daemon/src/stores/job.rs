@@ -47,6 +47,7 @@ impl Handler for ConvertJob {
             // Removed, or expired: this job is the one that deletes its data.
             if record.status == Status::Gone {
                 self.stores.delete_data(token)?;
+                self.stores.record_data_deleted(token)?;
             }
             return Ok(Outcome::Done(Batch::default()));
         }
@@ -60,8 +61,8 @@ impl Handler for ConvertJob {
         // Sources changed after this are not in this run's result.
         let started = std::time::SystemTime::now();
         let compressor = self.stores.config.compressor;
-        // Held until the outcome is recorded: what it wrote counts as being written until
-        // the record counts it.
+        // What it writes counts as being written until the outcome is recorded (or, when
+        // none is, until it is dropped).
         let allowance = self.stores.allowance(&record)?;
         let reserve = Reserve {
             allowance: allowance.clone(),
@@ -128,10 +129,8 @@ impl Handler for ConvertJob {
             // reads them (only a complete store's are read); a store reloaded or removed
             // meanwhile has a job that follows, whose first step forgets them.
             let keys = self.stores.listing(&record)?;
-            bytes = keys
-                .iter()
-                .map(|(_, size)| convert::write::on_disk(*size))
-                .fold(0, u64::saturating_add);
+            bytes =
+                convert::write::store_on_disk(keys.iter().map(|(key, size)| (key.as_str(), *size)));
             let mut batch = Batch::default();
             crate::tier::Tier::put_listing(&mut batch, token, &keys);
             self.stores.tier.put_manifest(&mut batch, token);
@@ -142,15 +141,22 @@ impl Handler for ConvertJob {
         // preparing and does nothing. Only while the store still prepares this conversion (or
         // a reload of the same unchanged sources and options): reloaded or removed otherwise,
         // and the job that follows converts again or deletes what this one wrote.
-        let recorded = self.stores.record_conversion_outcome(
-            &record,
-            started,
-            (status, &reason),
-            bytes,
-            now(),
-            Batch::default(),
-        )?;
-        drop(allowance);
+        let record_outcome = || {
+            self.stores.record_conversion_outcome(
+                &record,
+                started,
+                (status, &reason),
+                bytes,
+                now(),
+                Batch::default(),
+            )
+        };
+        // With the allowance settled at once: what it wrote moves from being written to
+        // what the record counts.
+        let recorded = match &allowance {
+            Some(allowance) => allowance.settle(record_outcome)?,
+            None => record_outcome()?.is_some(),
+        };
         if !recorded {
             tracing::info!(%token, "the store was reloaded or removed during its conversion");
         }

@@ -287,8 +287,10 @@ pub struct Stores {
     on_demand: read::OnDemand,
     /// Key listings, blob manifests and the cold tier.
     pub(crate) tier: Arc<crate::tier::Tier>,
-    /// Bytes written by the conversions running now, by owner ([`Allowance`]).
-    writing: crate::convert::write::Writing,
+    /// What the conversions running now have written, and how the outcomes recorded since
+    /// the start changed what the records count, by owner
+    /// ([`crate::convert::write::Allowance`]).
+    ledger: Arc<crate::convert::write::Ledger>,
 }
 
 /// A pre-signed share of a store (spec 2, endpoint 5).
@@ -338,7 +340,7 @@ impl Stores {
             records: parking_lot::Mutex::default(),
             on_demand: read::OnDemand::default(),
             tier,
-            writing: crate::convert::write::Writing::default(),
+            ledger: Arc::default(),
         };
         let moved = stores.store_sources_apart()?;
         if moved > 0 {
@@ -662,8 +664,8 @@ impl Stores {
                         updated: now,
                         last_read: existing.as_ref().map_or(0, |r| r.last_read),
                         conversion: existing.as_ref().map_or(1, |r| r.conversion + 1),
-                        // Its files are removed when its conversion starts.
-                        bytes: 0,
+                        // Its files stay until its conversion starts and records new ones.
+                        bytes: existing.as_ref().map_or(0, |r| r.bytes),
                     };
                     // The same sources each time (the token is made from them).
                     batch.put(
@@ -694,9 +696,10 @@ impl Stores {
     }
 
     /// What the owner of `record` may still write while it is converted (`None`: no
-    /// bound): `stores.max_user_mib`, less what the owner's other stores hold (ready or
-    /// archived alike: what was converted, wherever its bytes are now) and what the owner's
-    /// other conversions running now have written. Every record is read: once per
+    /// bound): `stores.max_user_mib`, less what the records of the owner's other stores
+    /// count (ready or archived, wherever its bytes are now; a reloaded store's files until
+    /// its conversion records new ones; a removed store's until its data is deleted) and
+    /// what the owner's conversions running now write. Every record is read: once per
     /// conversion.
     ///
     /// # Errors
@@ -709,22 +712,22 @@ impl Stores {
         if most == 0 {
             return Ok(None);
         }
-        let mut held = 0u64;
-        self.db.for_each(cf::STORES, |key, value| {
-            let other = self.decode_bare(token_of_key(key)?, value)?;
-            if other.owner == record.owner
-                && matches!(other.status, Status::Ready | Status::Archived)
-                && other.token != record.token
-            {
-                held = held.saturating_add(other.bytes);
-            }
-            Ok(true)
+        let snapshot = self.ledger.snapshot(&record.owner, || {
+            let mut held = 0u64;
+            self.db.for_each(cf::STORES, |key, value| {
+                let other = self.decode_bare(token_of_key(key)?, value)?;
+                if other.owner == record.owner && other.token != record.token {
+                    held = held.saturating_add(other.bytes);
+                }
+                Ok(true)
+            })?;
+            Ok::<_, Error>(held)
         })?;
         Ok(Some(Arc::new(crate::convert::write::Allowance::new(
             &record.owner,
             most,
-            held,
-            Arc::clone(&self.writing),
+            snapshot,
+            Arc::clone(&self.ledger),
         ))))
     }
 
@@ -866,13 +869,33 @@ impl Stores {
         mirrored
     }
 
+    /// Records that the data of the removed store `token` is deleted: its record no longer
+    /// counts its files against its owner's `stores.max_user_mib` (while it stays removed).
+    ///
+    /// # Errors
+    /// A read or write error or a corrupt record.
+    pub(crate) fn record_data_deleted(&self, token: Uuid) -> Result<()> {
+        let _record = self.records.lock();
+        if let Some(mut record) = self.record(token)?
+            && record.status == Status::Gone
+            && record.bytes != 0
+        {
+            record.bytes = 0;
+            let mut batch = Batch::default();
+            batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
+            self.db.write(batch)?;
+        }
+        Ok(())
+    }
+
     /// Records the outcome of a conversion run of store `token` that started at `started`
     /// from the record `run` (with `batch`, under the lock every change of a record takes,
     /// so that no other write puts back what it read before), while the store is still
     /// preparing that conversion, or a later one (a reload asked for during the run) of the
     /// same sources and options whose sources have not changed since the run started: that
     /// run's result is then the later conversion's too (so a store reloaded again and again
-    /// faster than it converts still becomes ready). `false` when not (converted again
+    /// faster than it converts still becomes ready), with the bytes of its files (`bytes`):
+    /// what the record counted before and counts now. `None` when not (converted again
     /// otherwise, or removed): nothing is written, and a reload's own job follows.
     ///
     /// # Errors
@@ -885,7 +908,7 @@ impl Stores {
         bytes: u64,
         now: i64,
         batch: Batch,
-    ) -> Result<bool> {
+    ) -> Result<Option<(u64, u64)>> {
         let (status, reason) = outcome;
         let _record = self.records.lock();
         match self.record(run.token)? {
@@ -894,11 +917,11 @@ impl Stores {
                     && (record.conversion == run.conversion
                         || same_work(&record, run, started)) =>
             {
-                record.bytes = bytes;
+                let before = std::mem::replace(&mut record.bytes, bytes);
                 self.write_outcome(&mut record, status, reason, now, batch)?;
-                Ok(true)
+                Ok(Some((before, bytes)))
             }
-            _ => Ok(false),
+            _ => Ok(None),
         }
     }
 

@@ -305,6 +305,7 @@ fn a_conversion_outcome_is_recorded_only_while_the_store_still_prepares_it() {
         stores
             .record_conversion_outcome(run, started, (Status::Ready, ""), 0, NOW, Batch::default())
             .unwrap()
+            .is_some()
     };
     assert!(!outcome(&record, started));
     let now = stores.record(record.token).unwrap().unwrap();
@@ -1000,7 +1001,7 @@ fn one_users_stores_take_at_most_their_bound_and_the_other_users_convert_as_befo
     assert!(
         third.reason.contains(&format!(
             "2.nc: the stores of \"jane\" would take more than the 1.0 MiB one user's stores \
-             may take (stores.max_user_mib; {:.1} MiB in stores ready, ",
+             may take (stores.max_user_mib; {:.1} MiB in their other stores, ",
             (first.bytes + second.bytes) as f64 / f64::from(1 << 20)
         )),
         "{}",
@@ -1011,19 +1012,37 @@ fn one_users_stores_take_at_most_their_bound_and_the_other_users_convert_as_befo
     // Another user's conversion of the same file is not held to hers.
     let johns = converted(&john, one(&paths[2]));
     assert_eq!(johns.status, Status::Ready, "{}", johns.reason);
-    // A store removed makes room.
+    let reload =
+        |path: &std::path::Path| format!(r#"{{"path": "{}", "reload": true}}"#, path.display());
+    // A store reloaded counts its files until its conversion records new ones, and a
+    // store removed until its data is deleted: both are still on disk.
+    let [reloaded] = stores
+        .request(&jane, &convert(&reload(&paths[1])), NOW)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    assert_eq!(
+        (reloaded.status, reloaded.bytes),
+        (Status::Preparing, second.bytes)
+    );
     stores
         .remove(first.token, "removed by its owner", NOW)
         .unwrap();
-    assert!(run_store_job(&stores, first.token));
-    let again = converted(
-        &jane,
-        format!(r#"{{"path": "{}", "reload": true}}"#, paths[2].display()),
+    let again = converted(&jane, reload(&paths[2]));
+    assert_eq!(again.status, Status::Failed, "{}", again.reason);
+    assert!(run_store_job(&stores, second.token));
+    assert_eq!(
+        stores.record(second.token).unwrap().unwrap().status,
+        Status::Ready
     );
+    // The removed store's data deleted, there is room.
+    assert!(run_store_job(&stores, first.token));
+    assert_eq!(stores.record(first.token).unwrap().unwrap().bytes, 0);
+    let again = converted(&jane, reload(&paths[2]));
     assert_eq!(again.token, third.token);
     assert_eq!(again.status, Status::Ready, "{}", again.reason);
     // Nothing is counted as being written once the conversions are done.
-    assert!(stores.writing.lock().is_empty());
+    assert_eq!(stores.ledger.writing("jane"), 0);
 }
 
 /// The store `caller` gets for the one file `path`.
