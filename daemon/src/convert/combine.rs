@@ -53,12 +53,6 @@ use crate::stores::request::{Aggregation, Compat, Concatenated, GroupBy, Join, M
 /// Grid dimension and coordinate names of the `grid` signature.
 const GRID: [&str; 6] = ["lat", "lon", "rlat", "rlon", "x", "y"];
 
-/// The most slabs of sources one concatenation describes (a variable's slab of each part,
-/// some 64 bytes each; 1,000 sources of 4,000 variables): the sources' variables are
-/// bounded together ([`super::metadata::MetadataBudget`]), but a concatenation describes
-/// each variable of any part once for every part.
-const MAX_SLABS: usize = 1 << 22;
-
 /// Elements compared at a time when checking that two variables agree.
 const COMPARE_ELEMENTS: u64 = 4 << 20;
 
@@ -76,6 +70,15 @@ pub(crate) trait Slabs {
         start: &[u64],
         count: &[u64],
     ) -> Result<Vec<u8>, String>;
+
+    /// Takes what describing `count` more slabs of the sources takes from what the
+    /// conversion's metadata may take ([`super::metadata::MetadataBudget`]): a
+    /// concatenation describes each variable of any part once for every part, so 1,000
+    /// sources of a few variables each but 4,000 in all would be 4 million slabs.
+    ///
+    /// # Errors
+    /// A sentence saying so, when there is not that much left.
+    fn describe(&mut self, count: usize) -> Result<(), String>;
 }
 
 /// One source's root group, as the combination sees it.
@@ -1222,16 +1225,15 @@ fn concat(
         }
     }
     // Each variable concatenated is described by a slab of each part.
-    let slabs_described = order.len().saturating_mul(parts.len());
-    if slabs_described > MAX_SLABS {
-        return Err(format!(
-            "concatenating {} sources of {} variables in all along {dim:?} would describe \
-             {slabs_described} slabs, more than the {MAX_SLABS} one store may be made of: \
-             fewer sources, or sources of fewer variables",
-            parts.len(),
-            order.len()
-        ));
-    }
+    slabs
+        .describe(order.len().saturating_mul(parts.len()))
+        .map_err(|e| {
+            format!(
+                "concatenating {} sources of {} variables in all along {dim:?}: {e}",
+                parts.len(),
+                order.len()
+            )
+        })?;
     let mut vars = Vec::with_capacity(order.len());
     for name in order {
         let present = &present_in[name];
@@ -1334,7 +1336,7 @@ fn concatenated_var(
             )
         })?;
     }
-    let mut pieces = Vec::new();
+    let mut pieces = Vec::with_capacity(parts.len());
     let mut start = 0;
     let mut having = present.iter().peekable();
     for (n, part) in parts.iter().enumerate() {
@@ -1587,13 +1589,21 @@ mod tests {
         }
     }
 
-    /// Reads each source's index as its number.
-    struct Numbered;
+    /// Reads each source's index as its number, with a conversion's whole budget.
+    struct Numbered(super::super::metadata::MetadataBudget);
 
     impl Slabs for Numbered {
         fn read(&mut self, n: usize, _: &str, _: &[u64], _: &[u64]) -> Result<Vec<u8>, String> {
             Ok((n as f64).to_le_bytes().to_vec())
         }
+
+        fn describe(&mut self, count: usize) -> Result<(), String> {
+            self.0.take_slabs(count)
+        }
+    }
+
+    fn numbered() -> Numbered {
+        Numbered(super::super::metadata::MetadataBudget::new())
     }
 
     fn along_time(name: &str) -> VarInfo {
@@ -1611,10 +1621,10 @@ mod tests {
     }
 
     #[test]
-    fn a_concatenation_describing_more_slabs_than_a_store_is_made_of_is_refused() {
+    fn a_concatenation_describing_more_slabs_than_a_conversion_may_is_refused() {
         // 1,000 sources, the first with 4,200 variables and the others with none but their
         // index: few variables in all, but each of the first's is described by a slab of
-        // every source, 4.2 million in all.
+        // every source, 4.2 million in all, 64 bytes each: more than the 256 MiB.
         let datasets: Vec<Dataset> = (0..1000)
             .map(|n| Dataset {
                 name: format!("s{n}.nc"),
@@ -1633,13 +1643,54 @@ mod tests {
             dim: Some("time".into()),
             group_by: None,
         };
-        let err = combine(&datasets, &aggregation, &mut Numbered).unwrap_err();
+        let Err(err) = combine(&datasets, &aggregation, &mut numbered()) else {
+            panic!("combined");
+        };
         assert!(
-            err.contains("concatenating 1000 sources of 4201 variables in all along \"time\" would describe 4201000 slabs"),
+            err.contains(
+                "concatenating 1000 sources of 4201 variables in all along \"time\": 4201000 \
+                 slabs of the sources"
+            ),
             "{err}"
         );
         // A tenth of them are combined.
-        let parts = combine(&datasets[..100], &aggregation, &mut Numbered).unwrap();
+        let parts = combine(&datasets[..100], &aggregation, &mut numbered()).unwrap();
         assert_eq!(parts[0].1.vars.len(), 4201);
+        // Combined in groups (by grid, as when combining them together fails), the groups'
+        // slabs are counted together: ten groups of 100 sources (each source of a group
+        // with its grid, `lat` of the group's length; the first with 4,200 variables,
+        // the others with one) are refused as one of 1,000 is.
+        let grouped = Aggregation {
+            group_by: Some(GroupBy::Grid),
+            ..aggregation
+        };
+        let datasets: Vec<Dataset> = (0..1000)
+            .map(|n| {
+                let group = n / 100;
+                let mut lat = along_time("lat");
+                lat.dims = vec![Dim {
+                    name: "lat".into(),
+                    len: group as u64 + 1,
+                }];
+                let own = if n % 100 == 0 { 4200 } else { 1 };
+                Dataset {
+                    name: format!("s{n}.nc"),
+                    attrs: Map::new(),
+                    vars: [along_time("time"), lat]
+                        .into_iter()
+                        .chain((0..own).map(|v| along_time(&format!("g{group}v{v}"))))
+                        .collect(),
+                }
+            })
+            .collect();
+        let Err(err) = combine(&datasets, &grouped, &mut numbered()) else {
+            panic!("combined");
+        };
+        // The first nine groups fit, and the tenth is refused.
+        assert!(
+            err.contains("group9: concatenating 100 sources of 4202 variables in all"),
+            "{err}"
+        );
+        assert!(err.contains("slabs of the sources"), "{err}");
     }
 }

@@ -615,6 +615,10 @@ const MAX_METADATA_BYTES: usize = 256 << 20;
 /// million variables, of all the sources of a conversion together.
 const VARIABLE_COST: usize = 256;
 
+/// What describing one slab of a source takes (a variable's part of a combined variable,
+/// [`super::combine::Piece`]): about its size in memory.
+const SLAB_COST: usize = 64;
+
 /// What is left of [`MAX_METADATA_BYTES`] for the metadata of one conversion.
 pub(crate) struct MetadataBudget {
     left: std::cell::Cell<usize>,
@@ -660,6 +664,21 @@ impl MetadataBudget {
         }
     }
 
+    /// Takes what describing `count` slabs of the sources takes ([`SLAB_COST`] each).
+    ///
+    /// # Errors
+    /// A sentence saying so, when there is not that much left.
+    pub(crate) fn take_slabs(&self, count: usize) -> Result<(), String> {
+        if self.take_bytes(count.saturating_mul(SLAB_COST)) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{count} slabs of the sources: {}",
+                self.exhausted()
+            ))
+        }
+    }
+
     fn take_bytes(&self, cost: usize) -> bool {
         match self.left.get().checked_sub(cost) {
             Some(left) => {
@@ -673,8 +692,9 @@ impl MetadataBudget {
     /// Why a conversion whose budget ran out fails.
     fn exhausted(&self) -> String {
         format!(
-            "the variables and attributes of the sources take more than the {} MiB they may \
-             take in all (a variable counts as {VARIABLE_COST} bytes and its names)",
+            "the metadata of the sources (their variables and attributes, and the slabs \
+             combining them describes) takes more than the {} MiB it may take in all (a \
+             variable counts as {VARIABLE_COST} bytes and its names, a slab as {SLAB_COST})",
             self.total >> 20
         )
     }

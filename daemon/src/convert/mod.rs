@@ -385,6 +385,10 @@ impl<'s> OpenSources<'s> {
 }
 
 impl combine::Slabs for OpenSources<'_> {
+    fn describe(&mut self, count: usize) -> Result<(), String> {
+        self.budget.take_slabs(count)
+    }
+
     fn read(
         &mut self,
         source: usize,

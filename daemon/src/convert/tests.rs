@@ -1043,7 +1043,7 @@ fn an_attribute_of_more_values_than_an_attribute_may_hold_fails_with_its_name() 
     let err = convert_lz4(&source, &dir.path().join("t"), &map(1)).unwrap_err();
     assert!(
         err.contains(
-            "attribute \"a8\": the variables and attributes of the sources take more than"
+            "attribute \"a8\": the metadata of the sources (their variables and attributes"
         ),
         "{err}"
     );
@@ -1077,7 +1077,7 @@ fn the_variables_of_all_the_sources_of_an_aggregation_are_bounded_together() {
     let err = slabs.dataset(1, &sources[1]).unwrap_err();
     assert!(
         err.starts_with(&format!(
-            "{}: variable \"a\": the variables and attributes of the sources take more than",
+            "{}: variable \"a\": the metadata of the sources (their variables and attributes",
             paths[1].display()
         )),
         "{err}"

@@ -167,62 +167,47 @@ pub(crate) fn store_on_disk<'a>(keys: impl Iterator<Item = (&'a str, u64)>) -> u
     bytes.saturating_add(on_disk(0).saturating_mul(directories.len() as u64))
 }
 
-/// What the conversions running now have written, and how what the stores hold has changed
-/// since the daemon started, by owner: shared by every conversion (see [`Allowance`]).
-#[derive(Default)]
-pub(crate) struct Ledger(parking_lot::Mutex<std::collections::HashMap<String, Usage>>);
-
-/// One owner's line of the [`Ledger`].
-#[derive(Debug, Default, Clone, Copy)]
-struct Usage {
-    /// What the owner's conversions running now have written.
-    writing: u64,
-    /// How much more the owner's store records count than when the daemon started, by the
-    /// outcomes of conversions recorded since ([`Allowance::settle`]).
-    recorded: i128,
-}
+/// What each owner's stores take on the hot tier, by owner: what their records count
+/// (`StoreRecord::bytes`, summed when the daemon starts and kept up as records change) and
+/// what their conversions running now have written. Shared by every conversion (see
+/// [`Allowance`]); an owner's line stays once made (one per user).
+#[derive(Debug, Default)]
+pub(crate) struct Ledger(parking_lot::Mutex<std::collections::HashMap<String, u64>>);
 
 impl Ledger {
-    /// `held()`, what the records of `owner`'s stores count now, with where the ledger
-    /// stood then: read together, under the ledger's lock, so that an outcome recorded
-    /// meanwhile is counted once, in one or the other.
-    ///
-    /// # Errors
-    /// `held`'s.
-    pub(crate) fn snapshot<E>(
-        &self,
-        owner: &str,
-        held: impl FnOnce() -> Result<u64, E>,
-    ) -> Result<(u64, i128), E> {
-        let usage = self.0.lock();
-        let held = held()?;
-        Ok((held, usage.get(owner).map_or(0, |u| u.recorded)))
+    /// Adds `bytes` of a store of `owner` that its record counts (at the start).
+    pub(crate) fn count(&self, owner: &str, bytes: u64) {
+        let mut ledger = self.0.lock();
+        let stored = ledger.entry(owner.to_string()).or_default();
+        *stored = stored.saturating_add(bytes);
     }
 
-    /// What `owner`'s conversions running now have written.
+    /// The record of a store of `owner` counted `before` bytes and counts `now`.
+    pub(crate) fn recorded(&self, owner: &str, (before, now): (u64, u64)) {
+        let mut ledger = self.0.lock();
+        let stored = ledger.entry(owner.to_string()).or_default();
+        *stored = stored.saturating_sub(before).saturating_add(now);
+    }
+
+    /// What `owner`'s stores take, as the ledger counts it.
     #[cfg(test)]
-    pub(crate) fn writing(&self, owner: &str) -> u64 {
-        self.0.lock().get(owner).map_or(0, |u| u.writing)
+    pub(crate) fn stored(&self, owner: &str) -> u64 {
+        self.0.lock().get(owner).copied().unwrap_or(0)
     }
 }
 
 /// What the stores of one user may take in all, as one conversion of one of their stores
-/// sees it: the bound, what the records of their other stores counted when it started, how
-/// the outcomes of their conversions recorded since changed that, and what every
-/// conversion of theirs running now has written. A source of a few KiB can make a store
-/// of hundreds of MiB, and one user's many stores could take all the room above the
-/// [`Reserve`], which every other user's conversions need.
+/// takes from it, file by file: the bound, against the [`Ledger`]'s line of the owner. A
+/// source of a few KiB can make a store of hundreds of MiB, and one user's many stores
+/// could take all the room above the [`Reserve`], which every other user's conversions
+/// need.
 pub(crate) struct Allowance {
     owner: String,
     most: u64,
-    /// What the records of the owner's other stores counted when it started.
-    held: u64,
-    /// The owner's [`Usage::recorded`] then.
-    recorded_at_start: i128,
     ledger: Arc<Ledger>,
     /// What this conversion has written.
     written: std::sync::atomic::AtomicU64,
-    /// Whether [`Allowance::settle`] moved what it wrote to the records.
+    /// Whether [`Allowance::settle`] handed what it wrote to its store's record.
     settled: std::sync::atomic::AtomicBool,
 }
 
@@ -239,20 +224,11 @@ impl Allowance {
         }
     }
 
-    /// The allowance of a conversion of a store of `owner` under a bound of `most` bytes,
-    /// from where `ledger` stood when the records of the owner's other stores counted
-    /// `held` bytes ([`Ledger::snapshot`]).
-    pub(crate) fn new(
-        owner: &str,
-        most: u64,
-        (held, recorded_at_start): (u64, i128),
-        ledger: Arc<Ledger>,
-    ) -> Self {
+    /// The allowance of a conversion of a store of `owner` under a bound of `most` bytes.
+    pub(crate) fn new(owner: &str, most: u64, ledger: Arc<Ledger>) -> Self {
         Allowance {
             owner: owner.to_string(),
             most,
-            held,
-            recorded_at_start,
             ledger,
             written: std::sync::atomic::AtomicU64::new(0),
             settled: std::sync::atomic::AtomicBool::new(false),
@@ -266,62 +242,51 @@ impl Allowance {
     fn take(&self, len: u64) -> Result<(), String> {
         let bytes = on_disk(len);
         let mut ledger = self.ledger.0.lock();
-        let usage = ledger.entry(self.owner.clone()).or_default();
-        let stored = (i128::from(self.held) + usage.recorded - self.recorded_at_start).max(0);
-        let total = stored + i128::from(usage.writing) + i128::from(bytes);
-        if total > i128::from(self.most) {
+        let stored = ledger.entry(self.owner.clone()).or_default();
+        if stored.saturating_add(bytes) > self.most {
             return Err(format!(
                 "the stores of {:?} would take more than the {} one user's stores may take \
-                 (stores.max_user_mib; {} in their other stores, {} being written): this \
-                 store is not written further; removing stores no longer needed makes room",
+                 (stores.max_user_mib; they take {}): this store is not written further; \
+                 removing stores no longer needed makes room",
                 self.owner,
                 mib(self.most),
-                mib(u64::try_from(stored).unwrap_or(u64::MAX)),
-                mib(usage.writing)
+                mib(*stored)
             ));
         }
-        usage.writing = usage.writing.saturating_add(bytes);
+        *stored += bytes;
         self.written
             .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
-    /// Records the conversion's outcome with `record` (which says whether it was recorded,
-    /// and if so, what the store's record counted before and counts now), under the
-    /// ledger's lock: what this conversion wrote is no longer being written, and the
-    /// change of the record is counted for the owner's other conversions, at once.
-    ///
-    /// # Errors
-    /// `record`'s; then what it wrote counts as written no longer (as when it is dropped).
-    pub(crate) fn settle<E>(
-        &self,
-        record: impl FnOnce() -> Result<Option<(u64, u64)>, E>,
-    ) -> Result<bool, E> {
-        let mut ledger = self.ledger.0.lock();
-        let recorded = record()?;
-        let usage = ledger.entry(self.owner.clone()).or_default();
-        if let Some((before, now)) = recorded {
-            usage.recorded += i128::from(now) - i128::from(before);
-        }
+    /// What this conversion wrote is counted by its store's record from now on, the
+    /// record having gone from counting `before` bytes to `now` (what the store's files
+    /// take, as they were listed).
+    pub(crate) fn settle(&self, (before, now): (u64, u64)) {
         let written = self.written.load(std::sync::atomic::Ordering::Relaxed);
-        usage.writing = usage.writing.saturating_sub(written);
+        let mut ledger = self.ledger.0.lock();
+        let stored = ledger.entry(self.owner.clone()).or_default();
+        *stored = stored
+            .saturating_sub(written)
+            .saturating_sub(before)
+            .saturating_add(now);
         self.settled
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        Ok(recorded.is_some())
     }
 }
 
 impl Drop for Allowance {
-    /// What a conversion that recorded no outcome wrote is no longer being written: it was
-    /// removed, or it is interrupted (and starts over).
+    /// What a conversion that handed nothing to its record wrote is no longer counted: a
+    /// conversion that stops for an error or for the daemon's shutdown leaves files its
+    /// next run removes first (or none).
     fn drop(&mut self) {
         if *self.settled.get_mut() {
             return;
         }
         let written = *self.written.get_mut();
         let mut ledger = self.ledger.0.lock();
-        if let Some(usage) = ledger.get_mut(&self.owner) {
-            usage.writing = usage.writing.saturating_sub(written);
+        if let Some(stored) = ledger.get_mut(&self.owner) {
+            *stored = stored.saturating_sub(written);
         }
     }
 }
@@ -854,43 +819,42 @@ mod tests {
     fn conversions_of_one_user_running_together_share_the_users_allowance() {
         let ledger = Arc::new(Ledger::default());
         let most = 10 * 4096;
-        let start = |owner: &str, held| ledger.snapshot(owner, || Ok::<_, ()>(held)).unwrap();
-        let first = Allowance::new("jane", most, start("jane", 4 * 4096), Arc::clone(&ledger));
-        let second = Allowance::new("jane", most, start("jane", 4 * 4096), Arc::clone(&ledger));
-        let other = Allowance::new("jane2", most, start("jane2", 0), Arc::clone(&ledger));
+        // Her other stores take 4 blocks.
+        ledger.count("jane", 4 * 4096);
+        let first = Allowance::new("jane", most, Arc::clone(&ledger));
+        let second = Allowance::new("jane", most, Arc::clone(&ledger));
+        let other = Allowance::new("jane2", most, Arc::clone(&ledger));
         // A file of one byte takes a block: 4 held, and 2 being written.
         first.take(1).unwrap();
         first.take(4096).unwrap();
         // 4 held, 2 being written by the first, and 5 more: past the 10.
         let err = second.take(5 * 4096).unwrap_err();
         assert!(
-            err.starts_with("the stores of \"jane\" would take more"),
+            err.starts_with("the stores of \"jane\" would take more than the 0.0 MiB"),
             "{err}"
         );
+        assert!(err.contains("they take 0.0 MiB"), "{err}");
         second.take(4096).unwrap();
         // Another user's stores are not counted with hers.
         other.take(most).unwrap();
         assert!(first.take(4 * 4096).is_err());
-        // The first's outcome is recorded (its record counted nothing, now 2 blocks): what
-        // it wrote is no longer being written, and counts as what the records hold.
-        assert!(first.settle(|| Ok::<_, ()>(Some((0, 2 * 4096)))).unwrap());
+        // The first's outcome is recorded: its store's files, listed, take 3 blocks (its
+        // directory with them), and its record counted none.
+        first.settle((0, 3 * 4096));
         drop(first);
-        // 4 held, 2 recorded since, 1 being written by the second: 3 more fit, 4 do not.
-        assert!(second.take(4 * 4096).is_err());
-        second.take(3 * 4096).unwrap();
-        // A conversion started now reads the first's record with the others.
-        let third = Allowance::new("jane", most, start("jane", 6 * 4096), Arc::clone(&ledger));
-        assert!(third.take(1).is_err());
-        // An outcome that is not recorded (the store was reloaded or removed meanwhile):
-        // what it wrote is no longer counted.
-        assert!(!second.settle(|| Ok::<_, ()>(None)).unwrap());
-        third.take(4096).unwrap();
-        drop((second, third, other));
-        let ledger = ledger.0.lock();
-        assert!(
-            ledger.values().all(|usage| usage.writing == 0),
-            "{ledger:?}"
-        );
+        assert_eq!(ledger.stored("jane"), 8 * 4096);
+        // 4 held, 3 recorded, 1 being written by the second: 2 more fit, 3 do not.
+        assert!(second.take(3 * 4096).is_err());
+        second.take(2 * 4096).unwrap();
+        // A conversion that records nothing (stopped by an error, or the daemon's
+        // shutdown) no longer counts what it wrote.
+        drop(second);
+        assert_eq!(ledger.stored("jane"), 7 * 4096);
+        // A store removed (4 blocks) makes room.
+        ledger.recorded("jane", (4 * 4096, 0));
+        assert_eq!(ledger.stored("jane"), 3 * 4096);
+        drop(other);
+        assert_eq!(ledger.stored("jane2"), 0);
     }
 
     #[test]
@@ -910,7 +874,6 @@ mod tests {
             allowance: Some(Arc::new(Allowance::new(
                 "jane",
                 blocks * 4096,
-                ledger.snapshot("jane", || Ok::<_, ()>(0)).unwrap(),
                 Arc::clone(&ledger),
             ))),
         };

@@ -47,7 +47,10 @@ impl Handler for ConvertJob {
             // Removed, or expired: this job is the one that deletes its data.
             if record.status == Status::Gone {
                 self.stores.delete_data(token)?;
-                self.stores.record_data_deleted(token)?;
+                let (owner, change) = self
+                    .stores
+                    .record_bytes(token, 0, |r| r.status == Status::Gone)?;
+                self.stores.count(&owner, change);
             }
             return Ok(Outcome::Done(Batch::default()));
         }
@@ -57,13 +60,15 @@ impl Handler for ConvertJob {
         self.stores.tier.forget_store(token)?;
         self.stores.cache.forget(token);
         remove_dir(&dir);
+        let (owner, change) = self.stores.record_bytes(token, 0, |_| true)?;
+        self.stores.count(&owner, change);
         tracing::info!(%token, sources = ?record.sources, "converting");
         // Sources changed after this are not in this run's result.
         let started = std::time::SystemTime::now();
         let compressor = self.stores.config.compressor;
-        // What it writes counts as being written until the outcome is recorded (or, when
-        // none is, until it is dropped).
-        let allowance = self.stores.allowance(&record)?;
+        // What it writes counts as being written until its store's record counts the files
+        // (or, when the conversion stops short, until it is dropped).
+        let allowance = self.stores.allowance(&record);
         let reserve = Reserve {
             allowance: allowance.clone(),
             ..Reserve::of(
@@ -141,22 +146,25 @@ impl Handler for ConvertJob {
         // preparing and does nothing. Only while the store still prepares this conversion (or
         // a reload of the same unchanged sources and options): reloaded or removed otherwise,
         // and the job that follows converts again or deletes what this one wrote.
-        let record_outcome = || {
-            self.stores.record_conversion_outcome(
-                &record,
-                started,
-                (status, &reason),
-                bytes,
-                now(),
-                Batch::default(),
-            )
+        let recorded = self.stores.record_conversion_outcome(
+            &record,
+            started,
+            (status, &reason),
+            bytes,
+            now(),
+            Batch::default(),
+        )?;
+        // Not recorded (reloaded or removed meanwhile): what it wrote stays until the job
+        // that follows removes it, and the record counts it until then.
+        let change = match recorded {
+            Some(change) => change,
+            None => self.stores.record_bytes(token, bytes, |_| true)?.1,
         };
-        // With the allowance settled at once: what it wrote moves from being written to
-        // what the record counts.
-        let recorded = match &allowance {
-            Some(allowance) => allowance.settle(record_outcome)?,
-            None => record_outcome()?.is_some(),
-        };
+        match &allowance {
+            Some(allowance) => allowance.settle(change),
+            None => self.stores.count(&record.owner, change),
+        }
+        let recorded = recorded.is_some();
         if !recorded {
             tracing::info!(%token, "the store was reloaded or removed during its conversion");
         }

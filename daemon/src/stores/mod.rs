@@ -138,9 +138,11 @@ pub struct StoreRecord {
     /// before it was kept read as 0, their conversion until the next.
     #[serde(default)]
     pub conversion: u64,
-    /// What its files took when its conversion finished, in bytes (0 until then, for a
-    /// store that failed, and for stores converted before this was kept): what counts
-    /// against its owner's `stores.max_user_mib`.
+    /// What its files take on the hot tier (in blocks, [`crate::convert::write::store_on_disk`]),
+    /// as recorded when its conversion ended: 0 while a conversion runs (which removes the
+    /// files first; what it writes is counted apart), after one failed, once its data is
+    /// deleted, and for stores converted before this was kept. What counts against its
+    /// owner's `stores.max_user_mib`.
     #[serde(default)]
     pub bytes: u64,
 }
@@ -287,9 +289,8 @@ pub struct Stores {
     on_demand: read::OnDemand,
     /// Key listings, blob manifests and the cold tier.
     pub(crate) tier: Arc<crate::tier::Tier>,
-    /// What the conversions running now have written, and how the outcomes recorded since
-    /// the start changed what the records count, by owner
-    /// ([`crate::convert::write::Allowance`]).
+    /// What each owner's stores take: what their records count, and what their conversions
+    /// running now have written ([`crate::convert::write::Allowance`]).
     ledger: Arc<crate::convert::write::Ledger>,
 }
 
@@ -359,9 +360,14 @@ impl Stores {
         Ok(stores)
     }
 
-    /// The stores the database records, and those of them that are ready (complete).
+    /// The stores the database records, and those of them that are ready (complete); counts
+    /// what each owner's stores take in the ledger.
     fn known_and_ready(&self) -> Result<(std::collections::HashSet<Uuid>, Vec<Uuid>)> {
         let records = self.list_bare()?;
+        // What each owner's stores take, kept up from here as records change.
+        for record in &records {
+            self.ledger.count(&record.owner, record.bytes);
+        }
         let known = records.iter().map(|record| record.token).collect();
         let ready = records
             .iter()
@@ -664,7 +670,7 @@ impl Stores {
                         updated: now,
                         last_read: existing.as_ref().map_or(0, |r| r.last_read),
                         conversion: existing.as_ref().map_or(1, |r| r.conversion + 1),
-                        // Its files stay until its conversion starts and records new ones.
+                        // Its files stay until its conversion starts.
                         bytes: existing.as_ref().map_or(0, |r| r.bytes),
                     };
                     // The same sources each time (the token is made from them).
@@ -696,39 +702,53 @@ impl Stores {
     }
 
     /// What the owner of `record` may still write while it is converted (`None`: no
-    /// bound): `stores.max_user_mib`, less what the records of the owner's other stores
-    /// count (ready or archived, wherever its bytes are now; a reloaded store's files until
-    /// its conversion records new ones; a removed store's until its data is deleted) and
-    /// what the owner's conversions running now write. Every record is read: once per
-    /// conversion.
-    ///
-    /// # Errors
-    /// The records cannot be read.
+    /// bound): `stores.max_user_mib`, against what the owner's stores take: what their
+    /// records count (what each store's files take, wherever its bytes are now, until they
+    /// are removed) and what the owner's conversions running now write.
     pub(crate) fn allowance(
         &self,
         record: &StoreRecord,
-    ) -> Result<Option<Arc<crate::convert::write::Allowance>>> {
+    ) -> Option<Arc<crate::convert::write::Allowance>> {
         let most = crate::convert::write::Allowance::most(self.config.max_user_mib, &self.root);
-        if most == 0 {
-            return Ok(None);
+        (most > 0).then(|| {
+            Arc::new(crate::convert::write::Allowance::new(
+                &record.owner,
+                most,
+                Arc::clone(&self.ledger),
+            ))
+        })
+    }
+
+    /// Records that the files of store `token` take `bytes` now, where its record is as
+    /// `when` says: what the record counted before and counts now, which the caller hands to
+    /// the ledger (as [`Stores::count`] does, or the conversion's allowance).
+    ///
+    /// # Errors
+    /// A read or write error or a corrupt record.
+    pub(crate) fn record_bytes(
+        &self,
+        token: Uuid,
+        bytes: u64,
+        when: impl FnOnce(&StoreRecord) -> bool,
+    ) -> Result<(String, (u64, u64))> {
+        let _record = self.records.lock();
+        match self.record(token)? {
+            Some(mut record) if when(&record) && record.bytes != bytes => {
+                let before = std::mem::replace(&mut record.bytes, bytes);
+                let mut batch = Batch::default();
+                batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
+                self.db.write(batch)?;
+                Ok((record.owner, (before, bytes)))
+            }
+            Some(record) => Ok((record.owner, (record.bytes, record.bytes))),
+            None => Ok((String::new(), (0, 0))),
         }
-        let snapshot = self.ledger.snapshot(&record.owner, || {
-            let mut held = 0u64;
-            self.db.for_each(cf::STORES, |key, value| {
-                let other = self.decode_bare(token_of_key(key)?, value)?;
-                if other.owner == record.owner && other.token != record.token {
-                    held = held.saturating_add(other.bytes);
-                }
-                Ok(true)
-            })?;
-            Ok::<_, Error>(held)
-        })?;
-        Ok(Some(Arc::new(crate::convert::write::Allowance::new(
-            &record.owner,
-            most,
-            snapshot,
-            Arc::clone(&self.ledger),
-        ))))
+    }
+
+    /// Counts in the ledger that a record of `owner`'s store went from counting `change.0`
+    /// bytes to `change.1`.
+    pub(crate) fn count(&self, owner: &str, change: (u64, u64)) {
+        self.ledger.recorded(owner, change);
     }
 
     /// Every store, in token order, without its sources ([`Stores::decode_bare`]).
@@ -869,25 +889,6 @@ impl Stores {
         mirrored
     }
 
-    /// Records that the data of the removed store `token` is deleted: its record no longer
-    /// counts its files against its owner's `stores.max_user_mib` (while it stays removed).
-    ///
-    /// # Errors
-    /// A read or write error or a corrupt record.
-    pub(crate) fn record_data_deleted(&self, token: Uuid) -> Result<()> {
-        let _record = self.records.lock();
-        if let Some(mut record) = self.record(token)?
-            && record.status == Status::Gone
-            && record.bytes != 0
-        {
-            record.bytes = 0;
-            let mut batch = Batch::default();
-            batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
-            self.db.write(batch)?;
-        }
-        Ok(())
-    }
-
     /// Records the outcome of a conversion run of store `token` that started at `started`
     /// from the record `run` (with `batch`, under the lock every change of a record takes,
     /// so that no other write puts back what it read before), while the store is still
@@ -945,8 +946,10 @@ impl Stores {
             .is_some_and(|next| next.seq != job);
         match self.record(token)? {
             Some(mut record) if record.status == Status::Preparing && !waiting => {
-                record.bytes = 0;
+                // Its files are removed.
+                let before = std::mem::take(&mut record.bytes);
                 self.write_outcome(&mut record, Status::Failed, reason, now, Batch::default())?;
+                self.count(&record.owner, (before, 0));
                 Ok(true)
             }
             _ => Ok(false),
