@@ -79,6 +79,26 @@ pub(crate) trait Slabs {
     /// # Errors
     /// A sentence saying so, when there is not that much left.
     fn describe(&mut self, count: usize) -> Result<(), String>;
+
+    /// What is left of what [`Slabs::describe`] takes from.
+    fn budget_left(&self) -> usize;
+
+    /// Gives back what was described since [`Slabs::budget_left`] said `left`.
+    fn give_back(&mut self, left: usize);
+}
+
+/// `attempt(slabs)`, with what it described given back when it fails: a way of combining
+/// that fails frees what it built, and the next way is tried.
+fn attempt<T>(
+    slabs: &mut dyn Slabs,
+    attempt: impl FnOnce(&mut dyn Slabs) -> Result<T, String>,
+) -> Result<T, String> {
+    let left = slabs.budget_left();
+    let result = attempt(slabs);
+    if result.is_err() {
+        slabs.give_back(left);
+    }
+    result
 }
 
 /// One source's root group, as the combination sees it.
@@ -287,7 +307,7 @@ pub(crate) fn combine(
     if let Some(key) = aggregation.group_by {
         return grouped(parts, key, aggregation, slabs, None);
     }
-    let direct = match aggregation.mode {
+    let direct = attempt(slabs, |slabs| match aggregation.mode {
         Mode::Auto => auto(parts.clone(), aggregation, slabs),
         Mode::Merge => merge(&parts, aggregation, slabs),
         Mode::Concat => {
@@ -297,7 +317,7 @@ pub(crate) fn combine(
                 None => Err("no dimension to concatenate along: the sources share none".into()),
             }
         }
-    };
+    });
     match direct {
         Ok(part) => Ok(vec![(String::new(), part)]),
         Err(reason) => grouped(parts, GroupBy::Grid, aggregation, slabs, Some(&reason)),
@@ -376,12 +396,14 @@ fn auto(
     aggregation: &Aggregation,
     slabs: &mut dyn Slabs,
 ) -> Result<Part, String> {
-    let by_coords = by_coords(parts.clone(), aggregation, slabs);
+    let by_coords = attempt(slabs, |slabs| by_coords(parts.clone(), aggregation, slabs));
     if by_coords.is_ok() {
         return by_coords;
     }
     if let Some(dim) = &aggregation.dim
-        && let Ok(part) = concat(&parts, dim, &combine_options(aggregation), slabs)
+        && let Ok(part) = attempt(slabs, |slabs| {
+            concat(&parts, dim, &combine_options(aggregation), slabs)
+        })
     {
         return Ok(part);
     }
@@ -1589,21 +1611,44 @@ mod tests {
         }
     }
 
-    /// Reads each source's index as its number, with a conversion's whole budget.
-    struct Numbered(super::super::metadata::MetadataBudget);
+    /// Reads a source's index as `index(n)`, source `n`, describing slabs from `budget`.
+    struct Sources {
+        budget: super::super::metadata::MetadataBudget,
+        index: fn(usize) -> Vec<f64>,
+    }
 
-    impl Slabs for Numbered {
+    impl Slabs for Sources {
         fn read(&mut self, n: usize, _: &str, _: &[u64], _: &[u64]) -> Result<Vec<u8>, String> {
-            Ok((n as f64).to_le_bytes().to_vec())
+            Ok((self.index)(n)
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect())
         }
 
         fn describe(&mut self, count: usize) -> Result<(), String> {
-            self.0.take_slabs(count)
+            self.budget.take_slabs(count)
+        }
+
+        fn budget_left(&self) -> usize {
+            self.budget.left()
+        }
+
+        fn give_back(&mut self, left: usize) {
+            self.budget.give_back(left);
         }
     }
 
-    fn numbered() -> Numbered {
-        Numbered(super::super::metadata::MetadataBudget::new())
+    /// Sources whose index is their number, with a conversion's whole budget.
+    fn numbered() -> Sources {
+        Sources {
+            budget: super::super::metadata::MetadataBudget::new(),
+            index: |n| vec![n as f64],
+        }
+    }
+
+    /// An aggregation as a request gives it.
+    fn aggregation(request: Value) -> Aggregation {
+        serde_json::from_value(request).unwrap()
     }
 
     fn along_time(name: &str) -> VarInfo {
@@ -1634,15 +1679,7 @@ mod tests {
                     .collect(),
             })
             .collect();
-        let aggregation = Aggregation {
-            mode: Mode::Concat,
-            join: None,
-            compat: None,
-            data_vars: None,
-            coords: None,
-            dim: Some("time".into()),
-            group_by: None,
-        };
+        let aggregation = aggregation(serde_json::json!({"mode": "concat", "dim": "time"}));
         let Err(err) = combine(&datasets, &aggregation, &mut numbered()) else {
             panic!("combined");
         };
@@ -1692,5 +1729,40 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("slabs of the sources"), "{err}");
+    }
+
+    #[test]
+    fn what_a_way_of_combining_that_fails_described_is_given_back_for_the_next() {
+        // Combining by coordinates describes 2 x 1,001 slabs (128,128 bytes) and then
+        // fails (the times overlap: not monotonic); concatenating in order describes as
+        // many again, and fits in 200,000 bytes only if the first attempt's are given back.
+        let datasets: Vec<Dataset> = (0..2)
+            .map(|n| Dataset {
+                name: format!("s{n}.nc"),
+                attrs: Map::new(),
+                vars: std::iter::once("time".to_string())
+                    .chain((0..1000).map(|v| format!("v{v}")))
+                    .map(|name| {
+                        let mut var = along_time(&name);
+                        var.dims[0].len = 2;
+                        var
+                    })
+                    .collect(),
+            })
+            .collect();
+        let aggregation = aggregation(serde_json::json!({"mode": "auto"}));
+        // Source `n`'s times are `n` and `n + 2`.
+        let mut slabs = Sources {
+            budget: super::super::metadata::MetadataBudget::of(200_000),
+            index: |n| vec![n as f64, n as f64 + 2.0],
+        };
+        let parts = match combine(&datasets, &aggregation, &mut slabs) {
+            Ok(parts) => parts,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(parts.len(), 1);
+        assert_eq!(parts[0].1.vars.len(), 1001);
+        assert_eq!(parts[0].1.vars[0].info.dims[0].len, 4);
+        assert_eq!(slabs.budget.left(), 200_000 - 2002 * 64);
     }
 }

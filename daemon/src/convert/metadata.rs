@@ -679,6 +679,16 @@ impl MetadataBudget {
         }
     }
 
+    /// What is left.
+    pub(crate) fn left(&self) -> usize {
+        self.left.get()
+    }
+
+    /// Gives back what was taken since [`MetadataBudget::left`] said `left`.
+    pub(crate) fn give_back(&self, left: usize) {
+        self.left.set(self.left.get().max(left));
+    }
+
     fn take_bytes(&self, cost: usize) -> bool {
         match self.left.get().checked_sub(cost) {
             Some(left) => {

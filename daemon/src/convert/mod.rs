@@ -389,6 +389,14 @@ impl combine::Slabs for OpenSources<'_> {
         self.budget.take_slabs(count)
     }
 
+    fn budget_left(&self) -> usize {
+        self.budget.left()
+    }
+
+    fn give_back(&mut self, left: usize) {
+        self.budget.give_back(left);
+    }
+
     fn read(
         &mut self,
         source: usize,

@@ -46,11 +46,18 @@ impl Handler for ConvertJob {
         if record.status != Status::Preparing {
             // Removed, or expired: this job is the one that deletes its data.
             if record.status == Status::Gone {
-                self.stores.delete_data(token)?;
-                let (owner, change) = self
-                    .stores
-                    .record_bytes(token, 0, |r| r.status == Status::Gone)?;
-                self.stores.count(&owner, change);
+                let deleted = self.stores.delete_data(token);
+                // Its files are gone once its directory is, or is empty (as when the copy
+                // of its manifest in the mirror could not be removed: the job runs again
+                // for that).
+                let dir = self.stores.dir(token);
+                if std::fs::read_dir(&dir).map_or(true, |mut entries| entries.next().is_none()) {
+                    let (owner, change) = self
+                        .stores
+                        .record_bytes(token, 0, |r| r.status == Status::Gone)?;
+                    self.stores.count(&owner, change);
+                }
+                deleted?;
             }
             return Ok(Outcome::Done(Batch::default()));
         }

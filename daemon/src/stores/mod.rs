@@ -139,10 +139,11 @@ pub struct StoreRecord {
     #[serde(default)]
     pub conversion: u64,
     /// What its files take on the hot tier (in blocks, [`crate::convert::write::store_on_disk`]),
-    /// as recorded when its conversion ended: 0 while a conversion runs (which removes the
-    /// files first; what it writes is counted apart), after one failed, once its data is
-    /// deleted, and for stores converted before this was kept. What counts against its
-    /// owner's `stores.max_user_mib`.
+    /// as its last conversion left them: set when a conversion ends (0 when it failed, and
+    /// for stores converted before this was kept), and 0 from when a conversion starts
+    /// (which removes the files first, and counts what it writes apart) and from when a
+    /// removed store's data is deleted. What counts against its owner's
+    /// `stores.max_user_mib`.
     #[serde(default)]
     pub bytes: u64,
 }

@@ -960,7 +960,7 @@ fn one_users_stores_take_at_most_their_bound_and_the_other_users_convert_as_befo
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
-    let (_queue, stores) = open_with(
+    let (queue, stores) = open_with(
         &dir.path().join("db"),
         vec![data.clone()],
         crate::config::MibOrAuto::Mib(1),
@@ -1041,9 +1041,15 @@ fn one_users_stores_take_at_most_their_bound_and_the_other_users_convert_as_befo
         .iter()
         .map(|token| stores.record(*token).unwrap().unwrap().bytes)
         .sum();
-    assert_eq!(
-        recorded,
-        stores.record(second.token).unwrap().unwrap().bytes + again.bytes
+    assert!(recorded > 0);
+    assert_eq!(stores.ledger.stored("jane"), recorded);
+    assert_eq!(stores.ledger.stored("jane2"), johns.bytes);
+    // A daemon started again counts them from the records.
+    drop((stores, queue));
+    let (_queue, stores) = open_with(
+        &dir.path().join("db"),
+        vec![data],
+        crate::config::MibOrAuto::Mib(1),
     );
     assert_eq!(stores.ledger.stored("jane"), recorded);
     assert_eq!(stores.ledger.stored("jane2"), johns.bytes);
