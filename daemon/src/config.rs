@@ -114,6 +114,21 @@ pub enum MibOrAuto {
     Mib(u64),
 }
 
+impl MibOrAuto {
+    /// The bytes it sets: its MiB, or, `auto`, what `auto` makes of the size in bytes of
+    /// the file system of `path` (`None`: it cannot be read).
+    pub fn bytes(self, path: &std::path::Path, auto: impl FnOnce(Option<u64>) -> u64) -> u64 {
+        match self {
+            MibOrAuto::Mib(mib) => mib.saturating_mul(1 << 20),
+            MibOrAuto::Auto => auto(
+                nix::sys::statvfs::statvfs(path)
+                    .ok()
+                    .map(|stat| stat.blocks().saturating_mul(stat.fragment_size())),
+            ),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for MibOrAuto {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]

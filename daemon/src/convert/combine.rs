@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::metadata::{Dtype, GroupInfo, VarInfo};
+use super::metadata::{Dtype, GroupInfo, MetadataBudget, VarInfo};
 use super::plan::Dim;
 use super::write::to_usize;
 use crate::stores::request::{Aggregation, Compat, Concatenated, GroupBy, Join, Mode};
@@ -71,20 +71,11 @@ pub(crate) trait Slabs {
         count: &[u64],
     ) -> Result<Vec<u8>, String>;
 
-    /// Takes what describing `count` more slabs of the sources takes from what the
-    /// conversion's metadata may take ([`super::metadata::MetadataBudget`]): a
+    /// What the conversion's metadata may still take, which the slabs a combination
+    /// describes take from too ([`super::metadata::MetadataBudget::take_slabs`]): a
     /// concatenation describes each variable of any part once for every part, so 1,000
     /// sources of a few variables each but 4,000 in all would be 4 million slabs.
-    ///
-    /// # Errors
-    /// A sentence saying so, when there is not that much left.
-    fn describe(&mut self, count: usize) -> Result<(), String>;
-
-    /// What is left of what [`Slabs::describe`] takes from.
-    fn budget_left(&self) -> usize;
-
-    /// Gives back what was described since [`Slabs::budget_left`] said `left`.
-    fn give_back(&mut self, left: usize);
+    fn budget(&self) -> &MetadataBudget;
 }
 
 /// `attempt(slabs)`, with what it described given back when it fails: a way of combining
@@ -93,10 +84,10 @@ fn attempt<T>(
     slabs: &mut dyn Slabs,
     attempt: impl FnOnce(&mut dyn Slabs) -> Result<T, String>,
 ) -> Result<T, String> {
-    let left = slabs.budget_left();
+    let left = slabs.budget().left();
     let result = attempt(slabs);
     if result.is_err() {
-        slabs.give_back(left);
+        slabs.budget().give_back(left);
     }
     result
 }
@@ -1248,7 +1239,8 @@ fn concat(
     }
     // Each variable concatenated is described by a slab of each part.
     slabs
-        .describe(order.len().saturating_mul(parts.len()))
+        .budget()
+        .take_slabs(order.len().saturating_mul(parts.len()))
         .map_err(|e| {
             format!(
                 "concatenating {} sources of {} variables in all along {dim:?}: {e}",
@@ -1613,7 +1605,7 @@ mod tests {
 
     /// Reads a source's index as `index(n)`, source `n`, describing slabs from `budget`.
     struct Sources {
-        budget: super::super::metadata::MetadataBudget,
+        budget: MetadataBudget,
         index: fn(usize) -> Vec<f64>,
     }
 
@@ -1625,23 +1617,15 @@ mod tests {
                 .collect())
         }
 
-        fn describe(&mut self, count: usize) -> Result<(), String> {
-            self.budget.take_slabs(count)
-        }
-
-        fn budget_left(&self) -> usize {
-            self.budget.left()
-        }
-
-        fn give_back(&mut self, left: usize) {
-            self.budget.give_back(left);
+        fn budget(&self) -> &MetadataBudget {
+            &self.budget
         }
     }
 
     /// Sources whose index is their number, with a conversion's whole budget.
     fn numbered() -> Sources {
         Sources {
-            budget: super::super::metadata::MetadataBudget::new(),
+            budget: MetadataBudget::new(),
             index: |n| vec![n as f64],
         }
     }
@@ -1753,7 +1737,7 @@ mod tests {
         let aggregation = aggregation(serde_json::json!({"mode": "auto"}));
         // Source `n`'s times are `n` and `n + 2`.
         let mut slabs = Sources {
-            budget: super::super::metadata::MetadataBudget::of(200_000),
+            budget: MetadataBudget::of(200_000),
             index: |n| vec![n as f64, n as f64 + 2.0],
         };
         let parts = match combine(&datasets, &aggregation, &mut slabs) {

@@ -385,16 +385,8 @@ impl<'s> OpenSources<'s> {
 }
 
 impl combine::Slabs for OpenSources<'_> {
-    fn describe(&mut self, count: usize) -> Result<(), String> {
-        self.budget.take_slabs(count)
-    }
-
-    fn budget_left(&self) -> usize {
-        self.budget.left()
-    }
-
-    fn give_back(&mut self, left: usize) {
-        self.budget.give_back(left);
+    fn budget(&self) -> &metadata::MetadataBudget {
+        &self.budget
     }
 
     fn read(

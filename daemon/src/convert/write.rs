@@ -51,16 +51,11 @@ pub(crate) fn write_metadata(
         .collect();
     documents.push((".zmetadata", layout.consolidated().to_string()));
     if let Some(allowance) = &reserve.allowance {
-        let directories: std::collections::HashSet<&str> = documents
-            .iter()
-            .map(|(key, _)| key.rsplit_once('/').map_or("", |(parent, _)| parent))
-            .collect();
-        for (_, text) in &documents {
-            allowance.take(text.len() as u64)?;
-        }
-        for _ in directories {
-            allowance.take(0)?;
-        }
+        allowance.take_on_disk(store_on_disk(
+            documents
+                .iter()
+                .map(|(key, text)| (*key, text.len() as u64)),
+        ))?;
     }
     for (key, text) in &documents {
         put_atomically(dir, key, text.as_bytes())?;
@@ -99,16 +94,11 @@ impl Reserve {
     /// hot tier (a test machine's, a site's first try) is not refused every conversion by a
     /// reserve sized for a large one.
     pub(crate) fn of(reserve: crate::config::MibOrAuto, stores: &Path) -> Reserve {
-        use crate::config::MibOrAuto;
-        let bytes = match reserve {
-            MibOrAuto::Mib(mib) => mib.saturating_mul(1 << 20),
-            MibOrAuto::Auto => {
-                nix::sys::statvfs::statvfs(stores).map_or(Self::DEFAULT_MOST, |stat| {
-                    (stat.blocks().saturating_mul(stat.fragment_size()) / 100)
-                        .min(Self::DEFAULT_MOST)
-                })
-            }
-        };
+        let bytes = reserve.bytes(stores, |size| {
+            size.map_or(Self::DEFAULT_MOST, |size| {
+                (size / 100).min(Self::DEFAULT_MOST)
+            })
+        });
         Reserve {
             bytes,
             allowance: None,
@@ -215,13 +205,7 @@ impl Allowance {
     /// The most one user's stores may take, in bytes, on the hot tier whose stores are in
     /// `stores` (0: no bound): as many MiB as set, or, `auto`, a quarter of the file system.
     pub(crate) fn most(setting: crate::config::MibOrAuto, stores: &Path) -> u64 {
-        use crate::config::MibOrAuto;
-        match setting {
-            MibOrAuto::Mib(mib) => mib.saturating_mul(1 << 20),
-            MibOrAuto::Auto => nix::sys::statvfs::statvfs(stores).map_or(0, |stat| {
-                stat.blocks().saturating_mul(stat.fragment_size()) / 4
-            }),
-        }
+        setting.bytes(stores, |size| size.map_or(0, |size| size / 4))
     }
 
     /// The allowance of a conversion of a store of `owner` under a bound of `most` bytes.
@@ -240,7 +224,14 @@ impl Allowance {
     /// # Errors
     /// Why not, when the owner's stores would then take more than the bound.
     fn take(&self, len: u64) -> Result<(), String> {
-        let bytes = on_disk(len);
+        self.take_on_disk(on_disk(len))
+    }
+
+    /// Takes `bytes` on disk for this conversion.
+    ///
+    /// # Errors
+    /// Why not, when the owner's stores would then take more than the bound.
+    fn take_on_disk(&self, bytes: u64) -> Result<(), String> {
         let mut ledger = self.ledger.0.lock();
         let stored = ledger.entry(self.owner.clone()).or_default();
         if stored.saturating_add(bytes) > self.most {

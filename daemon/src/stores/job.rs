@@ -52,10 +52,8 @@ impl Handler for ConvertJob {
                 // for that).
                 let dir = self.stores.dir(token);
                 if std::fs::read_dir(&dir).map_or(true, |mut entries| entries.next().is_none()) {
-                    let (owner, change) = self
-                        .stores
-                        .record_bytes(token, 0, |r| r.status == Status::Gone)?;
-                    self.stores.count(&owner, change);
+                    self.stores
+                        .record_files_removed(token, |r| r.status == Status::Gone)?;
                 }
                 deleted?;
             }
@@ -67,8 +65,7 @@ impl Handler for ConvertJob {
         self.stores.tier.forget_store(token)?;
         self.stores.cache.forget(token);
         remove_dir(&dir);
-        let (owner, change) = self.stores.record_bytes(token, 0, |_| true)?;
-        self.stores.count(&owner, change);
+        self.stores.record_files_removed(token, |_| true)?;
         tracing::info!(%token, sources = ?record.sources, "converting");
         // Sources changed after this are not in this run's result.
         let started = std::time::SystemTime::now();

@@ -746,6 +746,21 @@ impl Stores {
         }
     }
 
+    /// Records that the files of store `token` are removed, where its record is as `when`
+    /// says, and counts that in the ledger.
+    ///
+    /// # Errors
+    /// A read or write error or a corrupt record.
+    pub(crate) fn record_files_removed(
+        &self,
+        token: Uuid,
+        when: impl FnOnce(&StoreRecord) -> bool,
+    ) -> Result<()> {
+        let (owner, change) = self.record_bytes(token, 0, when)?;
+        self.count(&owner, change);
+        Ok(())
+    }
+
     /// Counts in the ledger that a record of `owner`'s store went from counting `change.0`
     /// bytes to `change.1`.
     pub(crate) fn count(&self, owner: &str, change: (u64, u64)) {
