@@ -462,9 +462,12 @@ impl<B: Backend> Tree<B> {
         if now.generation != store.generation {
             return Err(libc::ESTALE);
         }
-        self.write_inodes()
-            .current
-            .insert(now.token.clone(), now.clone());
+        // Each open asks: the lock that changes the tree is taken only for a change.
+        if self.read_inodes().current.get(&now.token) != Some(&now) {
+            self.write_inodes()
+                .current
+                .insert(now.token.clone(), now.clone());
+        }
         Ok(now)
     }
 

@@ -125,7 +125,7 @@ impl Backend for DaemonStores {
 
     fn store(&self, token: &str) -> Option<StoreEntry> {
         let token = Uuid::parse_str(token).ok()?;
-        let record = self.daemon.stores().record(token).ok()??;
+        let record = self.daemon.stores().shared_record(token).ok()??;
         record
             .is_complete()
             .then(|| entry(&self.accounts, &record, now()))
@@ -202,7 +202,7 @@ impl DaemonStores {
     ) -> Result<bytes::Bytes, i32> {
         let stores = self.daemon.stores();
         let record = stores
-            .record(token)
+            .shared_record(token)
             .map_err(|_| libc::EIO)?
             .ok_or(libc::ENOENT)?;
         if !record.is_complete() {
@@ -212,7 +212,7 @@ impl DaemonStores {
             return Err(libc::ESTALE);
         }
         let caller = Caller {
-            user: record.owner,
+            user: record.owner.clone(),
             admin: false,
         };
         let wait = if may_wait {
@@ -241,7 +241,11 @@ impl DaemonStores {
     /// Whether store `token` is complete and still its conversion `generation`; `EIO` when
     /// its record cannot be read.
     fn is_conversion(&self, token: Uuid, generation: u64) -> Result<bool, i32> {
-        let record = self.daemon.stores().record(token).map_err(|_| libc::EIO)?;
+        let record = self
+            .daemon
+            .stores()
+            .shared_record(token)
+            .map_err(|_| libc::EIO)?;
         Ok(record.is_some_and(|record| record.is_complete_conversion(generation)))
     }
 }

@@ -8,7 +8,7 @@ mod columns;
 mod postings;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options, WriteBatch, WriteOptions};
 
@@ -104,6 +104,9 @@ pub struct Db {
     /// The schema version of the data on disk: [`SCHEMA_VERSION`], or an older version that
     /// the catalogue migrates before it reads or writes records.
     schema: AtomicU32,
+    /// By family (in the order of [`cf::ALL`]), how many batches that wrote to it have been
+    /// applied ([`Db::writes`]).
+    writes: [AtomicU64; cf::ALL.len()],
 }
 
 /// A set of writes applied atomically by [`Db::write`].
@@ -191,6 +194,7 @@ impl Db {
             db,
             path: dir.to_path_buf(),
             schema: AtomicU32::new(SCHEMA_VERSION),
+            writes: Default::default(),
         };
         db.check_schema()?;
         Ok(db)
@@ -273,7 +277,12 @@ impl Db {
     /// A RocksDB write error; then nothing of the batch was applied.
     pub fn write(&self, batch: Batch) -> Result<()> {
         let mut wb = WriteBatch::default();
+        let mut written = [false; cf::ALL.len()];
         for op in batch.ops {
+            let family = match &op {
+                Op::Put(f, ..) | Op::Merge(f, ..) | Op::Delete(f, _) | Op::DeleteRange(f, ..) => f,
+            };
+            written[Self::family_index(family)] = true;
             match op {
                 Op::Put(f, k, v) => wb.put_cf(self.family(f), k, v),
                 Op::Merge(f, k, v) => wb.merge_cf(self.family(f), k, v),
@@ -283,7 +292,30 @@ impl Db {
         }
         let mut options = WriteOptions::default();
         options.set_sync(true);
-        Ok(self.db.write_opt(wb, &options)?)
+        let applied = self.db.write_opt(wb, &options);
+        // Counted after the write, failed or not (counting one too many costs a reader of
+        // `writes` a read it could have spared).
+        for (count, written) in self.writes.iter().zip(written) {
+            if written {
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        Ok(applied?)
+    }
+
+    /// How many batches that wrote to `family` have been applied since the database was
+    /// opened. A value read from `family` after this gave `n` is still the stored one while
+    /// this still gives `n`: what keeps decoded values in memory checks it instead of
+    /// reading them again.
+    pub fn writes(&self, family: &str) -> u64 {
+        self.writes[Self::family_index(family)].load(Ordering::SeqCst)
+    }
+
+    fn family_index(family: &str) -> usize {
+        cf::ALL
+            .iter()
+            .position(|name| *name == family)
+            .expect("every family is in cf::ALL")
     }
 
     /// Visits every entry of a family in key order; `visit` returns false to stop.
@@ -564,6 +596,34 @@ mod tests {
         assert!(
             matches!(err, Error::SchemaVersion { found: 99, .. }),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn writes_are_counted_by_each_family_they_touch() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let (stores, keys) = (db.writes(cf::STORES), db.writes(cf::KEYS));
+        let mut batch = Batch::default();
+        batch.put(cf::STORES, b"a".to_vec(), b"1".to_vec());
+        batch.put(cf::STORES, b"b".to_vec(), b"2".to_vec());
+        db.write(batch).unwrap();
+        assert_eq!(
+            (db.writes(cf::STORES), db.writes(cf::KEYS)),
+            (stores + 1, keys)
+        );
+        let mut batch = Batch::default();
+        batch.delete_prefixed(cf::KEYS, b"a");
+        batch.delete(cf::STORES, b"a".to_vec());
+        db.write(batch).unwrap();
+        assert_eq!(
+            (db.writes(cf::STORES), db.writes(cf::KEYS)),
+            (stores + 2, keys + 1)
+        );
+        db.write(Batch::default()).unwrap();
+        assert_eq!(
+            (db.writes(cf::STORES), db.writes(cf::KEYS)),
+            (stores + 2, keys + 1)
         );
     }
 

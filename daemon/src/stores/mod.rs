@@ -267,6 +267,9 @@ impl quick_cache::Weighter<Uuid, Arc<[String]>> for SourcesLength {
     }
 }
 
+/// How many decoded records [`Stores::shared_record`] keeps: those of the stores being read.
+const DECODED_RECORDS: usize = 4096;
+
 /// The stores of the daemon.
 pub struct Stores {
     db: Arc<Db>,
@@ -282,6 +285,9 @@ pub struct Stores {
     reads: sweep::Reads,
     /// The sources of stores read lately.
     sources: KeptSources,
+    /// The records of stores read lately through [`Stores::shared_record`], as decoded, each
+    /// with the count of writes to the records ([`Db::writes`]) when it was read.
+    decoded: quick_cache::sync::Cache<Uuid, (u64, Arc<StoreRecord>)>,
     /// Held by each read, change and write back of a store's record by a request or the
     /// sweep, so that none writes back a record read before another's write (a reload's
     /// new conversion put back as the one before it, say).
@@ -339,6 +345,7 @@ impl Stores {
                 KEPT_SOURCES_BYTES,
                 SourcesLength,
             ),
+            decoded: quick_cache::sync::Cache::new(DECODED_RECORDS),
             records: parking_lot::Mutex::default(),
             on_demand: read::OnDemand::default(),
             tier,
@@ -497,6 +504,43 @@ impl Stores {
             .transpose()
     }
 
+    /// As [`Stores::record`], shared: decoded once and kept while no record is written, so
+    /// that what reads a store (each open of a chunk through the mount, each key read) does
+    /// not read and decode its record again. A record written since is read again; one
+    /// being written now may still be seen as it was, as by a read an instant earlier, so
+    /// what changes a record reads it with [`Stores::record`].
+    ///
+    /// # Errors
+    /// A read error or a corrupt record.
+    pub fn shared_record(&self, token: Uuid) -> Result<Option<Arc<StoreRecord>>> {
+        // Counted before the read: a write applied after it makes the record read stale,
+        // and the count it leaves differs.
+        let writes = self.db.writes(cf::STORES);
+        let stored = match self.decoded.get(&token) {
+            Some((read_at, record)) if read_at == writes => record,
+            _ => {
+                let Some(value) = self.db.get(cf::STORES, token.as_bytes())? else {
+                    return Ok(None);
+                };
+                let record = StoreRecord::decode(token, &value)?;
+                let record = Arc::new(self.with_sources(record, true)?);
+                self.decoded.insert(token, (writes, Arc::clone(&record)));
+                record
+            }
+        };
+        // Its status as read now: the blobs of a store are archived and restored without a
+        // write to its record.
+        let status = self.status_as_read(&stored);
+        Ok(Some(if status == stored.status {
+            stored
+        } else {
+            Arc::new(StoreRecord {
+                status,
+                ..(*stored).clone()
+            })
+        }))
+    }
+
     /// As [`Stores::record`], without its sources ([`Stores::decode_bare`]).
     ///
     /// # Errors
@@ -582,10 +626,18 @@ impl Stores {
 
     /// `record` as it is read: status 3 when it is ready with an archived blob.
     fn as_read(&self, mut record: StoreRecord) -> StoreRecord {
-        if record.status == Status::Ready && self.tier.is_archived(record.token) {
-            record.status = Status::Archived;
-        }
+        record.status = self.status_as_read(&record);
         record
+    }
+
+    /// The status of `record` as it is read: archived (3) when it is ready with an archived
+    /// blob.
+    fn status_as_read(&self, record: &StoreRecord) -> Status {
+        if record.status == Status::Ready && self.tier.is_archived(record.token) {
+            Status::Archived
+        } else {
+            record.status
+        }
     }
 
     /// The record of a store that `caller` may read at `now`. A store the caller may not
@@ -595,8 +647,13 @@ impl Stores {
     /// # Errors
     /// [`Error::Unauthenticated`] without a caller, [`Error::NotFound`] with one, for an
     /// unknown or unreadable store; a read error.
-    pub fn readable(&self, caller: Option<&Caller>, token: Uuid, now: i64) -> Result<StoreRecord> {
-        match self.record(token)? {
+    pub fn readable(
+        &self,
+        caller: Option<&Caller>,
+        token: Uuid,
+        now: i64,
+    ) -> Result<Arc<StoreRecord>> {
+        match self.shared_record(token)? {
             Some(record) if record.readable_by(caller, now) => Ok(record),
             _ if caller.is_none() => Err(Error::unauthenticated(
                 "Not authenticated: the store is not public; send a bearer token",

@@ -468,7 +468,7 @@ impl Stores {
         conversion: u64,
         now: i64,
     ) -> Result<Option<std::fs::File>> {
-        let Some(record) = self.record(token)? else {
+        let Some(record) = self.shared_record(token)? else {
             return Ok(None);
         };
         if !record.is_complete_conversion(conversion)
@@ -494,7 +494,7 @@ impl Stores {
     /// conversion's, which the reader would have read anyway).
     fn may_keep_mapped(&self, token: Uuid, path: &std::path::Path) -> bool {
         std::fs::metadata(path).is_ok_and(|meta| meta.len() >= MAP_FROM_BYTES)
-            && matches!(self.record(token), Ok(Some(record)) if record.is_complete())
+            && matches!(self.shared_record(token), Ok(Some(record)) if record.is_complete())
     }
 
     /// Computes something of `record`'s store from its source, on a request: with one of the
@@ -601,8 +601,8 @@ impl Stores {
     }
 
     /// The record as it is stored now.
-    fn current(&self, record: &StoreRecord) -> Result<StoreRecord> {
-        self.record(record.token)?
+    fn current(&self, record: &StoreRecord) -> Result<Arc<StoreRecord>> {
+        self.shared_record(record.token)?
             .ok_or_else(|| Error::NotFound(Missing::Store(record.token.to_string())))
     }
 

@@ -603,7 +603,15 @@ fn a_record_is_read_as_it_is_stored_now_whatever_was_read_before() {
         batch.put(cf::STORES, token.as_bytes().to_vec(), record.encode());
         stores.db.write(batch).unwrap();
     };
-    assert_eq!(stores.record(token).unwrap().as_ref(), Some(&record));
+    // Read both ways: as stored, and shared (decoded before, and kept while no record is
+    // written).
+    let read = || {
+        let stored = stores.record(token).unwrap();
+        let shared = stores.shared_record(token).unwrap();
+        assert_eq!(shared.as_deref(), stored.as_ref());
+        stored
+    };
+    assert_eq!(read().as_ref(), Some(&record));
     // Stored bytes of the same length each time, a digit apart.
     for until in [NOW + 100, NOW + 200, NOW + 100] {
         let shared = StoreRecord {
@@ -611,14 +619,24 @@ fn a_record_is_read_as_it_is_stored_now_whatever_was_read_before() {
             ..record.clone()
         };
         store(&shared);
-        assert_eq!(stores.record(token).unwrap(), Some(shared));
+        assert_eq!(read(), Some(shared));
     }
     store(&record);
-    assert_eq!(stores.record(token).unwrap(), Some(record));
+    assert_eq!(read(), Some(record.clone()));
+    // A write of another store's record, or of another family, changes nothing read.
+    let mut batch = Batch::default();
+    batch.put(
+        cf::STORES,
+        Uuid::new_v4().as_bytes().to_vec(),
+        record.encode(),
+    );
+    batch.put(cf::META, b"unrelated".to_vec(), b"1".to_vec());
+    stores.db.write(batch).unwrap();
+    assert_eq!(read(), Some(record));
     let mut batch = Batch::default();
     batch.delete(cf::STORES, token.as_bytes().to_vec());
     stores.db.write(batch).unwrap();
-    assert_eq!(stores.record(token).unwrap(), None);
+    assert_eq!(read(), None);
 }
 
 #[test]
