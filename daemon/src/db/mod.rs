@@ -104,9 +104,16 @@ pub struct Db {
     /// The schema version of the data on disk: [`SCHEMA_VERSION`], or an older version that
     /// the catalogue migrates before it reads or writes records.
     schema: AtomicU32,
-    /// By family (in the order of [`cf::ALL`]), how many batches that wrote to it have been
-    /// applied ([`Db::writes`]).
-    writes: [AtomicU64; cf::ALL.len()],
+    /// The writes to each family ([`Db::writes`]).
+    writes: Box<Writes>,
+}
+
+/// By family (in the order of [`cf::ALL`]), how many batches that write to it have started,
+/// and how many of them have ended.
+#[derive(Default)]
+struct Writes {
+    started: [AtomicU64; cf::ALL.len()],
+    ended: [AtomicU64; cf::ALL.len()],
 }
 
 /// A set of writes applied atomically by [`Db::write`].
@@ -194,7 +201,7 @@ impl Db {
             db,
             path: dir.to_path_buf(),
             schema: AtomicU32::new(SCHEMA_VERSION),
-            writes: Default::default(),
+            writes: Box::default(),
         };
         db.check_schema()?;
         Ok(db)
@@ -290,25 +297,35 @@ impl Db {
                 Op::DeleteRange(f, from, to) => wb.delete_range_cf(self.family(f), from, to),
             }
         }
+        let counts = || {
+            (self.writes.started.iter().zip(&self.writes.ended))
+                .zip(written)
+                .filter_map(|(counts, written)| written.then_some(counts))
+        };
+        for (started, _) in counts() {
+            started.fetch_add(1, Ordering::SeqCst);
+        }
         let mut options = WriteOptions::default();
         options.set_sync(true);
         let applied = self.db.write_opt(wb, &options);
-        // Counted after the write, failed or not (counting one too many costs a reader of
+        // Ended, applied or not (a write counted that was not applied costs a reader of
         // `writes` a read it could have spared).
-        for (count, written) in self.writes.iter().zip(written) {
-            if written {
-                count.fetch_add(1, Ordering::SeqCst);
-            }
+        for (_, ended) in counts() {
+            ended.fetch_add(1, Ordering::SeqCst);
         }
         Ok(applied?)
     }
 
     /// How many batches that wrote to `family` have been applied since the database was
-    /// opened. A value read from `family` after this gave `n` is still the stored one while
-    /// this still gives `n`: what keeps decoded values in memory checks it instead of
-    /// reading them again.
-    pub fn writes(&self, family: &str) -> u64 {
-        self.writes[Self::family_index(family)].load(Ordering::SeqCst)
+    /// opened, or `None` while one is being written. A value read from `family` after this
+    /// gave `Some(n)` is the stored one as long as this gives `Some(n)`: what keeps decoded
+    /// values in memory asks this instead of reading them again.
+    pub fn writes(&self, family: &str) -> Option<u64> {
+        let family = Self::family_index(family);
+        // Ended first: a write that starts between the two reads makes them differ.
+        let ended = self.writes.ended[family].load(Ordering::SeqCst);
+        let started = self.writes.started[family].load(Ordering::SeqCst);
+        (started == ended).then_some(ended)
     }
 
     fn family_index(family: &str) -> usize {
@@ -610,7 +627,7 @@ mod tests {
         db.write(batch).unwrap();
         assert_eq!(
             (db.writes(cf::STORES), db.writes(cf::KEYS)),
-            (stores + 1, keys)
+            (stores.map(|n| n + 1), keys)
         );
         let mut batch = Batch::default();
         batch.delete_prefixed(cf::KEYS, b"a");
@@ -618,12 +635,12 @@ mod tests {
         db.write(batch).unwrap();
         assert_eq!(
             (db.writes(cf::STORES), db.writes(cf::KEYS)),
-            (stores + 2, keys + 1)
+            (stores.map(|n| n + 2), keys.map(|n| n + 1))
         );
         db.write(Batch::default()).unwrap();
         assert_eq!(
             (db.writes(cf::STORES), db.writes(cf::KEYS)),
-            (stores + 2, keys + 1)
+            (stores.map(|n| n + 2), keys.map(|n| n + 1))
         );
     }
 

@@ -187,7 +187,7 @@ impl Stores {
     /// # Errors
     /// A read error.
     pub fn listed_entry(&self, token: Uuid, dir: &str, name: &str) -> Result<Option<Listed>> {
-        match self.record(token)? {
+        match self.shared_record(token)? {
             Some(record) if record.is_complete() => self.tier.listed_entry(token, dir, name),
             _ => Ok(None),
         }
@@ -206,7 +206,7 @@ impl Stores {
         from: &str,
         most: usize,
     ) -> Result<ListedPage> {
-        match self.record(token)? {
+        match self.shared_record(token)? {
             Some(record) if record.is_complete() => {
                 self.tier.listed_entries(token, dir, from, most)
             }

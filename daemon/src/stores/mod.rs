@@ -267,8 +267,23 @@ impl quick_cache::Weighter<Uuid, Arc<[String]>> for SourcesLength {
     }
 }
 
-/// How many decoded records [`Stores::shared_record`] keeps: those of the stores being read.
-const DECODED_RECORDS: usize = 4096;
+/// Decoded records by store, each with the count of writes to the records when it was read,
+/// weighed by their bytes (their sources, held by them, among them).
+type DecodedRecords = quick_cache::sync::Cache<Uuid, (u64, Arc<StoreRecord>), RecordLength>;
+
+/// The most bytes of decoded records kept by [`Stores::shared_record`]: those of the stores
+/// being read (a record is some 1 KiB, and an aggregation's sources some 100 KiB).
+const DECODED_RECORDS_BYTES: u64 = 32 << 20;
+
+/// Weighs a decoded record by its bytes, about.
+#[derive(Clone)]
+struct RecordLength;
+
+impl quick_cache::Weighter<Uuid, (u64, Arc<StoreRecord>)> for RecordLength {
+    fn weight(&self, token: &Uuid, (_, record): &(u64, Arc<StoreRecord>)) -> u64 {
+        1024 + SourcesLength.weight(token, &record.sources)
+    }
+}
 
 /// The stores of the daemon.
 pub struct Stores {
@@ -287,7 +302,7 @@ pub struct Stores {
     sources: KeptSources,
     /// The records of stores read lately through [`Stores::shared_record`], as decoded, each
     /// with the count of writes to the records ([`Db::writes`]) when it was read.
-    decoded: quick_cache::sync::Cache<Uuid, (u64, Arc<StoreRecord>)>,
+    decoded: DecodedRecords,
     /// Held by each read, change and write back of a store's record by a request or the
     /// sweep, so that none writes back a record read before another's write (a reload's
     /// new conversion put back as the one before it, say).
@@ -345,7 +360,11 @@ impl Stores {
                 KEPT_SOURCES_BYTES,
                 SourcesLength,
             ),
-            decoded: quick_cache::sync::Cache::new(DECODED_RECORDS),
+            decoded: quick_cache::sync::Cache::with_weighter(
+                4096,
+                DECODED_RECORDS_BYTES,
+                RecordLength,
+            ),
             records: parking_lot::Mutex::default(),
             on_demand: read::OnDemand::default(),
             tier,
@@ -436,12 +455,11 @@ impl Stores {
         wait: std::time::Duration,
     ) -> Result<read::KeyBytes> {
         self.share_key.verify(sig, token, now)?;
-        let owner = self
-            .record(token)?
-            .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?
-            .owner;
+        let record = self
+            .shared_record(token)?
+            .ok_or_else(|| Error::NotFound(Missing::Store(token.to_string())))?;
         let caller = Caller {
-            user: owner,
+            user: record.owner.clone(),
             admin: false,
         };
         self.read(Some(&caller), token, key, now, wait)
@@ -513,18 +531,20 @@ impl Stores {
     /// # Errors
     /// A read error or a corrupt record.
     pub fn shared_record(&self, token: Uuid) -> Result<Option<Arc<StoreRecord>>> {
-        // Counted before the read: a write applied after it makes the record read stale,
-        // and the count it leaves differs.
+        // Counted before the read: a write applied after it, or under way, makes the record
+        // read stale, and the count differs.
         let writes = self.db.writes(cf::STORES);
         let stored = match self.decoded.get(&token) {
-            Some((read_at, record)) if read_at == writes => record,
+            Some((read_at, record)) if writes.is_some_and(|writes| writes == read_at) => record,
             _ => {
                 let Some(value) = self.db.get(cf::STORES, token.as_bytes())? else {
                     return Ok(None);
                 };
                 let record = StoreRecord::decode(token, &value)?;
                 let record = Arc::new(self.with_sources(record, true)?);
-                self.decoded.insert(token, (writes, Arc::clone(&record)));
+                if let Some(writes) = writes {
+                    self.decoded.insert(token, (writes, Arc::clone(&record)));
+                }
                 record
             }
         };

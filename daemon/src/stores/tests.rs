@@ -612,6 +612,10 @@ fn a_record_is_read_as_it_is_stored_now_whatever_was_read_before() {
         stored
     };
     assert_eq!(read().as_ref(), Some(&record));
+    // Read again with no write between: the record decoded before.
+    let first = stores.shared_record(token).unwrap().unwrap();
+    let again = stores.shared_record(token).unwrap().unwrap();
+    assert!(Arc::ptr_eq(&first, &again));
     // Stored bytes of the same length each time, a digit apart.
     for until in [NOW + 100, NOW + 200, NOW + 100] {
         let shared = StoreRecord {
