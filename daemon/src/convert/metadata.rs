@@ -216,11 +216,12 @@ const MAX_ARRAYS: usize = 100_000;
 /// never end being written.
 const MAX_STORE_CHUNKS: u64 = 20_000_000;
 
-/// The largest chunk of a store, in bytes of values: the largest `chunk_size` (512 MiB)
-/// with the plan's overshoot, and then some. A variable that runs along one dimension
+/// The largest chunk of a store, in bytes of values (or of its strings, counted as they are
+/// read: [`super::write::chunk_strings`]): the largest `chunk_size` (512 MiB) with the
+/// plan's overshoot, and then some. A variable that runs along one dimension
 /// several times (`v(time, time, time)`, which NetCDF allows) can make a plan's chunk far
 /// larger, and reading it would take more memory than there is.
-const MAX_CHUNK_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_CHUNK_BYTES: u64 = 1 << 30;
 
 /// The number of chunks of an array of `shape` in chunks of `chunks`.
 fn chunk_count(shape: &[u64], chunks: &[u64]) -> u64 {

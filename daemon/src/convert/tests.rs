@@ -515,6 +515,16 @@ fn string_variables_become_vlen_utf8_arrays_with_every_string() {
         write::ChunkValues::Strings(strings) => assert_eq!(strings, ["c12", ""]),
         write::ChunkValues::Fixed(_) => panic!("strings are read as strings"),
     }
+    // The strings of a chunk are bounded together as they are read: "c00" and "c01" take 6
+    // bytes.
+    assert!(write::chunk_strings(&variable, &codes, &[0, 0], 6).is_ok());
+    let refused = write::chunk_strings(&variable, &codes, &[0, 0], 5)
+        .err()
+        .expect("strings past the bound are refused");
+    assert!(
+        refused.contains("codes chunk [0, 0]") && refused.contains("strings take more than"),
+        "{refused}"
+    );
 }
 
 /// A NetCDF-4 file whose variables are stored in every way the daemon decodes itself:

@@ -18,7 +18,7 @@ use zarrs::array::{
 use zarrs::metadata::v2::ArrayMetadataV2;
 use zarrs::storage::store::MemoryStore;
 
-use super::metadata::{ArrayLayout, Dtype, StoreLayout};
+use super::metadata::{ArrayLayout, Dtype, MAX_CHUNK_BYTES, StoreLayout};
 use super::stored::{Pieces, StoredArray, StoredFile};
 use crate::jobs::Stop;
 
@@ -684,7 +684,7 @@ pub(crate) fn chunk_values(
 ) -> Result<ChunkValues, String> {
     let failed = |e: netcdf::Error| format!("{} chunk {index:?}: {e}", array.path);
     if array.dtype == Dtype::String {
-        return chunk_strings(variable, array, index).map_err(failed);
+        return chunk_strings(variable, array, index, MAX_CHUNK_BYTES);
     }
     if array.shape.is_empty() {
         return variable
@@ -735,18 +735,24 @@ pub(crate) fn chunk_extent(array: &ArrayLayout, index: &[u64]) -> (Vec<u64>, Vec
 }
 
 /// The strings of chunk `index` of a string array, read one by one (the library hands out
-/// strings only as C pointers in bulk, and string variables are small), with empty strings
-/// past the array's edges.
-fn chunk_strings(
+/// strings only as C pointers in bulk), with empty strings past the array's edges; refused
+/// once they take more than `most` bytes. What one string takes is bounded by its file, but
+/// not what a chunk's take together: in HDF5 every element may point at one large string.
+pub(crate) fn chunk_strings(
     variable: &Variable,
     array: &ArrayLayout,
     index: &[u64],
-) -> netcdf::Result<ChunkValues> {
+    most: u64,
+) -> Result<ChunkValues, String> {
+    let failed = |e: netcdf::Error| format!("{} chunk {index:?}: {e}", array.path);
     if array.shape.is_empty() {
-        return Ok(ChunkValues::Strings(vec![variable.get_string(..)?]));
+        return Ok(ChunkValues::Strings(vec![
+            variable.get_string(..).map_err(failed)?,
+        ]));
     }
     let total: u64 = array.chunks.iter().product();
     let mut strings = Vec::with_capacity(to_usize(total));
+    let mut taken: u64 = 0;
     for n in 0..total {
         // The position of element `n` of the chunk in the array.
         let mut rest = n;
@@ -759,11 +765,20 @@ fn chunk_strings(
             .iter()
             .zip(&array.shape)
             .all(|(p, len)| (*p as u64) < *len);
-        strings.push(if inside {
-            variable.get_string(position.as_slice())?
+        let string = if inside {
+            variable.get_string(position.as_slice()).map_err(failed)?
         } else {
             String::new()
-        });
+        };
+        taken = taken.saturating_add(string.len() as u64);
+        if taken > most {
+            return Err(format!(
+                "{} chunk {index:?}: its strings take more than the {} MiB a chunk may hold",
+                array.path,
+                most >> 20
+            ));
+        }
+        strings.push(string);
     }
     Ok(ChunkValues::Strings(strings))
 }
