@@ -516,9 +516,10 @@ fn string_variables_become_vlen_utf8_arrays_with_every_string() {
         write::ChunkValues::Fixed(_) => panic!("strings are read as strings"),
     }
     // The strings of a chunk are bounded together as they are read: "c00" and "c01" take 6
-    // bytes.
-    assert!(write::chunk_strings(&variable, &codes, &[0, 0], 6).is_ok());
-    let refused = write::chunk_strings(&variable, &codes, &[0, 0], 5)
+    // bytes, and two strings in the list.
+    let taken = 6 + 2 * std::mem::size_of::<String>() as u64;
+    assert!(write::chunk_strings(&variable, &codes, &[0, 0], taken).is_ok());
+    let refused = write::chunk_strings(&variable, &codes, &[0, 0], taken - 1)
         .err()
         .expect("strings past the bound are refused");
     assert!(

@@ -736,8 +736,9 @@ pub(crate) fn chunk_extent(array: &ArrayLayout, index: &[u64]) -> (Vec<u64>, Vec
 
 /// The strings of chunk `index` of a string array, read one by one (the library hands out
 /// strings only as C pointers in bulk), with empty strings past the array's edges; refused
-/// once they take more than `most` bytes. What one string takes is bounded by its file, but
-/// not what a chunk's take together: in HDF5 every element may point at one large string.
+/// once they take more than `most` bytes in memory. What one string takes is bounded by its
+/// file, but not what a chunk's take together: in HDF5 every element may point at one large
+/// string.
 pub(crate) fn chunk_strings(
     variable: &Variable,
     array: &ArrayLayout,
@@ -751,7 +752,8 @@ pub(crate) fn chunk_strings(
         ]));
     }
     let total: u64 = array.chunks.iter().product();
-    let mut strings = Vec::with_capacity(to_usize(total));
+    // Grown as the strings are read: a chunk of strings may claim more elements than fit.
+    let mut strings = Vec::new();
     let mut taken: u64 = 0;
     for n in 0..total {
         // The position of element `n` of the chunk in the array.
@@ -770,7 +772,8 @@ pub(crate) fn chunk_strings(
         } else {
             String::new()
         };
-        taken = taken.saturating_add(string.len() as u64);
+        // Each string's bytes, and the string itself in the chunk's list.
+        taken = taken.saturating_add((string.len() + std::mem::size_of::<String>()) as u64);
         if taken > most {
             return Err(format!(
                 "{} chunk {index:?}: its strings take more than the {} MiB a chunk may hold",
