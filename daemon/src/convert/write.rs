@@ -736,9 +736,10 @@ pub(crate) fn chunk_extent(array: &ArrayLayout, index: &[u64]) -> (Vec<u64>, Vec
 
 /// The strings of chunk `index` of a string array, read one by one (the library hands out
 /// strings only as C pointers in bulk), with empty strings past the array's edges; refused
-/// once they take more than `most` bytes in memory. What one string takes is bounded by its
-/// file, but not what a chunk's take together: in HDF5 every element may point at one large
-/// string.
+/// once they take more than `most` bytes in memory: in HDF5 every element may point at one
+/// large string. This bounds what the strings read take together, not one read: HDF5
+/// allocates the length an element claims before it reads the string, however short the
+/// string is, so one claimed length can still cost that much memory inside the library.
 pub(crate) fn chunk_strings(
     variable: &Variable,
     array: &ArrayLayout,
