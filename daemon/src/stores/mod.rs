@@ -524,9 +524,9 @@ impl Stores {
 
     /// As [`Stores::record`], shared: decoded once and kept while no record is written, so
     /// that what reads a store (each open of a chunk through the mount, each key read) does
-    /// not read and decode its record again. A record written since is read again; one
-    /// being written now may still be seen as it was, as by a read an instant earlier, so
-    /// what changes a record reads it with [`Stores::record`].
+    /// not read and decode its record again. A record written since, or being written, is
+    /// read again; one whose write starts just after this looked is seen as it was, as by a
+    /// read an instant earlier, so what changes a record reads it with [`Stores::record`].
     ///
     /// # Errors
     /// A read error or a corrupt record.
@@ -537,10 +537,9 @@ impl Stores {
         let stored = match self.decoded.get(&token) {
             Some((read_at, record)) if writes.is_some_and(|writes| writes == read_at) => record,
             _ => {
-                let Some(value) = self.db.get(cf::STORES, token.as_bytes())? else {
+                let Some(record) = self.stored(token)? else {
                     return Ok(None);
                 };
-                let record = StoreRecord::decode(token, &value)?;
                 let record = Arc::new(self.with_sources(record, true)?);
                 if let Some(writes) = writes {
                     self.decoded.insert(token, (writes, Arc::clone(&record)));
@@ -566,9 +565,15 @@ impl Stores {
     /// # Errors
     /// A read error or a corrupt record.
     pub(crate) fn record_bare(&self, token: Uuid) -> Result<Option<StoreRecord>> {
+        Ok(self.stored(token)?.map(|record| self.as_read(record)))
+    }
+
+    /// The record of store `token` as it is stored: without its sources, and its status as
+    /// written (never archived, see [`Stores::as_read`]).
+    fn stored(&self, token: Uuid) -> Result<Option<StoreRecord>> {
         self.db
             .get(cf::STORES, token.as_bytes())?
-            .map(|value| self.decode_bare(token, &value))
+            .map(|value| StoreRecord::decode(token, &value))
             .transpose()
     }
 
