@@ -413,6 +413,25 @@ def test_string_variables_without_time_are_carried_over(daemon, headers, files):
     check(daemon, headers, [str(path)], {"time_freq": "daily", "time_method": "max"}, "strings")
 
 
+def test_a_time_coordinate_of_strings_is_refused_before_it_is_read(daemon, headers, files):
+    """The NetCDF library reads a string variable as C strings of whatever length each
+    element claims, which the daemon would neither bound nor free: a reduction refuses a
+    string time coordinate by its type, before reading it, and the daemon stays up."""
+    import netCDF4
+
+    path = daemon.data / "reduce" / "string-time.nc"
+    with netCDF4.Dataset(path, "w") as f:
+        f.createDimension("time", 48)
+        t = f.createVariable("time", str, ("time",))
+        for i in range(48):
+            t[i] = f"2001-01-{1 + i // 24:02d}T{i % 24:02d}:00"
+        f.createVariable("tas", "f4", ("time",))[:] = np.arange(48.0, dtype="f4")
+    url, status = convert(daemon, headers, [str(path)], {"time_freq": "daily"})
+    assert status["status"] == 1, status
+    assert 'time coordinate "time" holds strings, not numbers' in status["reason"], status
+    assert requests.get(f"{daemon.base}/ping", timeout=10).status_code == 200
+
+
 def test_a_scaled_time_axis_cannot_make_billions_of_bins(daemon, headers, files):
     """The reference's guard reads the raw axis (100 steps of hours); decoded with its
     scale_factor the axis spans 570,000 years of hours. The store fails, the daemon stays."""

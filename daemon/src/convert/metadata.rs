@@ -216,8 +216,8 @@ const MAX_ARRAYS: usize = 100_000;
 /// never end being written.
 const MAX_STORE_CHUNKS: u64 = 20_000_000;
 
-/// The largest chunk of a store, in bytes of values (or of its strings, counted as they are
-/// read: [`super::write::chunk_strings`]): the largest `chunk_size` (512 MiB) with the
+/// The largest chunk of a store, in bytes of values (of its strings, their text and 8 bytes
+/// each: [`super::write::most_string_bytes`]): the largest `chunk_size` (512 MiB) with the
 /// plan's overshoot, and then some. A variable that runs along one dimension
 /// several times (`v(time, time, time)`, which NetCDF allows) can make a plan's chunk far
 /// larger, and reading it would take more memory than there is.

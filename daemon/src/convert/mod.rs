@@ -176,7 +176,7 @@ pub(crate) fn convert_file(
 ) -> Result<(StoreLayout, Written), String> {
     let (file, stored, layout) = source.layout(chunking, compressor)?;
     write::write_metadata(&layout, dir, &reserve)?;
-    let read = write::file_chunks(&file, stored.as_ref(), &layout);
+    let read = write::file_chunks(&file, stored.as_ref(), &layout, stop);
     let written = write::write_chunks(&layout, dir, stop, reserve, Some(&source.file), read)
         .map_err(|e| format!("{}: {e}", source.path.display()))?;
     if written == Written::Complete {
@@ -254,8 +254,8 @@ pub(crate) fn convert_sources(
         match &vars[n].origin {
             combine::Origin::Strings(strings) => {
                 // A coordinate: one chunk.
-                return Ok(write::ChunkRead::Values(write::ChunkValues::Strings(
-                    strings.to_vec(),
+                return Ok(write::ChunkRead::Values(write::ChunkValues::strings(
+                    strings.iter().map(String::as_str),
                 )));
             }
             combine::Origin::Source(source) if array.dtype == metadata::Dtype::String => {
@@ -309,6 +309,8 @@ struct Opened {
     stored: Option<StoredFile>,
     /// How each variable read so far is stored, when its stored chunks can be decoded.
     arrays: std::collections::HashMap<String, Option<stored::StoredArray>>,
+    /// What the strings of each string variable read so far claim to take.
+    claims: std::collections::HashMap<String, write::Claims>,
 }
 
 impl<'s> OpenSources<'s> {
@@ -344,6 +346,7 @@ impl<'s> OpenSources<'s> {
                 file,
                 stored,
                 arrays: std::collections::HashMap::new(),
+                claims: std::collections::HashMap::new(),
             });
         }
         Ok(self.open.last_mut().expect("just pushed"))
@@ -357,11 +360,24 @@ impl<'s> OpenSources<'s> {
         index: &[u64],
     ) -> Result<write::ChunkValues, String> {
         let shown = self.sources[n].path.display().to_string();
-        let file = &self.file(n)?.file;
-        let variable = file
+        let stop = self.stop;
+        let opened = self.file(n)?;
+        let variable = opened
+            .file
             .variable(&array.variable)
             .ok_or_else(|| format!("{shown}: variable {:?} vanished", array.variable))?;
-        write::chunk_values(&variable, array, index).map_err(|e| format!("{shown}: {e}"))
+        let claims = opened
+            .claims
+            .entry(array.variable.clone())
+            .or_insert_with(|| {
+                write::claims(opened.stored.as_ref(), array).expect("a string array")
+            });
+        let strings = write::StringBounds {
+            claims: Some(claims),
+            cap: metadata::MAX_CHUNK_BYTES,
+            stop,
+        };
+        write::chunk_values(&variable, array, index, &strings).map_err(|e| format!("{shown}: {e}"))
     }
 
     /// The root group of source `n` as the combination sees it.
@@ -407,6 +423,11 @@ impl combine::Slabs for OpenSources<'_> {
             .file
             .variable(name)
             .ok_or_else(|| failed(&"vanished from the file"))?;
+        // The library reads a string variable as C strings it allocates, of any length each,
+        // which raw bytes would leak: strings are read only through `chunk_values`, bounded.
+        if variable.vartype() == netcdf::types::NcVariableType::String {
+            return Err(failed(&"holds strings, which are not read as numbers"));
+        }
         if start.is_empty() {
             return variable.get_raw_values(..).map_err(|e| failed(&e));
         }
@@ -457,7 +478,9 @@ pub(crate) fn layout_on_demand(
 /// `source` with `chunking` and `compressor`, computed from the source, when the array's
 /// metadata is still `zarray` (the `.zarray` the store serves). `None` when the source no
 /// longer gives that metadata (it changed since the conversion began, or the store was
-/// written with another compressor): only the conversion can give such a chunk then.
+/// written with another compressor): only the conversion can give such a chunk then. A
+/// chunk of strings is refused once its strings take more than `most_bytes`, the bound of
+/// the chunks a request computes (a chunk of numbers is sized by its metadata).
 ///
 /// # Errors
 /// A sentence naming the file, and the variable and chunk, that could not be read.
@@ -468,6 +491,7 @@ pub(crate) fn chunk_on_demand(
     array: &str,
     index: &[u64],
     zarray: &Value,
+    most_bytes: u64,
 ) -> Result<Option<Vec<u8>>, String> {
     let (file, stored, layout) = source.layout(chunking, compressor)?;
     let (Some(written), Some(planned)) = (
@@ -490,8 +514,14 @@ pub(crate) fn chunk_on_demand(
     };
     let failed = |e: String| format!("{}: {e}", source.path.display());
     let stored_array = stored.as_ref().and_then(|stored| stored.array(planned));
-    let read =
-        write::read_chunk(&variable, stored_array.as_ref(), planned, index).map_err(failed)?;
+    let claims = write::claims(stored.as_ref(), planned);
+    let strings = write::StringBounds {
+        claims: claims.as_ref(),
+        cap: most_bytes,
+        stop: None,
+    };
+    let read = write::read_chunk(&variable, stored_array.as_ref(), planned, index, &strings)
+        .map_err(failed)?;
     let encoder = match planned.copied {
         Some(_) => None,
         None => Some(write::Encoder::new(&layout, planned)?),

@@ -787,6 +787,18 @@ pub(crate) fn reduce(
             "Cannot reduce in time: variable {time:?} is not the coordinate of dimension {time:?}"
         ));
     }
+    // Checked before the values are read: a string's values are read by the NetCDF library
+    // as C strings of any length each, and chars are no instants.
+    if matches!(time_var.info.dtype, Dtype::String | Dtype::Char) {
+        return Err(format!(
+            "Cannot reduce in time: time coordinate {time:?} holds {}, not numbers",
+            if time_var.info.dtype == Dtype::String {
+                "strings"
+            } else {
+                "characters"
+            }
+        ));
+    }
     let steps = time_var.info.dims[0].len;
     if steps > MAX_TIME_STEPS {
         return Err(format!(
@@ -795,8 +807,7 @@ pub(crate) fn reduce(
         ));
     }
     let raw = combine::read_block(slabs, &time_var, &[0], &[steps])?;
-    let raw = combine::floats(&raw, time_var.info.dtype)
-        .ok_or_else(|| format!("time coordinate {time:?} holds strings"))?;
+    let raw = combine::floats(&raw, time_var.info.dtype).expect("a numeric time coordinate");
     let units = time_var
         .info
         .attrs

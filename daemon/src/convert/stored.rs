@@ -46,6 +46,8 @@ const MAX_PIECES: u64 = 1024;
 /// A NetCDF-4 source opened with the HDF5 library, to look up its stored chunks.
 pub(crate) struct StoredFile {
     file: hdf5::File,
+    /// The same file, to read stored bytes from.
+    raw: std::fs::File,
 }
 
 impl StoredFile {
@@ -60,20 +62,15 @@ impl StoredFile {
         if !looks_like_hdf5(opened) {
             return Ok(None);
         }
+        let raw = std::fs::File::open(opened).map_err(|e| format!("cannot open: {e}"))?;
         hdf5::File::open(opened)
-            .map(|file| Some(StoredFile { file }))
+            .map(|file| Some(StoredFile { file, raw }))
             .map_err(|e| format!("cannot open as HDF5: {e}"))
     }
 
-    /// How to read the stored chunks of `array`, when the daemon can decode them.
-    pub(crate) fn array(&self, array: &ArrayLayout) -> Option<StoredArray> {
-        let item = match array.dtype {
-            Dtype::Int(_) | Dtype::Float(_) => usize::try_from(array.dtype.size()).ok()?,
-            Dtype::Char | Dtype::String => return None,
-        };
-        if array.shape.is_empty() {
-            return None;
-        }
+    /// The dataset of the variable of `array`, when this file holds it (not a link to
+    /// another file's, which would be read from this one).
+    fn dataset(&self, array: &ArrayLayout) -> Option<hdf5::Dataset> {
         let mut group = String::new();
         for name in &array.groups {
             group.push('/');
@@ -87,10 +84,19 @@ impl StoredFile {
         ]
         .iter()
         .find_map(|name| self.file.dataset(name).ok())?;
-        // Only a dataset of this file: a link to another file's would be read from this one.
-        if dataset.filename() != self.file.filename() {
+        (dataset.filename() == self.file.filename()).then_some(dataset)
+    }
+
+    /// How to read the stored chunks of `array`, when the daemon can decode them.
+    pub(crate) fn array(&self, array: &ArrayLayout) -> Option<StoredArray> {
+        let item = match array.dtype {
+            Dtype::Int(_) | Dtype::Float(_) => usize::try_from(array.dtype.size()).ok()?,
+            Dtype::Char | Dtype::String => return None,
+        };
+        if array.shape.is_empty() {
             return None;
         }
+        let dataset = self.dataset(array)?;
         let creation = dataset.dcpl().ok()?;
         // Partial edge chunks stored without their filters, which only this flag tells.
         if !matches!(creation.get_chunk_opts(), Ok(Some(options)) if options.is_empty()) {
@@ -119,14 +125,7 @@ impl StoredFile {
             _ if item == 1 => false,
             _ => return None,
         };
-        let mut pipeline = Vec::new();
-        for filter in creation.get_filters().ok()? {
-            pipeline.push(match filter {
-                hdf5::filters::Filter::Shuffle => Stage::Shuffle,
-                hdf5::filters::Filter::Deflate(level) => Stage::Deflate(level),
-                _ => return None,
-            });
-        }
+        let pipeline = pipeline(&creation).ok()?;
         Some(StoredArray {
             dataset,
             shape: extent,
@@ -137,6 +136,280 @@ impl StoredFile {
                 big_endian,
             }),
         })
+    }
+}
+
+impl StoredFile {
+    /// How to read what the strings of the string array `array` claim to take, from the
+    /// descriptors HDF5 stores for them, before the library reads any.
+    ///
+    /// # Errors
+    /// A sentence saying why the claims cannot be read: the dataset is not in this file, is
+    /// compact or virtual, or has a filter other than `shuffle` and `deflate`.
+    pub(crate) fn strings(&self, array: &ArrayLayout) -> Result<StoredStrings, String> {
+        let dataset = self
+            .dataset(array)
+            .ok_or("its dataset is not in the file itself")?;
+        // A stored string is its length (4 bytes, little-endian), then the global heap
+        // object holding its bytes: the collection's address and the object's index.
+        let sizeof_addr = self
+            .file
+            .fcpl()
+            .map_err(|e| format!("the file's address size: {e}"))?
+            .sizes()
+            .sizeof_addr as usize;
+        let item = 4 + sizeof_addr + 4;
+        let shape: Vec<u64> = dataset.shape().into_iter().map(|n| n as u64).collect();
+        if shape != array.shape {
+            return Err(format!(
+                "its stored extent {shape:?} is not its shape {:?}",
+                array.shape
+            ));
+        }
+        let elements = shape.iter().try_fold(1u64, |n, len| n.checked_mul(*len));
+        let storage = match dataset.layout() {
+            hdf5::dataset::Layout::Contiguous => {
+                let address = dataset.offset();
+                let stored = dataset.storage_size();
+                if address.is_some()
+                    && elements.and_then(|n| n.checked_mul(item as u64)) != Some(stored)
+                {
+                    return Err(format!(
+                        "{stored} bytes stored for {} strings",
+                        elements.unwrap_or(u64::MAX)
+                    ));
+                }
+                Storage::Contiguous(address)
+            }
+            hdf5::dataset::Layout::Chunked => {
+                let creation = dataset.dcpl().map_err(|e| e.to_string())?;
+                if !matches!(creation.get_chunk_opts(), Ok(Some(options)) if options.is_empty()) {
+                    return Err("its partial edge chunks are stored unfiltered".into());
+                }
+                let stored_chunk: Vec<u64> = dataset
+                    .chunk()
+                    .ok_or("no chunk shape")?
+                    .into_iter()
+                    .map(|n| n as u64)
+                    .collect();
+                let stored_bytes = stored_chunk
+                    .iter()
+                    .try_fold(item as u64, |bytes, n| bytes.checked_mul(*n));
+                if stored_chunk.len() != shape.len()
+                    || stored_bytes.is_none_or(|bytes| bytes > MAX_STORED_CHUNK_BYTES)
+                {
+                    return Err(format!("its stored chunks {stored_chunk:?} are too large"));
+                }
+                Storage::Chunked(Arc::new(Layout {
+                    stored_chunk,
+                    pipeline: pipeline(&creation)?,
+                    item,
+                    big_endian: false,
+                }))
+            }
+            other => return Err(format!("it is stored {other:?}")),
+        };
+        Ok(StoredStrings {
+            raw: self.raw.try_clone().map_err(|e| e.to_string())?,
+            dataset,
+            item,
+            storage,
+            last: std::sync::Mutex::new(None),
+        })
+    }
+}
+
+/// The filters of a dataset as the daemon undoes them (`shuffle` and `deflate`), or why it
+/// cannot.
+fn pipeline(creation: &hdf5::plist::DatasetCreate) -> Result<Vec<Stage>, String> {
+    let filters = creation.get_filters().map_err(|e| e.to_string())?;
+    filters
+        .into_iter()
+        .map(|filter| match filter {
+            hdf5::filters::Filter::Shuffle => Ok(Stage::Shuffle),
+            hdf5::filters::Filter::Deflate(level) => Ok(Stage::Deflate(level)),
+            other => Err(format!("it is stored with the filter {other:?}")),
+        })
+        .collect()
+}
+
+/// Where a string variable's descriptors are stored.
+#[derive(Debug)]
+enum Storage {
+    /// In one block at this address, in C order; `None` when never written.
+    Contiguous(Option<u64>),
+    /// In stored chunks.
+    Chunked(Arc<Layout>),
+}
+
+/// What the elements of a NetCDF-4 string variable claim to take, read from the file (see
+/// [`StoredFile::strings`]). HDF5 allocates (and zeroes) the length an element claims
+/// before it reads the element's string, however short the string is: these claims are
+/// what reading the strings costs, and they are counted before the library is asked.
+///
+/// Elements never written count nothing: the library gives them the fill value, which
+/// NetCDF's writers leave empty.
+pub(crate) struct StoredStrings {
+    dataset: hdf5::Dataset,
+    raw: std::fs::File,
+    /// Bytes of one stored descriptor.
+    item: usize,
+    storage: Storage,
+    /// The stored chunk read last, by its origin: consecutive store chunks often lie in one.
+    last: std::sync::Mutex<Option<DecodedChunk>>,
+}
+
+/// A stored chunk's origin and its decoded bytes.
+type DecodedChunk = (Vec<u64>, Arc<Vec<u8>>);
+
+impl StoredStrings {
+    /// The bytes the strings of the block `start`/`count` claim together, or the first sum
+    /// past `most` (the caller refuses the block then).
+    ///
+    /// # Errors
+    /// A sentence saying which stored bytes could not be read or decoded.
+    pub(crate) fn claimed(&self, start: &[u64], count: &[u64], most: u64) -> Result<u64, String> {
+        let rank = start.len();
+        if count.contains(&0) {
+            return Ok(0);
+        }
+        let mut claimed = 0u64;
+        let mut add = |descriptors: &[u8]| {
+            for descriptor in descriptors.chunks_exact(self.item) {
+                let length = u32::from_le_bytes(descriptor[..4].try_into().expect("4 bytes"));
+                claimed = claimed.saturating_add(u64::from(length));
+                if claimed > most {
+                    return true;
+                }
+            }
+            false
+        };
+        match &self.storage {
+            Storage::Contiguous(None) => Ok(0),
+            Storage::Contiguous(Some(address)) => {
+                let shape: Vec<u64> = self.dataset.shape().into_iter().map(|n| n as u64).collect();
+                // A scalar is one element, as a block of one.
+                let (start, count, shape) = if rank == 0 {
+                    (&[0][..], &[1][..], vec![1])
+                } else {
+                    (start, count, shape)
+                };
+                let rank = start.len();
+                let item = self.item as u64;
+                let row = to_usize(count[rank - 1] * item);
+                let mut bytes = vec![0u8; row];
+                let mut at = start.to_vec();
+                loop {
+                    let element = (0..rank).fold(0u64, |n, d| n * shape[d] + at[d]);
+                    self.raw
+                        .read_exact_at(&mut bytes, address + element * item)
+                        .map_err(|e| format!("strings at byte {address} of the file: {e}"))?;
+                    if add(&bytes) {
+                        return Ok(claimed);
+                    }
+                    if !next_row(&mut at, start, count) {
+                        return Ok(claimed);
+                    }
+                }
+            }
+            Storage::Chunked(layout) => {
+                let stored = &layout.stored_chunk;
+                let first: Vec<u64> = (0..rank).map(|d| start[d] / stored[d]).collect();
+                let last: Vec<u64> = (0..rank)
+                    .map(|d| (start[d] + count[d] - 1) / stored[d])
+                    .collect();
+                let mut grid = first.clone();
+                loop {
+                    let origin: Vec<u64> = grid.iter().zip(stored).map(|(i, c)| i * c).collect();
+                    if let Some(bytes) = self.stored_chunk(layout, &origin)? {
+                        // The rows of this stored chunk inside the block.
+                        let low: Vec<u64> = (0..rank).map(|d| origin[d].max(start[d])).collect();
+                        let high: Vec<u64> = (0..rank)
+                            .map(|d| (origin[d] + stored[d]).min(start[d] + count[d]))
+                            .collect();
+                        let extent: Vec<u64> = (0..rank).map(|d| high[d] - low[d]).collect();
+                        let mut at = low.clone();
+                        loop {
+                            let element =
+                                (0..rank).fold(0u64, |n, d| n * stored[d] + (at[d] - origin[d]));
+                            let from = to_usize(element) * self.item;
+                            let row = to_usize(extent[rank - 1]) * self.item;
+                            if add(&bytes[from..from + row]) {
+                                return Ok(claimed);
+                            }
+                            if !next_row(&mut at, &low, &extent) {
+                                break;
+                            }
+                        }
+                    }
+                    if !next_index(&mut grid, &first, &last) {
+                        return Ok(claimed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The decoded descriptors of the stored chunk at `origin`, or `None` when it was never
+    /// written.
+    fn stored_chunk(
+        &self,
+        layout: &Layout,
+        origin: &[u64],
+    ) -> Result<Option<Arc<Vec<u8>>>, String> {
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, bytes)) = &*last
+            && at == origin
+        {
+            return Ok(Some(Arc::clone(bytes)));
+        }
+        let Some(location) = chunk_location(&self.dataset, origin) else {
+            return Ok(None);
+        };
+        let piece = Piece {
+            origin: origin.to_vec(),
+            location,
+        };
+        let bytes = Arc::new(layout.decoded(&piece, &self.raw)?);
+        *last = Some((origin.to_vec(), Arc::clone(&bytes)));
+        Ok(Some(bytes))
+    }
+}
+
+/// Moves `at` to the first element of the next row of the block `start`/`count` (the
+/// dimensions before the last, in C order); `false` past the block's last row.
+fn next_row(at: &mut [u64], start: &[u64], count: &[u64]) -> bool {
+    let mut d = at.len().saturating_sub(1);
+    loop {
+        if d == 0 {
+            return false;
+        }
+        d -= 1;
+        at[d] += 1;
+        if at[d] < start[d] + count[d] {
+            return true;
+        }
+        at[d] = start[d];
+    }
+}
+
+/// Moves the grid index `at` to the next one from `first` to `last` (inclusive) in C order;
+/// `false` past the last.
+fn next_index(at: &mut [u64], first: &[u64], last: &[u64]) -> bool {
+    let mut d = at.len();
+    loop {
+        if d == 0 {
+            return false;
+        }
+        d -= 1;
+        if at[d] < last[d] {
+            at[d] += 1;
+            return true;
+        }
+        at[d] = first[d];
     }
 }
 
@@ -674,7 +947,22 @@ pub(super) fn unshuffle(shuffled: &[u8], item: usize) -> Vec<u8> {
         4 => unshuffle_items::<4>(shuffled),
         8 => unshuffle_items::<8>(shuffled),
         // One-byte elements are stored as they are.
-        _ => shuffled.to_vec(),
+        0 | 1 => shuffled.to_vec(),
+        item if shuffled.len() < item => shuffled.to_vec(),
+        item => {
+            let elements = shuffled.len() / item;
+            let mut out = vec![0u8; shuffled.len()];
+            for (byte, plane) in shuffled[..elements * item]
+                .chunks_exact(elements)
+                .enumerate()
+            {
+                for (element, value) in plane.iter().enumerate() {
+                    out[element * item + byte] = *value;
+                }
+            }
+            out[elements * item..].copy_from_slice(&shuffled[elements * item..]);
+            out
+        }
     }
 }
 
@@ -719,7 +1007,7 @@ mod tests {
         let shuffled: Vec<u8> = (0..8).flat_map(|b| [b, b + 8]).collect();
         assert_eq!(unshuffle(&shuffled, 8), wide);
         assert_eq!(unshuffle(&[1, 2, 3], 1), [1, 2, 3]);
-        for item in [1, 2, 4, 8] {
+        for item in [1, 2, 4, 8, 16] {
             let values: Vec<u8> = (0..67).collect();
             assert_eq!(unshuffle(&shuffle(&values, item), item), values, "{item}");
         }

@@ -11,6 +11,13 @@ use super::write::Reserve;
 use super::*;
 use crate::stores::request::AccessPattern;
 
+/// How tests read chunks of numbers (which hold no strings to bound).
+const NUMBERS: write::StringBounds<'static> = write::StringBounds {
+    claims: None,
+    cap: metadata::MAX_CHUNK_BYTES,
+    stop: None,
+};
+
 fn blosc() -> Value {
     Compressor::Lz4.codec()
 }
@@ -432,9 +439,16 @@ fn chunks_computed_on_demand_are_the_chunks_the_conversion_writes() {
                 let key = format!("{}/{}", array.path, write::chunk_key(&index));
                 // Readers name a 0-d array's chunk `0`.
                 let asked = if index.is_empty() { vec![0] } else { index };
-                let computed =
-                    chunk_on_demand(&source, &chunking, compressor, &array.path, &asked, zarray)
-                        .unwrap();
+                let computed = chunk_on_demand(
+                    &source,
+                    &chunking,
+                    compressor,
+                    &array.path,
+                    &asked,
+                    zarray,
+                    64 << 20,
+                )
+                .unwrap();
                 assert_eq!(
                     computed,
                     Some(std::fs::read(store.join(&key)).unwrap()),
@@ -446,9 +460,17 @@ fn chunks_computed_on_demand_are_the_chunks_the_conversion_writes() {
         assert!(compared > 5);
         // Metadata the source no longer gives (another chunking here): not computed.
         let tas = &layout.documents["tas/.zarray"];
-        let other = chunk_on_demand(&source, &map(2), compressor, "tas", &[0, 0, 0], tas);
+        let other = chunk_on_demand(
+            &source,
+            &map(2),
+            compressor,
+            "tas",
+            &[0, 0, 0],
+            tas,
+            64 << 20,
+        );
         assert_eq!(other.unwrap(), None);
-        let gone = chunk_on_demand(&source, &chunking, compressor, "nope", &[0], tas);
+        let gone = chunk_on_demand(&source, &chunking, compressor, "nope", &[0], tas, 64 << 20);
         assert_eq!(gone.unwrap(), None);
     }
 }
@@ -511,21 +533,167 @@ fn string_variables_become_vlen_utf8_arrays_with_every_string() {
         .clone();
     codes.chunks = vec![1, 2];
     let variable = file.variable("codes").unwrap();
-    match write::chunk_values(&variable, &codes, &[1, 1]).unwrap() {
-        write::ChunkValues::Strings(strings) => assert_eq!(strings, ["c12", ""]),
-        write::ChunkValues::Fixed(_) => panic!("strings are read as strings"),
-    }
-    // The strings of a chunk are bounded together as they are read: "c00" and "c01" take 6
-    // bytes, and two strings in the list.
-    let taken = 6 + 2 * std::mem::size_of::<String>() as u64;
-    assert!(write::chunk_strings(&variable, &codes, &[0, 0], taken).is_ok());
-    let refused = write::chunk_strings(&variable, &codes, &[0, 0], taken - 1)
+    let stored = StoredFile::open(&source).unwrap();
+    let claims = write::claims(stored.as_ref(), &codes);
+    let bounds = |cap| write::StringBounds {
+        claims: claims.as_ref(),
+        cap,
+        stop: None,
+    };
+    let values = write::chunk_values(&variable, &codes, &[1, 1], &bounds(64 << 20)).unwrap();
+    assert_eq!(values.as_strings().unwrap(), ["c12", ""]);
+    // The strings of a chunk are bounded by what they claim and then by what they take:
+    // "c00" and "c01" take 6 bytes of text and 8 bytes for each of 3 ends.
+    let taken = 6 + 3 * 8;
+    assert!(write::chunk_values(&variable, &codes, &[0, 0], &bounds(taken)).is_ok());
+    let refused = write::chunk_values(&variable, &codes, &[0, 0], &bounds(taken - 1))
         .err()
         .expect("strings past the bound are refused");
     assert!(
-        refused.contains("codes chunk [0, 0]") && refused.contains("strings take more than"),
+        refused.contains("codes chunk [0, 0]") && refused.contains("strings claim more than"),
         "{refused}"
     );
+    // Padding past the array's edge counts 8 bytes for its end, as a string does.
+    let edge = 3 + 3 * 8;
+    assert!(write::chunk_values(&variable, &codes, &[1, 1], &bounds(edge)).is_ok());
+    assert!(write::chunk_values(&variable, &codes, &[1, 1], &bounds(edge - 1)).is_err());
+    // The scalar: 11 bytes of text, two ends.
+    let only = layout.arrays.iter().find(|a| a.path == "only").unwrap();
+    let scalar = file.variable("only").unwrap();
+    let claims = write::claims(stored.as_ref(), only);
+    let bounds = |cap| write::StringBounds {
+        claims: claims.as_ref(),
+        cap,
+        stop: None,
+    };
+    let values = write::chunk_values(&scalar, only, &[], &bounds(11 + 16)).unwrap();
+    assert_eq!(values.as_strings().unwrap(), ["one <value>"]);
+    assert!(write::chunk_values(&scalar, only, &[], &bounds(11 + 15)).is_err());
+}
+
+/// A string variable's stored elements say how long each string is, and HDF5 allocates (and
+/// zeroes) that much before it reads the string, however short the string is: a file of a
+/// few KiB could cost any memory. Claims are read from the file and refused first, whether
+/// the strings are stored contiguous, in chunks, or deflated after shuffle.
+#[test]
+fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("claims.nc");
+    let words = ["a", "bb", "ccc", "dddd"];
+    let mut file = netcdf::create_with(&source, Options::NETCDF4).unwrap();
+    file.add_dimension("n", 4).unwrap();
+    file.add_unlimited_dimension("t").unwrap();
+    for (name, dim) in [("plain", "n"), ("chunked", "t")] {
+        let mut variable = file.add_string_variable(name, &[dim]).unwrap();
+        for (i, word) in words.iter().enumerate() {
+            variable.put_string(word, [i]).unwrap();
+        }
+    }
+    file.close().unwrap();
+    let chunking = Chunking {
+        access_pattern: AccessPattern::Map,
+        map_primary_chunksize: 1,
+        chunk_size_mib: 16.0,
+    };
+    let opened = Source::open(&source).unwrap();
+    let (layout, _) = convert_lz4(&opened, &dir.path().join("store"), &chunking).unwrap();
+    let stored = StoredFile::open(&source).unwrap();
+    let array = |name: &str| {
+        layout
+            .arrays
+            .iter()
+            .find(|a| a.path == name)
+            .unwrap()
+            .clone()
+    };
+    let claimed = |stored: Option<&StoredFile>, array: &metadata::ArrayLayout| {
+        let claims = write::claims(stored, array).unwrap().unwrap();
+        let name = &array.path;
+        assert_eq!(claims.claimed(&[0], &[4], u64::MAX).unwrap(), 10, "{name}");
+        assert_eq!(claims.claimed(&[1], &[2], u64::MAX).unwrap(), 5, "{name}");
+        assert_eq!(claims.claimed(&[3], &[1], u64::MAX).unwrap(), 4, "{name}");
+        // Counting stops past the bound.
+        assert_eq!(claims.claimed(&[0], &[4], 2).unwrap(), 3, "{name}");
+    };
+    claimed(stored.as_ref(), &array("plain"));
+    claimed(stored.as_ref(), &array("chunked"));
+    // The NetCDF library refuses filters on strings, other writers do not.
+    let filtered = dir.path().join("filtered.h5");
+    {
+        use hdf5_metno::types::VarLenUnicode;
+        let h5 = hdf5_metno::File::create(&filtered).unwrap();
+        let data: Vec<VarLenUnicode> = words.iter().map(|w| w.parse().unwrap()).collect();
+        let builder = || h5.new_dataset_builder().with_data(&data[..]);
+        builder()
+            .chunk(3)
+            .shuffle()
+            .deflate(4)
+            .create("deflated")
+            .unwrap();
+        builder().chunk(3).deflate(4).create("inflated").unwrap();
+        builder()
+            .layout(hdf5_metno::dataset::Layout::Compact)
+            .create("compact")
+            .unwrap();
+    }
+    let stored_h5 = StoredFile::open(&filtered).unwrap();
+    let named = |name: &str| metadata::ArrayLayout {
+        path: name.into(),
+        variable: name.into(),
+        ..array("plain")
+    };
+    claimed(stored_h5.as_ref(), &named("deflated"));
+    claimed(stored_h5.as_ref(), &named("inflated"));
+    // Strings whose claims cannot be read are not read.
+    let compact = write::claims(stored_h5.as_ref(), &named("compact")).unwrap();
+    assert!(compact.is_err_and(|e| e.contains("Compact")));
+
+    // "ccc" now claims 4 GiB in the contiguous and the chunked variable.
+    let (contiguous, chunk) = {
+        let h5 = hdf5_metno::File::open(&source).unwrap();
+        let chunked = h5.dataset("chunked").unwrap();
+        let chunk = chunked.chunk_info(0).unwrap();
+        assert_eq!(chunk.filter_mask, 0);
+        (h5.dataset("plain").unwrap().offset().unwrap(), chunk.addr)
+    };
+    {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&source)
+            .unwrap();
+        for address in [contiguous, chunk] {
+            // Each stored string: its length, the heap collection's address, the index.
+            file.write_all_at(&0xFFFF_FFF0u32.to_le_bytes(), address + 2 * 16)
+                .unwrap();
+        }
+    }
+    let stored = StoredFile::open(&source).unwrap();
+    let file = netcdf::open(&source).unwrap();
+    for name in ["plain", "chunked"] {
+        let planned = array(name);
+        let claims = write::claims(stored.as_ref(), &planned);
+        let bounds = write::StringBounds {
+            claims: claims.as_ref(),
+            cap: metadata::MAX_CHUNK_BYTES,
+            stop: None,
+        };
+        let variable = file.variable(name).unwrap();
+        let refused = write::chunk_values(&variable, &planned, &[0], &bounds)
+            .err()
+            .expect("claims past the bound are refused");
+        assert!(
+            refused.contains(&format!(
+                "{name} chunk [0]: its 4 strings claim more than 4096 MiB"
+            )) && refused.contains("A smaller `chunk_size`"),
+            "{refused}"
+        );
+    }
+    // The conversion reads through the same bound.
+    let opened = Source::open(&source).unwrap();
+    let failed = convert_lz4(&opened, &dir.path().join("again"), &chunking)
+        .expect_err("the conversion fails");
+    assert!(failed.contains("claim more than"), "{failed}");
 }
 
 /// A NetCDF-4 file whose variables are stored in every way the daemon decodes itself:
@@ -604,7 +772,7 @@ fn stored_chunks_decode_to_the_values_the_netcdf_library_reads() {
             planned.chunks = chunks[..rank].to_vec();
             for index in write::chunk_indices(&planned) {
                 let write::ChunkValues::Fixed(expected) =
-                    write::chunk_values(&variable, &planned, &index).unwrap()
+                    write::chunk_values(&variable, &planned, &index, &NUMBERS).unwrap()
                 else {
                     panic!("numbers");
                 };
@@ -765,7 +933,7 @@ fn stored_chunks_with_filters_skipped_decode_too() {
         planned.chunks = chunks.to_vec();
         for index in write::chunk_indices(&planned) {
             let write::ChunkValues::Fixed(expected) =
-                write::chunk_values(&variable, &planned, &index).unwrap()
+                write::chunk_values(&variable, &planned, &index, &NUMBERS).unwrap()
             else {
                 panic!("numbers");
             };
@@ -784,7 +952,7 @@ fn stored_chunks_with_filters_skipped_decode_too() {
     planned.copied = array.copyable(&planned.chunks);
     assert!(planned.copied.is_some());
     for index in write::chunk_indices(&planned) {
-        let read = write::read_chunk(&variable, Some(&array), &planned, &index).unwrap();
+        let read = write::read_chunk(&variable, Some(&array), &planned, &index, &NUMBERS).unwrap();
         let copied = write::chunk_bytes(&planned, None, read, Some(&source.file), &index).unwrap();
         let first = usize::try_from(index[0]).unwrap() * 48;
         assert_eq!(
@@ -816,7 +984,7 @@ fn a_conversion_through_stored_chunks_writes_what_the_library_values_give() {
         let variable = file.variable(&planned.path).unwrap();
         let encoder = write::Encoder::new(&layout, planned).unwrap();
         for index in write::chunk_indices(planned) {
-            let values = write::chunk_values(&variable, planned, &index).unwrap();
+            let values = write::chunk_values(&variable, planned, &index, &NUMBERS).unwrap();
             let expected = encoder.encode(&index, values).unwrap();
             let key = format!("{}/{}", planned.path, write::chunk_key(&index));
             assert_eq!(std::fs::read(store.join(&key)).unwrap(), expected, "{key}");
@@ -927,11 +1095,12 @@ fn copied_chunks_decode_to_the_values_the_netcdf_library_reads() {
         );
         let variable = file.variable(name).unwrap();
         for index in write::chunk_indices(&planned) {
-            let read = write::read_chunk(&variable, Some(&array), &planned, &index).unwrap();
+            let read =
+                write::read_chunk(&variable, Some(&array), &planned, &index, &NUMBERS).unwrap();
             let bytes =
                 write::chunk_bytes(&planned, None, read, Some(&source.file), &index).unwrap();
             let write::ChunkValues::Fixed(expected) =
-                write::chunk_values(&variable, &planned, &index).unwrap()
+                write::chunk_values(&variable, &planned, &index, &NUMBERS).unwrap()
             else {
                 panic!("numbers");
             };

@@ -19,7 +19,7 @@ use zarrs::metadata::v2::ArrayMetadataV2;
 use zarrs::storage::store::MemoryStore;
 
 use super::metadata::{ArrayLayout, Dtype, MAX_CHUNK_BYTES, StoreLayout};
-use super::stored::{Pieces, StoredArray, StoredFile};
+use super::stored::{Pieces, StoredArray, StoredFile, StoredStrings};
 use crate::jobs::Stop;
 
 /// How writing a store ended.
@@ -438,21 +438,72 @@ pub(crate) fn file_chunks<'f>(
     file: &'f netcdf::File,
     stored: Option<&'f StoredFile>,
     layout: &'f StoreLayout,
+    stop: &'f Stop,
 ) -> impl FnMut(usize, &[u64]) -> Result<ChunkRead, String> + 'f {
     // The array being read, kept while its chunks are read in turn.
-    let mut current: Option<(usize, Variable<'f>, Option<StoredArray>)> = None;
+    let mut current: Option<(usize, Variable<'f>, Option<StoredArray>, Option<Claims>)> = None;
     move |n, index| {
         let array = &layout.arrays[n];
-        if current.as_ref().is_none_or(|(m, _, _)| *m != n) {
+        if current.as_ref().is_none_or(|(m, ..)| *m != n) {
             let variable = file
                 .variable(&array.path)
                 .ok_or_else(|| format!("variable {:?} vanished from the source", array.path))?;
             let stored_array = stored.and_then(|stored| stored.array(array));
-            current = Some((n, variable, stored_array));
+            current = Some((n, variable, stored_array, claims(stored, array)));
         }
-        let (_, variable, stored_array) = current.as_ref().expect("set above");
-        read_chunk(variable, stored_array.as_ref(), array, index)
+        let (_, variable, stored_array, claims) = current.as_ref().expect("set above");
+        let strings = StringBounds {
+            claims: claims.as_ref(),
+            cap: MAX_CHUNK_BYTES,
+            stop: Some(stop),
+        };
+        read_chunk(variable, stored_array.as_ref(), array, index, &strings)
     }
+}
+
+/// What the strings of a string variable claim to take, as the file stores them, or why
+/// that cannot be read.
+pub(crate) type Claims = Result<StoredStrings, String>;
+
+/// The claims of the strings of `array` in the file `stored` (`None`: not an HDF5 file),
+/// or `None` when `array` holds no strings.
+pub(crate) fn claims(stored: Option<&StoredFile>, array: &ArrayLayout) -> Option<Claims> {
+    (array.dtype == Dtype::String).then(|| {
+        stored
+            .ok_or_else(|| "it is not in an HDF5 file".to_string())
+            .and_then(|stored| stored.strings(array))
+    })
+}
+
+/// What reading the strings of a chunk is held to.
+pub(crate) struct StringBounds<'a> {
+    /// What the variable's strings claim, checked before the library reads any.
+    pub(crate) claims: Option<&'a Claims>,
+    /// The most bytes a chunk's strings may take, below what its plan allows
+    /// ([`most_string_bytes`]).
+    pub(crate) cap: u64,
+    /// Checked between strings: a chunk may hold millions.
+    pub(crate) stop: Option<&'a Stop>,
+}
+
+/// Text a chunk of strings may hold per element on average, beyond [`LEAST_STRING_BYTES`].
+const STRING_TEXT_PER_ELEMENT: u64 = 128;
+
+/// What the strings of any chunk may take, however few they are.
+const LEAST_STRING_BYTES: u64 = 64 << 20;
+
+/// The most bytes the strings of one chunk of the string array `array` may take as they
+/// are held (their text, and 8 bytes per element for where each ends): 128 bytes of text
+/// per element on average and at least 64 MiB in all, within `cap`. A chunk of numbers is
+/// as large as the plan says; a chunk of strings as large as the file makes its strings,
+/// which the plan's 8 bytes per element do not bound (every element may point at one large
+/// string).
+pub(crate) fn most_string_bytes(array: &ArrayLayout, cap: u64) -> u64 {
+    let elements: u64 = array.chunks.iter().product();
+    elements
+        .saturating_mul(8 + STRING_TEXT_PER_ELEMENT)
+        .max(LEAST_STRING_BYTES)
+        .min(cap)
 }
 
 /// The threads that compress and write one conversion's chunks: one per core, at most 4.
@@ -507,16 +558,9 @@ impl Encoder {
         let shape = self.array.chunk_shape(index).map_err(|e| failed(&e))?;
         let bytes = match values {
             ChunkValues::Fixed(bytes) => ArrayBytes::new_flen(bytes),
-            ChunkValues::Strings(strings) => {
-                let mut offsets = Vec::with_capacity(strings.len() + 1);
-                let mut joined = Vec::new();
-                offsets.push(0);
-                for string in &strings {
-                    joined.extend_from_slice(string.as_bytes());
-                    offsets.push(joined.len());
-                }
-                let offsets = ArrayBytesOffsets::new(offsets).map_err(|e| failed(&e))?;
-                ArrayBytes::new_vlen(joined, offsets).map_err(|e| failed(&e))?
+            ChunkValues::Strings { text, ends } => {
+                let offsets = ArrayBytesOffsets::new(ends).map_err(|e| failed(&e))?;
+                ArrayBytes::new_vlen(text, offsets).map_err(|e| failed(&e))?
             }
         };
         let encoded = self
@@ -604,10 +648,11 @@ pub(crate) fn read_chunk(
     stored: Option<&StoredArray>,
     array: &ArrayLayout,
     index: &[u64],
+    strings: &StringBounds,
 ) -> Result<ChunkRead, String> {
     match stored.and_then(|stored| stored.pieces(array, index)) {
         Some(pieces) => Ok(ChunkRead::Stored(pieces)),
-        None => chunk_values(variable, array, index).map(ChunkRead::Values),
+        None => chunk_values(variable, array, index, strings).map(ChunkRead::Values),
     }
 }
 
@@ -635,7 +680,7 @@ pub(crate) fn chunk_bytes(
         (Some(copied), ChunkRead::Stored(pieces)) => pieces.copied(raw()?, &copied).map_err(failed),
         (Some(copied), ChunkRead::Values(ChunkValues::Fixed(values))) => Ok(copied.encode(values)),
         (Some(copied), ChunkRead::Computed(compute)) => Ok(copied.encode(computed(compute)?)),
-        (Some(_), ChunkRead::Values(ChunkValues::Strings(_))) => {
+        (Some(_), ChunkRead::Values(ChunkValues::Strings { .. })) => {
             Err(failed("strings in an array of numbers".into()))
         }
         (None, read) => {
@@ -668,8 +713,33 @@ pub(crate) enum ChunkRead {
 pub(crate) enum ChunkValues {
     /// Fixed-size elements, in C order.
     Fixed(Vec<u8>),
-    /// Strings, in C order.
-    Strings(Vec<String>),
+    /// Strings, in C order: their text one after another, and where each starts and the
+    /// last ends (as the encoder takes them, with no copy).
+    Strings { text: Vec<u8>, ends: Vec<usize> },
+}
+
+impl ChunkValues {
+    /// The chunk of `strings`, in C order.
+    pub(crate) fn strings<'s>(strings: impl IntoIterator<Item = &'s str>) -> Self {
+        let mut text = Vec::new();
+        let mut ends = vec![0];
+        for string in strings {
+            text.extend_from_slice(string.as_bytes());
+            ends.push(text.len());
+        }
+        ChunkValues::Strings { text, ends }
+    }
+
+    /// The strings of a chunk of strings, in C order.
+    #[cfg(test)]
+    pub(crate) fn as_strings(&self) -> Option<Vec<&str>> {
+        let ChunkValues::Strings { text, ends } = self else {
+            return None;
+        };
+        ends.windows(2)
+            .map(|w| std::str::from_utf8(&text[w[0]..w[1]]).ok())
+            .collect()
+    }
 }
 
 /// The values of chunk `index` of `array`: the source hyperslab in C order, padded with zeros
@@ -681,10 +751,11 @@ pub(crate) fn chunk_values(
     variable: &Variable,
     array: &ArrayLayout,
     index: &[u64],
+    strings: &StringBounds,
 ) -> Result<ChunkValues, String> {
     let failed = |e: netcdf::Error| format!("{} chunk {index:?}: {e}", array.path);
     if array.dtype == Dtype::String {
-        return chunk_strings(variable, array, index, MAX_CHUNK_BYTES);
+        return chunk_strings(variable, array, index, strings);
     }
     if array.shape.is_empty() {
         return variable
@@ -735,27 +806,76 @@ pub(crate) fn chunk_extent(array: &ArrayLayout, index: &[u64]) -> (Vec<u64>, Vec
 }
 
 /// The strings of chunk `index` of a string array, read one by one (the library hands out
-/// strings only as C pointers in bulk), with empty strings past the array's edges; refused
-/// once they take more than `most` bytes in memory: in HDF5 every element may point at one
-/// large string. This bounds what the strings read take together, not one read: HDF5
-/// allocates the length an element claims before it reads the string, however short the
-/// string is, so one claimed length can still cost that much memory inside the library.
+/// strings only as C pointers in bulk), with empty strings past the array's edges.
+///
+/// What they take is bounded ([`most_string_bytes`]) twice: by what the file claims for
+/// them, before any is read (HDF5 allocates and zeroes the length an element claims before
+/// it reads the element, however short its string is; the file decides, and every element
+/// may point at one large string), and by what they take as read. Strings whose claims
+/// cannot be read from the file are not read.
+///
+/// # Errors
+/// A sentence naming the variable and chunk: the strings take too much, their claims
+/// cannot be read, the source cannot be read, or the conversion is stopping.
 pub(crate) fn chunk_strings(
     variable: &Variable,
     array: &ArrayLayout,
     index: &[u64],
-    most: u64,
+    bounds: &StringBounds,
 ) -> Result<ChunkValues, String> {
-    let failed = |e: netcdf::Error| format!("{} chunk {index:?}: {e}", array.path);
-    if array.shape.is_empty() {
-        return Ok(ChunkValues::Strings(vec![
-            variable.get_string(..).map_err(failed)?,
-        ]));
-    }
+    let failed = |e: &dyn std::fmt::Display| format!("{} chunk {index:?}: {e}", array.path);
+    let claims = match bounds.claims {
+        Some(Ok(claims)) => claims,
+        Some(Err(why)) => {
+            return Err(failed(&format_args!(
+                "its strings are not read: what they take cannot be read from the file \
+                 first ({why})"
+            )));
+        }
+        None => return Err(failed(&"strings with no claims to check")),
+    };
+    let most = most_string_bytes(array, bounds.cap);
     let total: u64 = array.chunks.iter().product();
-    // Grown as the strings are read: a chunk of strings may claim more elements than fit.
-    let mut strings = Vec::new();
-    let mut taken: u64 = 0;
+    let (starts, counts) = chunk_extent(array, index);
+    let too_much = |what: &str, bytes: u64| {
+        failed(&format_args!(
+            "its {total} strings {what} {} MiB of text; a chunk of them may take {} MiB \
+             (8 bytes per string and 128 of text on average, at least 64 MiB). A smaller \
+             `chunk_size` or `map_primary_chunksize` makes its chunks smaller",
+            bytes.div_ceil(1 << 20),
+            most >> 20
+        ))
+    };
+    // Where each string ends takes 8 bytes; the rest is left for their text.
+    let ends_bytes = 8 * (total + 1);
+    let text_most = most.saturating_sub(ends_bytes);
+    let claimed = claims
+        .claimed(&starts, &counts, text_most)
+        .map_err(|e| failed(&e))?;
+    if claimed > text_most || ends_bytes > most {
+        return Err(too_much("claim more than", claimed));
+    }
+    // Sized by what was claimed and by the element count, neither more than `most`.
+    let mut text = Vec::with_capacity(to_usize(claimed));
+    let mut ends = Vec::with_capacity(to_usize(total + 1));
+    ends.push(0);
+    // The string at `position`, to be held after the `held` bytes of text before it.
+    let read = |position: &[usize], held: usize| -> Result<String, String> {
+        if bounds.stop.is_some_and(Stop::requested) {
+            return Err(failed(&"the conversion is stopping"));
+        }
+        let string = variable.get_string(position).map_err(|e| failed(&e))?;
+        let held = (held + string.len()) as u64;
+        if held > text_most {
+            return Err(too_much("hold more than", held));
+        }
+        Ok(string)
+    };
+    if array.shape.is_empty() {
+        text.extend_from_slice(read(&[], 0)?.as_bytes());
+        ends.push(text.len());
+        return Ok(ChunkValues::Strings { text, ends });
+    }
     for n in 0..total {
         // The position of element `n` of the chunk in the array.
         let mut rest = n;
@@ -768,23 +888,12 @@ pub(crate) fn chunk_strings(
             .iter()
             .zip(&array.shape)
             .all(|(p, len)| (*p as u64) < *len);
-        let string = if inside {
-            variable.get_string(position.as_slice()).map_err(failed)?
-        } else {
-            String::new()
-        };
-        // Each string's bytes, and the string itself in the chunk's list.
-        taken = taken.saturating_add((string.len() + std::mem::size_of::<String>()) as u64);
-        if taken > most {
-            return Err(format!(
-                "{} chunk {index:?}: its strings take more than the {} MiB a chunk may hold",
-                array.path,
-                most >> 20
-            ));
+        if inside {
+            text.extend_from_slice(read(&position, text.len())?.as_bytes());
         }
-        strings.push(string);
+        ends.push(text.len());
     }
-    Ok(ChunkValues::Strings(strings))
+    Ok(ChunkValues::Strings { text, ends })
 }
 
 /// Places a C-order block of shape `counts` at the start of a zeroed block of shape `full`.

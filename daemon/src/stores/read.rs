@@ -568,6 +568,7 @@ impl Stores {
                 array,
                 index,
                 zarray,
+                ON_DEMAND_MAX_BYTES,
             )
         })
     }
