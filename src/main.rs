@@ -16,6 +16,11 @@ use svc_daemon::{Config, Overrides};
 use cli::{Cli, Command};
 
 fn main() -> std::process::ExitCode {
+    // SAFETY: the first thing the process does, before any thread or HDF5 call.
+    #[allow(unsafe_code)]
+    unsafe {
+        svc_daemon::read_without_file_locks();
+    }
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

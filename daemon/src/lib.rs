@@ -41,6 +41,7 @@ pub use config::{
     API_PREFIX, Config, MountConfig, Overrides, StoresConfig, TierConfig, home_dir, login_name,
 };
 pub use convert::Compressor;
+pub use convert::external::read_without_file_locks;
 pub use crawl::{Drs, find_netcdf_files, read_record};
 pub use databrowser::params::{flavour_delete_is_global, flavour_list_filter};
 pub use databrowser::{Databrowser, IntakeCatalogue, Search, StaticLinks};

@@ -55,6 +55,29 @@ pub(crate) fn refuse_data_elsewhere(opened: &std::path::Path) -> Result<(), Stri
     walk.group(&file, "", 0)
 }
 
+/// The environment variable by which HDF5 takes no file locks.
+const HDF5_FILE_LOCKING: (&str, &str) = ("HDF5_USE_FILE_LOCKING", "FALSE");
+
+/// Makes HDF5 (and so the NetCDF library) open files without locking them, for the whole
+/// process. Sources are only read, and a change while they are read is found by their size
+/// and times (`Source::unchanged`). HDF5's lock (`flock`, shared for reading) would stop a
+/// source's owner from opening it for writing while a conversion reads it; and HDF5 opens
+/// files without `O_CLOEXEC`, so a child the daemon starts (`fusermount3`) would hold the
+/// locks of the files open at that moment for as long as it runs.
+///
+/// # Safety
+/// Sets an environment variable: call it before any other thread starts, and before the
+/// first HDF5 or NetCDF call (HDF5 reads it when it opens a file).
+#[allow(unsafe_code)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "svcd's own setting of its process, made once as it starts"
+)]
+pub unsafe fn read_without_file_locks() {
+    // SAFETY: the caller makes sure no other thread runs, which reads the environment.
+    unsafe { std::env::set_var(HDF5_FILE_LOCKING.0, HDF5_FILE_LOCKING.1) };
+}
+
 /// Unregisters HDF5's external link class for the whole process, once: following such a
 /// link then fails ("unable to get link class") wherever it is asked for, by the NetCDF
 /// library or by this daemon. Listing a link still tells its type.

@@ -718,8 +718,7 @@ fn a_chunk_read_under_way_when_its_store_is_converted_again_or_removed_is_not_se
     // after the store changed under it (a reload's job, or a removal, as the read runs).
     let fifo = |chunk: &std::path::Path| {
         std::fs::remove_file(chunk).unwrap();
-        let made = std::process::Command::new("mkfifo").arg(chunk).status();
-        assert!(made.unwrap().success());
+        nix::unistd::mkfifo(chunk, nix::sys::stat::Mode::S_IRWXU).unwrap();
     };
     // Opened for writing once the read has it open (before, the FIFO has no reader: ENXIO),
     // so the read has taken its record by then.
