@@ -549,6 +549,18 @@ fn string_variables_become_vlen_utf8_arrays_with_every_string() {
         refused.contains("codes chunk [0, 0]") && refused.contains("strings claim more than"),
         "{refused}"
     );
+    // A conversion that is stopping reads no more strings.
+    let stopping = crate::jobs::Stop::default();
+    stopping.request();
+    let stopped = write::StringBounds {
+        claims: claims.as_ref(),
+        cap: 64 << 20,
+        stop: Some(&stopping),
+    };
+    let refused = write::chunk_values(&variable, &codes, &[0, 0], &stopped)
+        .err()
+        .expect("a stopping conversion reads no strings");
+    assert!(refused.contains("the conversion is stopping"), "{refused}");
     // Padding past the array's edge counts 8 bytes for its end, as a string does.
     let edge = 3 + 3 * 8;
     assert!(write::chunk_values(&variable, &codes, &[1, 1], &bounds(edge)).is_ok());

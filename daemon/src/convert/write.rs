@@ -482,7 +482,7 @@ pub(crate) struct StringBounds<'a> {
     /// The most bytes a chunk's strings may take, below what its plan allows
     /// ([`most_string_bytes`]).
     pub(crate) cap: u64,
-    /// Checked between strings: a chunk may hold millions.
+    /// Checked before a chunk's strings are read.
     pub(crate) stop: Option<&'a Stop>,
 }
 
@@ -805,13 +805,13 @@ pub(crate) fn chunk_extent(array: &ArrayLayout, index: &[u64]) -> (Vec<u64>, Vec
     (starts, counts)
 }
 
-/// The strings of chunk `index` of a string array, read one by one (the library hands out
-/// strings only as C pointers in bulk), with empty strings past the array's edges.
+/// The strings of chunk `index` of a string array, with empty strings past the array's
+/// edges: the part of the chunk within the array read in one call.
 ///
 /// What they take is bounded ([`most_string_bytes`]) twice: by what the file claims for
 /// them, before any is read (HDF5 allocates and zeroes the length an element claims before
 /// it reads the element, however short its string is; the file decides, and every element
-/// may point at one large string), and by what they take as read. Strings whose claims
+/// may point at one large string), and by what they take as copied. Strings whose claims
 /// cannot be read from the file are not read.
 ///
 /// # Errors
@@ -855,45 +855,95 @@ pub(crate) fn chunk_strings(
     if claimed > text_most || ends_bytes > most {
         return Err(too_much("claim more than", claimed));
     }
+    if bounds.stop.is_some_and(Stop::requested) {
+        return Err(failed(&"the conversion is stopping"));
+    }
+    let read = LibraryStrings::read(variable, &starts, &counts).map_err(|e| failed(&e))?;
     // Sized by what was claimed and by the element count, neither more than `most`.
     let mut text = Vec::with_capacity(to_usize(claimed));
     let mut ends = Vec::with_capacity(to_usize(total + 1));
     ends.push(0);
-    // The string at `position`, to be held after the `held` bytes of text before it.
-    let read = |position: &[usize], held: usize| -> Result<String, String> {
-        if bounds.stop.is_some_and(Stop::requested) {
-            return Err(failed(&"the conversion is stopping"));
-        }
-        let string = variable.get_string(position).map_err(|e| failed(&e))?;
-        let held = (held + string.len()) as u64;
-        if held > text_most {
-            return Err(too_much("hold more than", held));
-        }
-        Ok(string)
-    };
-    if array.shape.is_empty() {
-        text.extend_from_slice(read(&[], 0)?.as_bytes());
-        ends.push(text.len());
-        return Ok(ChunkValues::Strings { text, ends });
+    // Strides of the part read, in elements.
+    let rank = counts.len();
+    let mut strides = vec![1u64; rank];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * counts[d + 1];
     }
-    for n in 0..total {
-        // The position of element `n` of the chunk in the array.
-        let mut rest = n;
-        let mut position = vec![0usize; array.chunks.len()];
-        for d in (0..array.chunks.len()).rev() {
-            position[d] = to_usize(index[d] * array.chunks[d] + rest % array.chunks[d]);
-            rest /= array.chunks[d];
-        }
-        let inside = position
-            .iter()
-            .zip(&array.shape)
-            .all(|(p, len)| (*p as u64) < *len);
-        if inside {
-            text.extend_from_slice(read(&position, text.len())?.as_bytes());
+    let mut offset = vec![0u64; rank];
+    for _ in 0..total {
+        // `offset` is the element's position in the chunk, in C order.
+        if (0..rank).all(|d| offset[d] < counts[d]) {
+            let at = (0..rank).map(|d| offset[d] * strides[d]).sum::<u64>();
+            let string = read.string(to_usize(at));
+            let held = (text.len() + string.len()) as u64;
+            if held > text_most {
+                return Err(too_much("hold more than", held));
+            }
+            text.extend_from_slice(string.as_bytes());
         }
         ends.push(text.len());
+        for d in (0..rank).rev() {
+            offset[d] += 1;
+            if offset[d] < array.chunks[d] {
+                break;
+            }
+            offset[d] = 0;
+        }
     }
     Ok(ChunkValues::Strings { text, ends })
+}
+
+/// A NetCDF string as the library hands it out: a C string it allocated (or null).
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+struct LibraryString(*mut std::ffi::c_char);
+
+// SAFETY: a pointer-sized value that the library reads and writes as a `char *`, which is
+// what a NetCDF string is in memory.
+#[allow(unsafe_code)]
+unsafe impl netcdf::types::NcTypeDescriptor for LibraryString {
+    fn type_descriptor() -> netcdf::types::NcVariableType {
+        netcdf::types::NcVariableType::String
+    }
+}
+
+/// The strings of a hyperslab as the library read them, freed by the library when dropped.
+struct LibraryStrings(Vec<LibraryString>);
+
+impl LibraryStrings {
+    /// The strings of the hyperslab `starts`/`counts` of `variable` (its one string when it
+    /// is a scalar), in C order.
+    fn read(variable: &Variable, starts: &[u64], counts: &[u64]) -> netcdf::Result<Self> {
+        let strings = if starts.is_empty() {
+            variable.get_values::<LibraryString, _>(..)?
+        } else {
+            variable.get_values::<LibraryString, _>(extents(starts, counts))?
+        };
+        Ok(LibraryStrings(strings))
+    }
+
+    /// String `n`, as UTF-8 (invalid bytes replaced); empty for a null pointer.
+    #[allow(unsafe_code)]
+    fn string(&self, n: usize) -> std::borrow::Cow<'_, str> {
+        let pointer = self.0[n].0;
+        if pointer.is_null() {
+            return std::borrow::Cow::Borrowed("");
+        }
+        // SAFETY: the library set every pointer to a NUL-terminated string it allocated,
+        // freed only when `self` is dropped.
+        String::from_utf8_lossy(unsafe { std::ffi::CStr::from_ptr(pointer) }.to_bytes())
+    }
+}
+
+impl Drop for LibraryStrings {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: each pointer is a string the library allocated (or null, which it skips),
+        // freed once, here; under the lock every NetCDF and HDF5 call of the process takes.
+        hdf5_metno::sync::sync(|| unsafe {
+            netcdf_sys::nc_free_string(self.0.len(), self.0.as_mut_ptr().cast());
+        });
+    }
 }
 
 /// Places a C-order block of shape `counts` at the start of a zeroed block of shape `full`.
