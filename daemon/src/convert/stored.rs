@@ -125,7 +125,7 @@ impl StoredFile {
             _ if item == 1 => false,
             _ => return None,
         };
-        let pipeline = pipeline(&creation).ok()?;
+        let pipeline = pipeline(&creation, item).ok()?;
         Some(StoredArray {
             dataset,
             shape: extent,
@@ -152,17 +152,19 @@ impl StoredFile {
             .ok_or("its dataset is not in the file itself")?;
         // A stored string is its length (4 bytes, little-endian), then the global heap
         // object holding its bytes: the collection's address and the object's index.
-        let sizeof_addr = self
+        let sizes = self
             .file
             .fcpl()
             .map_err(|e| format!("the file's address size: {e}"))?
-            .sizes()
-            .sizeof_addr as usize;
+            .sizes();
+        let (sizeof_addr, sizeof_size) = (sizes.sizeof_addr as usize, sizes.sizeof_size as usize);
         let item = 4 + sizeof_addr + 4;
+        // Shorter than the variable along an unlimited dimension that another variable made
+        // longer: the elements past it are the fill value.
         let shape: Vec<u64> = dataset.shape().into_iter().map(|n| n as u64).collect();
-        if shape != array.shape {
+        if shape.len() != array.shape.len() || shape.iter().zip(&array.shape).any(|(s, a)| s > a) {
             return Err(format!(
-                "its stored extent {shape:?} is not its shape {:?}",
+                "its stored extent {shape:?} is not within its shape {:?}",
                 array.shape
             ));
         }
@@ -200,37 +202,75 @@ impl StoredFile {
                 {
                     return Err(format!("its stored chunks {stored_chunk:?} are too large"));
                 }
-                Storage::Chunked(Arc::new(Layout {
+                Storage::Chunked(Layout {
                     stored_chunk,
-                    pipeline: pipeline(&creation)?,
+                    pipeline: pipeline(&creation, item)?,
                     item,
                     big_endian: false,
-                }))
+                })
             }
             other => return Err(format!("it is stored {other:?}")),
         };
+        let file_len = self.raw.metadata().map_err(|e| e.to_string())?.len();
         Ok(StoredStrings {
             raw: self.raw.try_clone().map_err(|e| e.to_string())?,
             dataset,
+            extent: shape,
             item,
+            sizeof_addr,
+            sizeof_size,
+            file_len,
             storage,
-            last: std::sync::Mutex::new(None),
         })
     }
 }
 
-/// The filters of a dataset as the daemon undoes them (`shuffle` and `deflate`), or why it
-/// cannot.
-fn pipeline(creation: &hdf5::plist::DatasetCreate) -> Result<Vec<Stage>, String> {
+/// The filters of a dataset of `item`-byte elements as the daemon undoes them (`shuffle`
+/// and `deflate`), or why it cannot.
+fn pipeline(creation: &hdf5::plist::DatasetCreate, item: usize) -> Result<Vec<Stage>, String> {
     let filters = creation.get_filters().map_err(|e| e.to_string())?;
     filters
         .into_iter()
         .map(|filter| match filter {
-            hdf5::filters::Filter::Shuffle => Ok(Stage::Shuffle),
+            // The library unshuffles by the element size the filter's settings name, which
+            // the file may set to anything.
+            hdf5::filters::Filter::Shuffle => match shuffled_size(creation) {
+                Some(size) if size == item => Ok(Stage::Shuffle),
+                // As for strings: the library cannot apply it, and skips it (it is optional).
+                None => Ok(Stage::Unshuffleable),
+                Some(size) => Err(format!(
+                    "it is shuffled as {size}-byte elements, not {item}-byte ones"
+                )),
+            },
             hdf5::filters::Filter::Deflate(level) => Ok(Stage::Deflate(level)),
             other => Err(format!("it is stored with the filter {other:?}")),
         })
         .collect()
+}
+
+/// The element size the `shuffle` filter of `creation` names in its settings.
+#[allow(unsafe_code)]
+fn shuffled_size(creation: &hdf5::plist::DatasetCreate) -> Option<usize> {
+    let mut flags = 0;
+    let mut values = [0u32; 4];
+    let mut count: usize = values.len();
+    let mut config = 0;
+    // SAFETY: `creation` is an open property list for as long as it is borrowed; the
+    // library writes at most `count` values into `values` and no name (length 0); the other
+    // out-pointers are to live locals. Under the library's lock.
+    let status = hdf5::sync::sync(|| unsafe {
+        hdf5_metno_sys::h5p::H5Pget_filter_by_id2(
+            creation.id(),
+            hdf5_metno_sys::h5z::H5Z_FILTER_SHUFFLE,
+            &mut flags,
+            &mut count,
+            values.as_mut_ptr(),
+            0,
+            std::ptr::null_mut(),
+            &mut config,
+        )
+    });
+    (status >= 0 && count >= 1 && values[0] > 0).then(|| values[0] as usize)
 }
 
 /// Where a string variable's descriptors are stored.
@@ -239,76 +279,199 @@ enum Storage {
     /// In one block at this address, in C order; `None` when never written.
     Contiguous(Option<u64>),
     /// In stored chunks.
-    Chunked(Arc<Layout>),
+    Chunked(Layout),
 }
 
 /// What the elements of a NetCDF-4 string variable claim to take, read from the file (see
 /// [`StoredFile::strings`]). HDF5 allocates (and zeroes) the length an element claims
-/// before it reads the element's string, however short the string is: these claims are
-/// what reading the strings costs, and they are counted before the library is asked.
+/// before it reads the element's string, however short the string is, and then copies the
+/// whole heap object the element points at into it: so each claim is checked against its
+/// object, and the claims are counted, before the library is asked.
 ///
-/// Elements never written count nothing: the library gives them the fill value, which
-/// NetCDF's writers leave empty.
+/// Not counted: elements never written, or past the stored extent, which the library gives
+/// the variable's fill value. The fill value is one string the file stores once, and the
+/// library reads it when it opens the file (checking it needs the dataset's object header,
+/// which no HDF5 call gives raw).
 pub(crate) struct StoredStrings {
     dataset: hdf5::Dataset,
     raw: std::fs::File,
-    /// Bytes of one stored descriptor.
+    /// The dataset's extent (the variable's shape, or less along an unlimited dimension).
+    extent: Vec<u64>,
+    /// Bytes of one stored string: its length, a file address and an index.
     item: usize,
+    /// Bytes of a file address and of a length in the file.
+    sizeof_addr: usize,
+    sizeof_size: usize,
+    file_len: u64,
     storage: Storage,
-    /// The stored chunk read last, by its origin: consecutive store chunks often lie in one.
-    last: std::sync::Mutex<Option<DecodedChunk>>,
 }
 
-/// A stored chunk's origin and its decoded bytes.
-type DecodedChunk = (Vec<u64>, Arc<Vec<u8>>);
+/// The global heap collections whose objects the strings of one block are, each read once:
+/// its address, and the size of each of its objects by index.
+struct Heaps<'s> {
+    strings: &'s StoredStrings,
+    collections: std::collections::HashMap<u64, std::collections::HashMap<u32, u64>>,
+    /// Bytes of collections left to read.
+    left: u64,
+}
+
+impl Heaps<'_> {
+    /// Checks that the string `descriptor` claims is the heap object it points at, whole:
+    /// HDF5 copies the object (whatever its size) into a buffer of the claimed length.
+    fn check(&mut self, descriptor: &[u8], length: u32) -> Result<(), String> {
+        let strings = self.strings;
+        let address = le_bytes(&descriptor[4..4 + strings.sizeof_addr]);
+        let index = u32::from_le_bytes(
+            descriptor[4 + strings.sizeof_addr..strings.item]
+                .try_into()
+                .expect("4 bytes"),
+        );
+        if !self.collections.contains_key(&address) {
+            let objects = self.collection(address)?;
+            self.collections.insert(address, objects);
+        }
+        match self.collections[&address].get(&index) {
+            Some(&size) if size == u64::from(length) => Ok(()),
+            found => Err(format!(
+                "a string claims {length} bytes, and its heap object {index} at byte \
+                 {address} of the file {}",
+                found.map_or("is not there".to_string(), |size| format!("holds {size}"))
+            )),
+        }
+    }
+
+    /// The objects of the global heap collection at `address`: each one's size by index.
+    fn collection(&mut self, address: u64) -> Result<std::collections::HashMap<u32, u64>, String> {
+        let strings = self.strings;
+        let failed = |why: &dyn std::fmt::Display| {
+            format!("the heap collection at byte {address} of the file: {why}")
+        };
+        let header = 8 + strings.sizeof_size;
+        let mut start = vec![0u8; header];
+        strings
+            .raw
+            .read_exact_at(&mut start, address)
+            .map_err(|e| failed(&e))?;
+        if &start[..5] != b"GCOL\x01" {
+            return Err(failed(&"not a global heap collection"));
+        }
+        let size = le_bytes(&start[8..]);
+        if size < header as u64
+            || address
+                .checked_add(size)
+                .is_none_or(|end| end > strings.file_len)
+        {
+            return Err(failed(&format_args!("it claims {size} bytes")));
+        }
+        if size > self.left {
+            return Err(failed(&format_args!(
+                "its {size} bytes are more than the strings may read"
+            )));
+        }
+        self.left -= size;
+        let mut bytes = vec![0u8; to_usize(size)];
+        strings
+            .raw
+            .read_exact_at(&mut bytes, address)
+            .map_err(|e| failed(&e))?;
+        // Each object: its index (2 bytes), reference count (2), 4 reserved, its size, then
+        // its bytes padded to 8; index 0 is the free space, which ends the objects.
+        let mut objects = std::collections::HashMap::new();
+        let mut at = header;
+        while at + header <= bytes.len() {
+            let index = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+            if index == 0 {
+                break;
+            }
+            let object = le_bytes(&bytes[at + 8..at + header]);
+            objects.insert(u32::from(index), object);
+            let Some(next) = object
+                .checked_next_multiple_of(8)
+                .and_then(|padded| (at as u64 + header as u64).checked_add(padded))
+            else {
+                break;
+            };
+            at = to_usize(next.min(bytes.len() as u64));
+        }
+        Ok(objects)
+    }
+}
+
+/// A little-endian unsigned number of up to 8 bytes.
+fn le_bytes(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .rev()
+        .fold(0u64, |n, &byte| (n << 8) | u64::from(byte))
+}
 
 impl StoredStrings {
-    /// The bytes the strings of the block `start`/`count` claim together, or the first sum
-    /// past `most` (the caller refuses the block then).
+    /// The bytes the strings of the block `start`/`count` claim together, each checked
+    /// against the heap object it points at, or the first sum past `most` (the caller refuses
+    /// the block then). Elements past the stored extent, or never written, count nothing:
+    /// they are the fill value.
     ///
     /// # Errors
-    /// A sentence saying which stored bytes could not be read or decoded.
+    /// A sentence saying which stored bytes could not be read or decoded, or why a string is
+    /// not what it claims.
     pub(crate) fn claimed(&self, start: &[u64], count: &[u64], most: u64) -> Result<u64, String> {
         let rank = start.len();
+        // Within the stored extent.
+        let count: Vec<u64> = (0..rank)
+            .map(|d| {
+                (start[d] + count[d])
+                    .min(self.extent[d])
+                    .saturating_sub(start[d])
+            })
+            .collect();
         if count.contains(&0) {
             return Ok(0);
         }
-        let mut claimed = 0u64;
-        let mut add = |descriptors: &[u8]| {
-            for descriptor in descriptors.chunks_exact(self.item) {
-                let length = u32::from_le_bytes(descriptor[..4].try_into().expect("4 bytes"));
-                claimed = claimed.saturating_add(u64::from(length));
-                if claimed > most {
-                    return true;
-                }
-            }
-            false
+        let mut claims = Counted {
+            heaps: Heaps {
+                strings: self,
+                collections: std::collections::HashMap::new(),
+                // Collections hold other strings too, and 16 bytes or more for each.
+                left: most.saturating_mul(4).saturating_add(1 << 20),
+            },
+            claimed: 0,
+            most,
         };
         match &self.storage {
             Storage::Contiguous(None) => Ok(0),
             Storage::Contiguous(Some(address)) => {
-                let shape: Vec<u64> = self.dataset.shape().into_iter().map(|n| n as u64).collect();
                 // A scalar is one element, as a block of one.
                 let (start, count, shape) = if rank == 0 {
-                    (&[0][..], &[1][..], vec![1])
+                    (&[0][..], &[1][..], &[1][..])
                 } else {
-                    (start, count, shape)
+                    (start, &count[..], &self.extent[..])
                 };
                 let rank = start.len();
                 let item = self.item as u64;
-                let row = to_usize(count[rank - 1] * item);
-                let mut bytes = vec![0u8; row];
+                let failed = || format!("strings at byte {address} of the file: past its end");
+                // Rows are read a window at a time.
+                let window = (WINDOW_BYTES / item).max(1);
                 let mut at = start.to_vec();
                 loop {
                     let element = (0..rank).fold(0u64, |n, d| n * shape[d] + at[d]);
-                    self.raw
-                        .read_exact_at(&mut bytes, address + element * item)
-                        .map_err(|e| format!("strings at byte {address} of the file: {e}"))?;
-                    if add(&bytes) {
-                        return Ok(claimed);
+                    let mut done = 0;
+                    while done < count[rank - 1] {
+                        let n = window.min(count[rank - 1] - done);
+                        let offset = (element + done)
+                            .checked_mul(item)
+                            .and_then(|bytes| address.checked_add(bytes))
+                            .ok_or_else(failed)?;
+                        let mut bytes = vec![0u8; to_usize(n * item)];
+                        self.raw
+                            .read_exact_at(&mut bytes, offset)
+                            .map_err(|e| format!("strings at byte {offset} of the file: {e}"))?;
+                        if claims.add(&bytes)? {
+                            return Ok(claims.claimed);
+                        }
+                        done += n;
                     }
                     if !next_row(&mut at, start, count) {
-                        return Ok(claimed);
+                        return Ok(claims.claimed);
                     }
                 }
             }
@@ -318,10 +481,28 @@ impl StoredStrings {
                 let last: Vec<u64> = (0..rank)
                     .map(|d| (start[d] + count[d] - 1) / stored[d])
                     .collect();
+                // Decoding is bounded by the block, as the library's reading is not: stored
+                // chunks far larger than the store's are refused.
+                let elements: u64 = count.iter().product();
+                let mut decode_left = (8 * elements * self.item as u64).max(WINDOW_BYTES << 6);
                 let mut grid = first.clone();
                 loop {
                     let origin: Vec<u64> = grid.iter().zip(stored).map(|(i, c)| i * c).collect();
-                    if let Some(bytes) = self.stored_chunk(layout, &origin)? {
+                    if let Some(location) = chunk_location(&self.dataset, &origin) {
+                        let stored_len = layout.stored_len() as u64;
+                        if stored_len > decode_left {
+                            return Err(format!(
+                                "its stored chunks of {stored:?} strings are too large to read \
+                                 for a store chunk of {count:?}: a larger `chunk_size` or \
+                                 `map_primary_chunksize` reads fewer of them"
+                            ));
+                        }
+                        decode_left -= stored_len;
+                        let piece = Piece {
+                            origin: origin.clone(),
+                            location,
+                        };
+                        let bytes = layout.decoded(&piece, &self.raw)?;
                         // The rows of this stored chunk inside the block.
                         let low: Vec<u64> = (0..rank).map(|d| origin[d].max(start[d])).collect();
                         let high: Vec<u64> = (0..rank)
@@ -334,8 +515,8 @@ impl StoredStrings {
                                 (0..rank).fold(0u64, |n, d| n * stored[d] + (at[d] - origin[d]));
                             let from = to_usize(element) * self.item;
                             let row = to_usize(extent[rank - 1]) * self.item;
-                            if add(&bytes[from..from + row]) {
-                                return Ok(claimed);
+                            if claims.add(&bytes[from..from + row])? {
+                                return Ok(claims.claimed);
                             }
                             if !next_row(&mut at, &low, &extent) {
                                 break;
@@ -343,39 +524,39 @@ impl StoredStrings {
                         }
                     }
                     if !next_index(&mut grid, &first, &last) {
-                        return Ok(claimed);
+                        return Ok(claims.claimed);
                     }
                 }
             }
         }
     }
+}
 
-    /// The decoded descriptors of the stored chunk at `origin`, or `None` when it was never
-    /// written.
-    fn stored_chunk(
-        &self,
-        layout: &Layout,
-        origin: &[u64],
-    ) -> Result<Option<Arc<Vec<u8>>>, String> {
-        let mut last = self
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((at, bytes)) = &*last
-            && at == origin
-        {
-            return Ok(Some(Arc::clone(bytes)));
+/// Bytes of stored strings read at a time from a contiguous dataset.
+const WINDOW_BYTES: u64 = 1 << 20;
+
+/// The claims of a block's strings counted so far.
+struct Counted<'s> {
+    heaps: Heaps<'s>,
+    claimed: u64,
+    most: u64,
+}
+
+impl Counted<'_> {
+    /// Counts the stored strings `descriptors`; `true` once the sum is past the bound.
+    fn add(&mut self, descriptors: &[u8]) -> Result<bool, String> {
+        for descriptor in descriptors.chunks_exact(self.heaps.strings.item) {
+            let length = u32::from_le_bytes(descriptor[..4].try_into().expect("4 bytes"));
+            self.claimed = self.claimed.saturating_add(u64::from(length));
+            if self.claimed > self.most {
+                return Ok(true);
+            }
+            // An empty string reads no heap object.
+            if length > 0 {
+                self.heaps.check(descriptor, length)?;
+            }
         }
-        let Some(location) = chunk_location(&self.dataset, origin) else {
-            return Ok(None);
-        };
-        let piece = Piece {
-            origin: origin.to_vec(),
-            location,
-        };
-        let bytes = Arc::new(layout.decoded(&piece, &self.raw)?);
-        *last = Some((origin.to_vec(), Arc::clone(&bytes)));
-        Ok(Some(bytes))
+        Ok(false)
     }
 }
 
@@ -443,6 +624,9 @@ enum Stage {
     Shuffle,
     /// With its level, which a copied chunk's compressor declares.
     Deflate(u8),
+    /// `shuffle` with no element size (HDF5 gives it none for strings): a stored chunk
+    /// cannot have gone through it.
+    Unshuffleable,
 }
 
 /// What every stored chunk of one variable shares.
@@ -492,6 +676,9 @@ impl Layout {
             bytes = match stage {
                 Stage::Deflate(_) => inflate(&bytes, stored_len).map_err(|e| piece.failed(&e))?,
                 Stage::Shuffle => unshuffle(&bytes, self.item),
+                Stage::Unshuffleable => {
+                    return Err(piece.failed(&"shuffled with no element size"));
+                }
             };
         }
         if bytes.len() != stored_len {

@@ -597,6 +597,22 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
             variable.put_string(word, [i]).unwrap();
         }
     }
+    // Two records more than `chunked` stores: its elements past them are the fill value.
+    file.add_variable::<f32>("longer", &["t"])
+        .unwrap()
+        .put_values(&[0.0; 6], ..)
+        .unwrap();
+    // Stored chunks of 2 x 2 that blocks of 3 x 3 straddle: "r<row>c<column>".
+    file.add_dimension("x", 5).unwrap();
+    file.add_dimension("y", 5).unwrap();
+    let mut grid = file.add_string_variable("grid", &["x", "y"]).unwrap();
+    grid.set_chunking(&[2, 2]).unwrap();
+    for x in 0..5 {
+        for y in 0..5 {
+            grid.put_string(&format!("r{x}c{}", "c".repeat(y)), [x, y])
+                .unwrap();
+        }
+    }
     file.close().unwrap();
     let chunking = Chunking {
         access_pattern: AccessPattern::Map,
@@ -625,6 +641,32 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
     };
     claimed(stored.as_ref(), &array("plain"));
     claimed(stored.as_ref(), &array("chunked"));
+    assert_eq!(array("chunked").shape, [6]);
+    let chunked = write::claims(stored.as_ref(), &array("chunked"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(chunked.claimed(&[2], &[4], u64::MAX).unwrap(), 7);
+    assert_eq!(chunked.claimed(&[4], &[2], u64::MAX).unwrap(), 0);
+    let grid = write::claims(stored.as_ref(), &array("grid"))
+        .unwrap()
+        .unwrap();
+    for (start, count) in [
+        ([1, 1], [3, 3]),
+        ([0, 0], [5, 5]),
+        ([3, 2], [2, 3]),
+        ([4, 4], [1, 1]),
+    ] {
+        // "r<x>c" and one "c" per column.
+        let text: u64 = (start[0]..start[0] + count[0])
+            .flat_map(|_| start[1]..start[1] + count[1])
+            .map(|y| 3 + y)
+            .sum();
+        assert_eq!(
+            grid.claimed(&start, &count, u64::MAX).unwrap(),
+            text,
+            "{start:?}"
+        );
+    }
     // The NetCDF library refuses filters on strings, other writers do not.
     let filtered = dir.path().join("filtered.h5");
     {
@@ -675,8 +717,19 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
             file.write_all_at(&0xFFFF_FFF0u32.to_le_bytes(), address + 2 * 16)
                 .unwrap();
         }
+        // "dddd" claims 1 byte: the library would copy its 4 into a buffer of 1.
+        file.write_all_at(&1u32.to_le_bytes(), contiguous + 3 * 16)
+            .unwrap();
     }
     let stored = StoredFile::open(&source).unwrap();
+    let plain = write::claims(stored.as_ref(), &array("plain"))
+        .unwrap()
+        .unwrap();
+    let short = plain.claimed(&[3], &[1], u64::MAX).unwrap_err();
+    assert!(
+        short.contains("a string claims 1 bytes, and its heap object") && short.contains("holds 4"),
+        "{short}"
+    );
     let file = netcdf::open(&source).unwrap();
     for name in ["plain", "chunked"] {
         let planned = array(name);
@@ -692,7 +745,8 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
             .expect("claims past the bound are refused");
         assert!(
             refused.contains(&format!(
-                "{name} chunk [0]: its 4 strings claim more than 4096 MiB"
+                "{name} chunk [0]: its {} strings claim more than 4096 MiB",
+                planned.shape[0]
             )) && refused.contains("A smaller `chunk_size`"),
             "{refused}"
         );

@@ -832,7 +832,7 @@ pub(crate) fn chunk_strings(
                  first ({why})"
             )));
         }
-        None => return Err(failed(&"strings with no claims to check")),
+        None => return Err(failed(&"its strings' claims were not read")),
     };
     let most = most_string_bytes(array, bounds.cap);
     let total: u64 = array.chunks.iter().product();
@@ -848,11 +848,20 @@ pub(crate) fn chunk_strings(
     };
     // Where each string ends takes 8 bytes; the rest is left for their text.
     let ends_bytes = 8 * (total + 1);
-    let text_most = most.saturating_sub(ends_bytes);
+    if ends_bytes > most {
+        return Err(failed(&format_args!(
+            "its {total} strings take {} MiB for where each ends alone, more than the {} MiB \
+             a chunk of them may take. A smaller `chunk_size` or `map_primary_chunksize` makes \
+             its chunks smaller",
+            ends_bytes >> 20,
+            most >> 20
+        )));
+    }
+    let text_most = most - ends_bytes;
     let claimed = claims
         .claimed(&starts, &counts, text_most)
         .map_err(|e| failed(&e))?;
-    if claimed > text_most || ends_bytes > most {
+    if claimed > text_most {
         return Err(too_much("claim more than", claimed));
     }
     if bounds.stop.is_some_and(Stop::requested) {
