@@ -370,7 +370,7 @@ impl<'s> OpenSources<'s> {
             .claims
             .entry(array.variable.clone())
             .or_insert_with(|| {
-                write::claims(opened.stored.as_ref(), array).expect("a string array")
+                write::claims(opened.stored.as_ref(), array, &variable).expect("a string array")
             });
         let strings = write::StringBounds {
             claims: Some(claims),
@@ -514,7 +514,7 @@ pub(crate) fn chunk_on_demand(
     };
     let failed = |e: String| format!("{}: {e}", source.path.display());
     let stored_array = stored.as_ref().and_then(|stored| stored.array(planned));
-    let claims = write::claims(stored.as_ref(), planned);
+    let claims = write::claims(stored.as_ref(), planned, &variable);
     let strings = write::StringBounds {
         claims: claims.as_ref(),
         cap: most_bytes,

@@ -146,7 +146,7 @@ impl StoredFile {
     /// # Errors
     /// A sentence saying why the claims cannot be read: the dataset is not in this file, is
     /// compact or virtual, or has a filter other than `shuffle` and `deflate`.
-    pub(crate) fn strings(&self, array: &ArrayLayout) -> Result<StoredStrings, String> {
+    pub(crate) fn strings(&self, array: &ArrayLayout, fill: u64) -> Result<StoredStrings, String> {
         let dataset = self
             .dataset(array)
             .ok_or("its dataset is not in the file itself")?;
@@ -221,6 +221,8 @@ impl StoredFile {
             sizeof_size,
             file_len,
             storage,
+            collections: std::sync::Mutex::new(std::collections::HashMap::new()),
+            fill,
         })
     }
 }
@@ -288,10 +290,10 @@ enum Storage {
 /// whole heap object the element points at into it: so each claim is checked against its
 /// object, and the claims are counted, before the library is asked.
 ///
-/// Not counted: elements never written, or past the stored extent, which the library gives
-/// the variable's fill value. The fill value is one string the file stores once, and the
-/// library reads it when it opens the file (checking it needs the dataset's object header,
-/// which no HDF5 call gives raw).
+/// Elements never written, or past the stored extent, count the bytes of the variable's
+/// fill value, which the library gives each of them. The fill value itself is one string the
+/// file stores once, which the library reads when it opens the file; what it claims is not
+/// checked first (that needs the dataset's object header, which no HDF5 call gives raw).
 pub(crate) struct StoredStrings {
     dataset: hdf5::Dataset,
     raw: std::fs::File,
@@ -304,15 +306,21 @@ pub(crate) struct StoredStrings {
     sizeof_size: usize,
     file_len: u64,
     storage: Storage,
+    /// The heap collections read so far, by address.
+    collections: std::sync::Mutex<std::collections::HashMap<u64, Arc<Collection>>>,
+    /// The bytes of the variable's fill value, which elements never written, or past the
+    /// stored extent, are.
+    fill: u64,
 }
 
 /// The global heap collections whose objects the strings of one block are, each read once:
 /// its address, and the size of each of its objects by index.
 struct Heaps<'s> {
     strings: &'s StoredStrings,
-    collections: std::collections::HashMap<u64, std::collections::HashMap<u32, u64>>,
     /// Bytes of collections left to read.
     left: u64,
+    /// The largest collection read.
+    most_collection: u64,
 }
 
 impl Heaps<'_> {
@@ -326,11 +334,8 @@ impl Heaps<'_> {
                 .try_into()
                 .expect("4 bytes"),
         );
-        if !self.collections.contains_key(&address) {
-            let objects = self.collection(address)?;
-            self.collections.insert(address, objects);
-        }
-        match self.collections[&address].get(&index) {
+        let objects = self.collection(address)?;
+        match objects.get(&index) {
             Some(&size) if size == u64::from(length) => Ok(()),
             found => Err(format!(
                 "a string claims {length} bytes, and its heap object {index} at byte \
@@ -341,12 +346,22 @@ impl Heaps<'_> {
     }
 
     /// The objects of the global heap collection at `address`: each one's size by index.
-    fn collection(&mut self, address: u64) -> Result<std::collections::HashMap<u32, u64>, String> {
+    /// Read from the file once per variable (kept while they are few), each read counted.
+    fn collection(&mut self, address: u64) -> Result<Arc<Collection>, String> {
         let strings = self.strings;
+        let mut kept = strings
+            .collections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(objects) = kept.get(&address) {
+            return Ok(Arc::clone(objects));
+        }
         let failed = |why: &dyn std::fmt::Display| {
             format!("the heap collection at byte {address} of the file: {why}")
         };
-        let header = 8 + strings.sizeof_size;
+        // The collection's header, and each object's, is aligned to 8 bytes, as HDF5 reads
+        // them.
+        let header = (8 + strings.sizeof_size).next_multiple_of(8);
         let mut start = vec![0u8; header];
         strings
             .raw
@@ -355,7 +370,7 @@ impl Heaps<'_> {
         if &start[..5] != b"GCOL\x01" {
             return Err(failed(&"not a global heap collection"));
         }
-        let size = le_bytes(&start[8..]);
+        let size = le_bytes(&start[8..8 + strings.sizeof_size]);
         if size < header as u64
             || address
                 .checked_add(size)
@@ -363,7 +378,7 @@ impl Heaps<'_> {
         {
             return Err(failed(&format_args!("it claims {size} bytes")));
         }
-        if size > self.left {
+        if size > self.left || size > self.most_collection {
             return Err(failed(&format_args!(
                 "its {size} bytes are more than the strings may read"
             )));
@@ -375,7 +390,8 @@ impl Heaps<'_> {
             .read_exact_at(&mut bytes, address)
             .map_err(|e| failed(&e))?;
         // Each object: its index (2 bytes), reference count (2), 4 reserved, its size, then
-        // its bytes padded to 8; index 0 is the free space, which ends the objects.
+        // its bytes padded to 8; index 0 is the free space, which ends the objects here (an
+        // object past it is not found, and its string refused).
         let mut objects = std::collections::HashMap::new();
         let mut at = header;
         while at + header <= bytes.len() {
@@ -383,19 +399,34 @@ impl Heaps<'_> {
             if index == 0 {
                 break;
             }
-            let object = le_bytes(&bytes[at + 8..at + header]);
-            objects.insert(u32::from(index), object);
-            let Some(next) = object
+            let object = le_bytes(&bytes[at + 8..at + 8 + strings.sizeof_size]);
+            // The library copies an object's declared size from inside the collection.
+            let next = object
                 .checked_next_multiple_of(8)
                 .and_then(|padded| (at as u64 + header as u64).checked_add(padded))
-            else {
-                break;
-            };
-            at = to_usize(next.min(bytes.len() as u64));
+                .filter(|&next| next <= size)
+                .ok_or_else(|| {
+                    failed(&format_args!(
+                        "its object {index} of {object} bytes runs past its end"
+                    ))
+                })?;
+            objects.insert(u32::from(index), object);
+            at = to_usize(next);
         }
+        if kept.values().map(|c| c.len()).sum::<usize>() + objects.len() > MOST_KEPT_OBJECTS {
+            kept.clear();
+        }
+        let objects = Arc::new(objects);
+        kept.insert(address, Arc::clone(&objects));
         Ok(objects)
     }
 }
+
+/// The sizes of the objects of one global heap collection, by index.
+type Collection = std::collections::HashMap<u32, u64>;
+
+/// The most heap objects whose sizes a variable's claims keep between chunks.
+const MOST_KEPT_OBJECTS: usize = 1 << 20;
 
 /// A little-endian unsigned number of up to 8 bytes.
 fn le_bytes(bytes: &[u8]) -> u64 {
@@ -416,7 +447,8 @@ impl StoredStrings {
     /// not what it claims.
     pub(crate) fn claimed(&self, start: &[u64], count: &[u64], most: u64) -> Result<u64, String> {
         let rank = start.len();
-        // Within the stored extent.
+        let asked: u64 = count.iter().product();
+        // Within the stored extent; the elements past it are the fill value.
         let count: Vec<u64> = (0..rank)
             .map(|d| {
                 (start[d] + count[d])
@@ -424,21 +456,31 @@ impl StoredStrings {
                     .saturating_sub(start[d])
             })
             .collect();
-        if count.contains(&0) {
-            return Ok(0);
+        let stored: u64 = count.iter().product();
+        let past = self.fill.saturating_mul(asked - stored);
+        if stored == 0 || past > most {
+            return Ok(past);
         }
         let mut claims = Counted {
             heaps: Heaps {
                 strings: self,
-                collections: std::collections::HashMap::new(),
-                // Collections hold other strings too, and 16 bytes or more for each.
-                left: most.saturating_mul(4).saturating_add(1 << 20),
+                // Collections hold other strings too, 16 bytes or more for each, and are
+                // 4 KiB at least (a writer that appends one string at a time makes one for
+                // each).
+                left: most
+                    .saturating_mul(4)
+                    .saturating_add(4096 * count.iter().product::<u64>())
+                    .saturating_add(1 << 20),
+                most_collection: most.saturating_add(1 << 20),
             },
-            claimed: 0,
+            claimed: past,
             most,
         };
         match &self.storage {
-            Storage::Contiguous(None) => Ok(0),
+            Storage::Contiguous(None) => {
+                claims.fill(stored);
+                Ok(claims.claimed)
+            }
             Storage::Contiguous(Some(address)) => {
                 // A scalar is one element, as a block of one.
                 let (start, count, shape) = if rank == 0 {
@@ -488,7 +530,20 @@ impl StoredStrings {
                 let mut grid = first.clone();
                 loop {
                     let origin: Vec<u64> = grid.iter().zip(stored).map(|(i, c)| i * c).collect();
-                    if let Some(location) = chunk_location(&self.dataset, &origin) {
+                    let location = chunk_location(&self.dataset, &origin);
+                    if location.is_none() {
+                        // Never written: the fill value, for its part of the block.
+                        let part = (0..rank)
+                            .map(|d| {
+                                (origin[d] + stored[d]).min(start[d] + count[d])
+                                    - origin[d].max(start[d])
+                            })
+                            .product();
+                        if claims.fill(part) {
+                            return Ok(claims.claimed);
+                        }
+                    }
+                    if let Some(location) = location {
                         let stored_len = layout.stored_len() as u64;
                         if stored_len > decode_left {
                             return Err(format!(
@@ -543,6 +598,13 @@ struct Counted<'s> {
 }
 
 impl Counted<'_> {
+    /// Counts `elements` of the fill value; `true` once the sum is past the bound.
+    fn fill(&mut self, elements: u64) -> bool {
+        let fill = self.heaps.strings.fill.saturating_mul(elements);
+        self.claimed = self.claimed.saturating_add(fill);
+        self.claimed > self.most
+    }
+
     /// Counts the stored strings `descriptors`; `true` once the sum is past the bound.
     fn add(&mut self, descriptors: &[u8]) -> Result<bool, String> {
         for descriptor in descriptors.chunks_exact(self.heaps.strings.item) {

@@ -530,7 +530,7 @@ fn string_variables_become_vlen_utf8_arrays_with_every_string() {
     codes.chunks = vec![1, 2];
     let variable = file.variable("codes").unwrap();
     let stored = StoredFile::open(&source).unwrap();
-    let claims = write::claims(stored.as_ref(), &codes);
+    let claims = write::claims(stored.as_ref(), &codes, &variable);
     let bounds = |cap| write::StringBounds {
         claims: claims.as_ref(),
         cap,
@@ -568,7 +568,7 @@ fn string_variables_become_vlen_utf8_arrays_with_every_string() {
     // The scalar: 11 bytes of text, two ends.
     let only = layout.arrays.iter().find(|a| a.path == "only").unwrap();
     let scalar = file.variable("only").unwrap();
-    let claims = write::claims(stored.as_ref(), only);
+    let claims = write::claims(stored.as_ref(), only, &scalar);
     let bounds = |cap| write::StringBounds {
         claims: claims.as_ref(),
         cap,
@@ -597,6 +597,13 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
             variable.put_string(word, [i]).unwrap();
         }
     }
+    // Two records: its four others are the fill value.
+    let mut filled = file.add_string_variable("filled", &["t"]).unwrap();
+    filled
+        .put_attribute("_FillValue", vec!["FILL".to_string()])
+        .unwrap();
+    filled.put_string("a", [0]).unwrap();
+    filled.put_string("bb", [1]).unwrap();
     // Two records more than `chunked` stores: its elements past them are the fill value.
     file.add_variable::<f32>("longer", &["t"])
         .unwrap()
@@ -631,7 +638,7 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
             .clone()
     };
     let claimed = |stored: Option<&StoredFile>, array: &metadata::ArrayLayout| {
-        let claims = write::claims(stored, array).unwrap().unwrap();
+        let claims = stored.unwrap().strings(array, 0).unwrap();
         let name = &array.path;
         assert_eq!(claims.claimed(&[0], &[4], u64::MAX).unwrap(), 10, "{name}");
         assert_eq!(claims.claimed(&[1], &[2], u64::MAX).unwrap(), 5, "{name}");
@@ -642,14 +649,22 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
     claimed(stored.as_ref(), &array("plain"));
     claimed(stored.as_ref(), &array("chunked"));
     assert_eq!(array("chunked").shape, [6]);
-    let chunked = write::claims(stored.as_ref(), &array("chunked"))
+    let chunked = stored
+        .as_ref()
         .unwrap()
+        .strings(&array("chunked"), 0)
         .unwrap();
     assert_eq!(chunked.claimed(&[2], &[4], u64::MAX).unwrap(), 7);
     assert_eq!(chunked.claimed(&[4], &[2], u64::MAX).unwrap(), 0);
-    let grid = write::claims(stored.as_ref(), &array("grid"))
+    let netcdf_file = netcdf::open(&source).unwrap();
+    let filled = netcdf_file.variable("filled").unwrap();
+    assert_eq!(write::fill_bytes(&filled), 4);
+    let filled = write::claims(stored.as_ref(), &array("filled"), &filled)
         .unwrap()
         .unwrap();
+    assert_eq!(filled.claimed(&[0], &[6], u64::MAX).unwrap(), 1 + 2 + 4 * 4);
+    assert_eq!(filled.claimed(&[3], &[3], u64::MAX).unwrap(), 3 * 4);
+    let grid = stored.as_ref().unwrap().strings(&array("grid"), 0).unwrap();
     for (start, count) in [
         ([1, 1], [3, 3]),
         ([0, 0], [5, 5]),
@@ -695,7 +710,7 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
     claimed(stored_h5.as_ref(), &named("deflated"));
     claimed(stored_h5.as_ref(), &named("inflated"));
     // Strings whose claims cannot be read are not read.
-    let compact = write::claims(stored_h5.as_ref(), &named("compact")).unwrap();
+    let compact = stored_h5.as_ref().unwrap().strings(&named("compact"), 0);
     assert!(compact.is_err_and(|e| e.contains("Compact")));
 
     // "ccc" now claims 4 GiB in the contiguous and the chunked variable.
@@ -722,8 +737,10 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
             .unwrap();
     }
     let stored = StoredFile::open(&source).unwrap();
-    let plain = write::claims(stored.as_ref(), &array("plain"))
+    let plain = stored
+        .as_ref()
         .unwrap()
+        .strings(&array("plain"), 0)
         .unwrap();
     let short = plain.claimed(&[3], &[1], u64::MAX).unwrap_err();
     assert!(
@@ -733,13 +750,13 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
     let file = netcdf::open(&source).unwrap();
     for name in ["plain", "chunked"] {
         let planned = array(name);
-        let claims = write::claims(stored.as_ref(), &planned);
+        let variable = file.variable(name).unwrap();
+        let claims = write::claims(stored.as_ref(), &planned, &variable);
         let bounds = write::StringBounds {
             claims: claims.as_ref(),
             cap: metadata::MAX_CHUNK_BYTES,
             stop: None,
         };
-        let variable = file.variable(name).unwrap();
         let refused = write::chunk_values(&variable, &planned, &[0], &bounds)
             .err()
             .expect("claims past the bound are refused");
@@ -756,6 +773,47 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
     let failed = convert_lz4(&opened, &dir.path().join("again"), &chunking)
         .expect_err("the conversion fails");
     assert!(failed.contains("claim more than"), "{failed}");
+    // "a" claims 1,000,000 bytes, and its heap object says so too, but runs past its
+    // collection: the library would copy what follows the collection.
+    {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&source)
+            .unwrap();
+        let mut descriptor = [0u8; 16];
+        file.read_exact_at(&mut descriptor, contiguous).unwrap();
+        let collection = u64::from_le_bytes(descriptor[4..12].try_into().unwrap());
+        let index =
+            u16::try_from(u32::from_le_bytes(descriptor[12..].try_into().unwrap())).unwrap();
+        // Objects start after the 16-byte header: index, count, reserved, size, bytes.
+        let mut at = collection + 16;
+        loop {
+            let mut header = [0u8; 16];
+            file.read_exact_at(&mut header, at).unwrap();
+            let size = u64::from_le_bytes(header[8..].try_into().unwrap());
+            if u16::from_le_bytes([header[0], header[1]]) == index {
+                break;
+            }
+            at += 16 + size.next_multiple_of(8);
+        }
+        file.write_all_at(&1_000_000u64.to_le_bytes(), at + 8)
+            .unwrap();
+        file.write_all_at(&1_000_000u32.to_le_bytes(), contiguous)
+            .unwrap();
+    }
+    let stored = StoredFile::open(&source).unwrap();
+    let plain_again = stored
+        .as_ref()
+        .unwrap()
+        .strings(&array("plain"), 0)
+        .unwrap();
+    let past = plain_again.claimed(&[0], &[1], u64::MAX).unwrap_err();
+    assert!(
+        past.contains("of 1000000 bytes runs past its end"),
+        "{past}"
+    );
 }
 
 /// A NetCDF-4 file whose variables are stored in every way the daemon decodes itself:

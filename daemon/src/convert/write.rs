@@ -449,7 +449,8 @@ pub(crate) fn file_chunks<'f>(
                 .variable(&array.path)
                 .ok_or_else(|| format!("variable {:?} vanished from the source", array.path))?;
             let stored_array = stored.and_then(|stored| stored.array(array));
-            current = Some((n, variable, stored_array, claims(stored, array)));
+            let claims = claims(stored, array, &variable);
+            current = Some((n, variable, stored_array, claims));
         }
         let (_, variable, stored_array, claims) = current.as_ref().expect("set above");
         let strings = StringBounds {
@@ -465,14 +466,32 @@ pub(crate) fn file_chunks<'f>(
 /// that cannot be read.
 pub(crate) type Claims = Result<StoredStrings, String>;
 
-/// The claims of the strings of `array` in the file `stored` (`None`: not an HDF5 file),
-/// or `None` when `array` holds no strings.
-pub(crate) fn claims(stored: Option<&StoredFile>, array: &ArrayLayout) -> Option<Claims> {
+/// The claims of the strings of `array`, the variable `variable`, in the file `stored`
+/// (`None`: not an HDF5 file), or `None` when `array` holds no strings.
+pub(crate) fn claims(
+    stored: Option<&StoredFile>,
+    array: &ArrayLayout,
+    variable: &Variable,
+) -> Option<Claims> {
     (array.dtype == Dtype::String).then(|| {
         stored
             .ok_or_else(|| "it is not in an HDF5 file".to_string())
-            .and_then(|stored| stored.strings(array))
+            .and_then(|stored| stored.strings(array, fill_bytes(variable)))
     })
+}
+
+/// The bytes of a string variable's fill value (`""` unless it has a `_FillValue`), which
+/// the library read as it opened the file.
+pub(crate) fn fill_bytes(variable: &Variable) -> u64 {
+    match variable.attribute_value("_FillValue") {
+        Some(Ok(netcdf::AttributeValue::Str(fill))) => fill.len() as u64,
+        Some(Ok(netcdf::AttributeValue::Strs(fills))) => fills
+            .iter()
+            .map(|fill| fill.len() as u64)
+            .max()
+            .unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// What reading the strings of a chunk is held to.
