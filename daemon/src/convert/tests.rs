@@ -736,13 +736,13 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
         file.write_all_at(&1u32.to_le_bytes(), contiguous + 3 * 16)
             .unwrap();
     }
-    let stored = StoredFile::open(&source).unwrap();
-    let plain = stored
-        .as_ref()
-        .unwrap()
-        .strings(&array("plain"), 0)
-        .unwrap();
-    let short = plain.claimed(&[3], &[1], u64::MAX).unwrap_err();
+    // Why the claim of element `at` of "plain" is refused, read afresh from the file.
+    let plain_refused = |at: u64| {
+        let stored = StoredFile::open(&source).unwrap().unwrap();
+        let plain = stored.strings(&array("plain"), 0).unwrap();
+        plain.claimed(&[at], &[1], u64::MAX).unwrap_err()
+    };
+    let short = plain_refused(3);
     assert!(
         short.contains("a string claims 1 bytes, and its heap object") && short.contains("holds 4"),
         "{short}"
@@ -803,13 +803,7 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
         file.write_all_at(&1_000_000u32.to_le_bytes(), contiguous)
             .unwrap();
     }
-    let stored = StoredFile::open(&source).unwrap();
-    let plain_again = stored
-        .as_ref()
-        .unwrap()
-        .strings(&array("plain"), 0)
-        .unwrap();
-    let past = plain_again.claimed(&[0], &[1], u64::MAX).unwrap_err();
+    let past = plain_refused(0);
     assert!(
         past.contains("of 1000000 bytes runs past its end"),
         "{past}"
