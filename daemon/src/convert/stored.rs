@@ -25,7 +25,13 @@
 //! 512 MiB, and, per store chunk, at most 1,024 stored chunks none of which was never
 //! written and none more than 8 times the store chunk. Everything else takes the NetCDF
 //! library's path: NetCDF-3 files, strings, chars, other filters, a variable whose unlimited
-//! dimension another variable made longer.
+//! dimension another variable made longer. A `shuffle` counts only with the element size
+//! its settings name, by which the library undoes it.
+//!
+//! **Strings** are read by the library, but what it will allocate for them is read here
+//! first ([`StoredStrings`]): the length each stored string claims, checked against the
+//! global heap object it points at, so that a chunk whose strings would take too much is
+//! refused before the library is asked.
 
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -141,7 +147,8 @@ impl StoredFile {
 
 impl StoredFile {
     /// How to read what the strings of the string array `array` claim to take, from the
-    /// descriptors HDF5 stores for them, before the library reads any.
+    /// descriptors HDF5 stores for them, before the library reads any; `fill` is the bytes
+    /// of its fill value, which each element never written takes.
     ///
     /// # Errors
     /// A sentence saying why the claims cannot be read: the dataset is not in this file, is
