@@ -810,6 +810,54 @@ fn strings_are_refused_by_what_the_file_claims_before_the_library_reads_them() {
     );
 }
 
+/// HDF5 files may store addresses and lengths in 4 bytes: a stored string is then 12 bytes,
+/// and the headers of heap collections and of their objects are still aligned to 8 (16
+/// bytes), as the library reads them.
+#[test]
+fn strings_of_files_with_four_byte_addresses_and_lengths_are_claimed_as_stored() {
+    use hdf5_metno::plist::file_create::{Sizeof, SizeofInfo};
+    use hdf5_metno::types::VarLenUnicode;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.h5");
+    let words = ["a", "bb", "ccc", "dddd"];
+    {
+        let h5 = hdf5_metno::File::with_options()
+            .with_fcpl(|fcpl| {
+                fcpl.sizes(SizeofInfo {
+                    sizeof_addr: Sizeof::Bytes4,
+                    sizeof_size: Sizeof::Bytes4,
+                })
+            })
+            .create(&path)
+            .unwrap();
+        let data: Vec<VarLenUnicode> = words.iter().map(|w| w.parse().unwrap()).collect();
+        h5.new_dataset_builder()
+            .with_data(&data[..])
+            .create("plain")
+            .unwrap();
+        h5.new_dataset_builder()
+            .with_data(&data[..])
+            .chunk(3)
+            .create("chunked")
+            .unwrap();
+    }
+    let stored = StoredFile::open(&path).unwrap().unwrap();
+    for name in ["plain", "chunked"] {
+        let array = metadata::ArrayLayout {
+            path: name.into(),
+            groups: Vec::new(),
+            variable: name.into(),
+            dtype: metadata::Dtype::String,
+            chunks: vec![4],
+            shape: vec![4],
+            copied: None,
+        };
+        let claims = stored.strings(&array, 0).unwrap();
+        assert_eq!(claims.claimed(&[0], &[4], u64::MAX).unwrap(), 10, "{name}");
+        assert_eq!(claims.claimed(&[2], &[2], u64::MAX).unwrap(), 7, "{name}");
+    }
+}
+
 /// A NetCDF-4 file whose variables are stored in every way the daemon decodes itself:
 /// chunk shapes that do not divide the dimensions, deflate with and without shuffle, no
 /// filters, big- and little-endian, one- to eight-byte types, and a variable with chunks
