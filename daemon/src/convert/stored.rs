@@ -103,22 +103,8 @@ impl StoredFile {
             return None;
         }
         let dataset = self.dataset(array)?;
-        let creation = dataset.dcpl().ok()?;
-        // Partial edge chunks stored without their filters, which only this flag tells.
-        if !matches!(creation.get_chunk_opts(), Ok(Some(options)) if options.is_empty()) {
-            return None;
-        }
-        let stored_chunk: Vec<u64> = dataset.chunk()?.into_iter().map(|n| n as u64).collect();
         let extent: Vec<u64> = dataset.shape().into_iter().map(|n| n as u64).collect();
-        if extent != array.shape || stored_chunk.len() != array.shape.len() {
-            return None;
-        }
-        // A stored chunk is decoded whole: one larger than a store chunk can be (a file's
-        // claim, not to be trusted) goes through the library instead.
-        let stored_bytes = stored_chunk
-            .iter()
-            .try_fold(item as u64, |bytes, n| bytes.checked_mul(*n))?;
-        if stored_bytes > MAX_STORED_CHUNK_BYTES {
+        if extent != array.shape {
             return None;
         }
         let datatype = dataset.dtype().ok()?;
@@ -131,16 +117,11 @@ impl StoredFile {
             _ if item == 1 => false,
             _ => return None,
         };
-        let pipeline = pipeline(&creation, item).ok()?;
+        let layout = chunked_layout(&dataset, item, big_endian).ok()?;
         Some(StoredArray {
             dataset,
             shape: extent,
-            layout: Arc::new(Layout {
-                stored_chunk,
-                pipeline,
-                item,
-                big_endian,
-            }),
+            layout: Arc::new(layout),
         })
     }
 }
@@ -191,30 +172,7 @@ impl StoredFile {
                 Storage::Contiguous(address)
             }
             hdf5::dataset::Layout::Chunked => {
-                let creation = dataset.dcpl().map_err(|e| e.to_string())?;
-                if !matches!(creation.get_chunk_opts(), Ok(Some(options)) if options.is_empty()) {
-                    return Err("its partial edge chunks are stored unfiltered".into());
-                }
-                let stored_chunk: Vec<u64> = dataset
-                    .chunk()
-                    .ok_or("no chunk shape")?
-                    .into_iter()
-                    .map(|n| n as u64)
-                    .collect();
-                let stored_bytes = stored_chunk
-                    .iter()
-                    .try_fold(item as u64, |bytes, n| bytes.checked_mul(*n));
-                if stored_chunk.len() != shape.len()
-                    || stored_bytes.is_none_or(|bytes| bytes > MAX_STORED_CHUNK_BYTES)
-                {
-                    return Err(format!("its stored chunks {stored_chunk:?} are too large"));
-                }
-                Storage::Chunked(Layout {
-                    stored_chunk,
-                    pipeline: pipeline(&creation, item)?,
-                    item,
-                    big_endian: false,
-                })
+                Storage::Chunked(chunked_layout(&dataset, item, false)?)
             }
             other => return Err(format!("it is stored {other:?}")),
         };
@@ -232,6 +190,43 @@ impl StoredFile {
             fill,
         })
     }
+}
+
+/// How the stored chunks of `dataset`, of `item`-byte elements, are to be decoded, or why
+/// the daemon cannot: partial edge chunks filtered, stored chunks of at most
+/// [`MAX_STORED_CHUNK_BYTES`], filters it undoes ([`pipeline`]).
+fn chunked_layout(
+    dataset: &hdf5::Dataset,
+    item: usize,
+    big_endian: bool,
+) -> Result<Layout, String> {
+    let creation = dataset.dcpl().map_err(|e| e.to_string())?;
+    // Partial edge chunks stored without their filters, which only this flag tells.
+    if !matches!(creation.get_chunk_opts(), Ok(Some(options)) if options.is_empty()) {
+        return Err("its partial edge chunks are stored unfiltered".into());
+    }
+    let stored_chunk: Vec<u64> = dataset
+        .chunk()
+        .ok_or("it is not stored in chunks")?
+        .into_iter()
+        .map(|n| n as u64)
+        .collect();
+    // A stored chunk is decoded whole: one larger than a store chunk can be (a file's
+    // claim, not to be trusted) is not.
+    let stored_bytes = stored_chunk
+        .iter()
+        .try_fold(item as u64, |bytes, n| bytes.checked_mul(*n));
+    if stored_chunk.len() != dataset.ndim()
+        || stored_bytes.is_none_or(|bytes| bytes > MAX_STORED_CHUNK_BYTES)
+    {
+        return Err(format!("its stored chunks {stored_chunk:?} are too large"));
+    }
+    Ok(Layout {
+        stored_chunk,
+        pipeline: pipeline(&creation, item)?,
+        item,
+        big_endian,
+    })
 }
 
 /// The filters of a dataset of `item`-byte elements as the daemon undoes them (`shuffle`
@@ -500,6 +495,7 @@ impl StoredStrings {
                 let failed = || format!("strings at byte {address} of the file: past its end");
                 // Rows are read a window at a time.
                 let window = (WINDOW_BYTES / item).max(1);
+                let end: Vec<u64> = (0..rank).map(|d| start[d] + count[d]).collect();
                 let mut at = start.to_vec();
                 loop {
                     let element = (0..rank).fold(0u64, |n, d| n * shape[d] + at[d]);
@@ -519,7 +515,7 @@ impl StoredStrings {
                         }
                         done += n;
                     }
-                    if !next_row(&mut at, start, count) {
+                    if !next_row(&mut at, start, &end) {
                         return Ok(claims.claimed);
                     }
                 }
@@ -537,53 +533,46 @@ impl StoredStrings {
                 let mut grid = first.clone();
                 loop {
                     let origin: Vec<u64> = grid.iter().zip(stored).map(|(i, c)| i * c).collect();
-                    let location = chunk_location(&self.dataset, &origin);
-                    if location.is_none() {
-                        // Never written: the fill value, for its part of the block.
-                        let part = (0..rank)
-                            .map(|d| {
-                                (origin[d] + stored[d]).min(start[d] + count[d])
-                                    - origin[d].max(start[d])
-                            })
-                            .product();
-                        if claims.fill(part) {
-                            return Ok(claims.claimed);
-                        }
-                    }
-                    if let Some(location) = location {
-                        let stored_len = layout.stored_len() as u64;
-                        if stored_len > decode_left {
-                            return Err(format!(
-                                "its stored chunks of {stored:?} strings are too large to read \
-                                 for a store chunk of {count:?}: a larger `chunk_size` or \
-                                 `map_primary_chunksize` reads fewer of them"
-                            ));
-                        }
-                        decode_left -= stored_len;
-                        let piece = Piece {
-                            origin: origin.clone(),
-                            location,
-                        };
-                        let bytes = layout.decoded(&piece, &self.raw)?;
-                        // The rows of this stored chunk inside the block.
-                        let low: Vec<u64> = (0..rank).map(|d| origin[d].max(start[d])).collect();
-                        let high: Vec<u64> = (0..rank)
-                            .map(|d| (origin[d] + stored[d]).min(start[d] + count[d]))
-                            .collect();
-                        let extent: Vec<u64> = (0..rank).map(|d| high[d] - low[d]).collect();
-                        let mut at = low.clone();
-                        loop {
-                            let element =
-                                (0..rank).fold(0u64, |n, d| n * stored[d] + (at[d] - origin[d]));
-                            let from = to_usize(element) * self.item;
-                            let row = to_usize(extent[rank - 1]) * self.item;
-                            if claims.add(&bytes[from..from + row])? {
-                                return Ok(claims.claimed);
+                    // The part of the block in this stored chunk.
+                    let low: Vec<u64> = (0..rank).map(|d| origin[d].max(start[d])).collect();
+                    let high: Vec<u64> = (0..rank)
+                        .map(|d| (origin[d] + stored[d]).min(start[d] + count[d]))
+                        .collect();
+                    let past_bound = match chunk_location(&self.dataset, &origin) {
+                        // Never written: the fill value, for each of its elements.
+                        None => claims.fill((0..rank).map(|d| high[d] - low[d]).product()),
+                        Some(location) => {
+                            let stored_len = layout.stored_len() as u64;
+                            if stored_len > decode_left {
+                                return Err(format!(
+                                    "its stored chunks of {stored:?} strings are too large to \
+                                     read for a store chunk of {count:?}: a larger \
+                                     `chunk_size` or `map_primary_chunksize` reads fewer of them"
+                                ));
                             }
-                            if !next_row(&mut at, &low, &extent) {
-                                break;
+                            decode_left -= stored_len;
+                            let piece = Piece {
+                                origin: origin.clone(),
+                                location,
+                            };
+                            let bytes = layout.decoded(&piece, &self.raw)?;
+                            let row = to_usize(high[rank - 1] - low[rank - 1]) * self.item;
+                            let mut at = low.clone();
+                            loop {
+                                let element = (0..rank)
+                                    .fold(0u64, |n, d| n * stored[d] + (at[d] - origin[d]));
+                                let from = to_usize(element) * self.item;
+                                if claims.add(&bytes[from..from + row])? {
+                                    break true;
+                                }
+                                if !next_row(&mut at, &low, &high) {
+                                    break false;
+                                }
                             }
                         }
+                    };
+                    if past_bound {
+                        return Ok(claims.claimed);
                     }
                     if !next_index(&mut grid, &first, &last) {
                         return Ok(claims.claimed);
@@ -629,9 +618,9 @@ impl Counted<'_> {
     }
 }
 
-/// Moves `at` to the first element of the next row of the block `start`/`count` (the
-/// dimensions before the last, in C order); `false` past the block's last row.
-fn next_row(at: &mut [u64], start: &[u64], count: &[u64]) -> bool {
+/// Moves `at` to the first element of the next row of the block from `low` to `high`
+/// (exclusive; the dimensions before the last, in C order); `false` past its last row.
+fn next_row(at: &mut [u64], low: &[u64], high: &[u64]) -> bool {
     let mut d = at.len().saturating_sub(1);
     loop {
         if d == 0 {
@@ -639,10 +628,10 @@ fn next_row(at: &mut [u64], start: &[u64], count: &[u64]) -> bool {
         }
         d -= 1;
         at[d] += 1;
-        if at[d] < start[d] + count[d] {
+        if at[d] < high[d] {
             return true;
         }
-        at[d] = start[d];
+        at[d] = low[d];
     }
 }
 
@@ -855,24 +844,14 @@ impl StoredArray {
                 location: chunk_location(&self.dataset, &origin)?,
                 origin,
             });
-            // The next grid index in C order, or the end.
-            let mut d = rank;
-            loop {
-                if d == 0 {
-                    return Some(Pieces {
-                        layout: Arc::clone(&self.layout),
-                        start,
-                        count,
-                        chunk,
-                        pieces,
-                    });
-                }
-                d -= 1;
-                if at[d] < last[d] {
-                    at[d] += 1;
-                    break;
-                }
-                at[d] = first[d];
+            if !next_index(&mut at, &first, &last) {
+                return Some(Pieces {
+                    layout: Arc::clone(&self.layout),
+                    start,
+                    count,
+                    chunk,
+                    pieces,
+                });
             }
         }
     }
@@ -1153,18 +1132,8 @@ impl Pieces {
                 .sum();
             let (from, to) = (to_usize(from * item), to_usize(to * item));
             out[to..to + row].copy_from_slice(&bytes[from..from + row]);
-            // The next row: the dimensions before the last, in C order.
-            let mut d = rank - 1;
-            loop {
-                if d == 0 {
-                    return;
-                }
-                d -= 1;
-                at[d] += 1;
-                if at[d] < high[d] {
-                    break;
-                }
-                at[d] = low[d];
+            if !next_row(&mut at, &low, &high) {
+                return;
             }
         }
     }

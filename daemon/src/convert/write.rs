@@ -891,17 +891,19 @@ pub(crate) fn chunk_strings(
     let mut text = Vec::with_capacity(to_usize(claimed));
     let mut ends = Vec::with_capacity(to_usize(total + 1));
     ends.push(0);
-    // Strides of the part read, in elements.
-    let rank = counts.len();
-    let mut strides = vec![1u64; rank];
-    for d in (0..rank.saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * counts[d + 1];
-    }
-    let mut offset = vec![0u64; rank];
-    for _ in 0..total {
-        // `offset` is the element's position in the chunk, in C order.
-        if (0..rank).all(|d| offset[d] < counts[d]) {
-            let at = (0..rank).map(|d| offset[d] * strides[d]).sum::<u64>();
+    // Where each element of the chunk is in what was read (its place there plus one), or 0
+    // past the array's edges: laid out as the values of any chunk are ([`pad`]).
+    let places: Vec<u8> = (1..=read.0.len() as u64)
+        .flat_map(u64::to_le_bytes)
+        .collect();
+    let places = if counts == array.chunks {
+        places
+    } else {
+        pad(&places, &counts, &array.chunks, 8)
+    };
+    for place in places.chunks_exact(8) {
+        let place = u64::from_le_bytes(place.try_into().expect("8 bytes"));
+        if let Some(at) = place.checked_sub(1) {
             let string = read.string(to_usize(at));
             let held = (text.len() + string.len()) as u64;
             if held > text_most {
@@ -910,13 +912,6 @@ pub(crate) fn chunk_strings(
             text.extend_from_slice(string.as_bytes());
         }
         ends.push(text.len());
-        for d in (0..rank).rev() {
-            offset[d] += 1;
-            if offset[d] < array.chunks[d] {
-                break;
-            }
-            offset[d] = 0;
-        }
     }
     Ok(ChunkValues::Strings { text, ends })
 }
