@@ -45,6 +45,10 @@ pub(crate) enum Command {
     Tier(TierCommand),
     /// Blob manifests: partition Zarr stores into blobs, resolve keys, pin, report.
     Manifest(crate::manifest::ManifestArgs),
+    /// Read the metadata of source files handed over on standard input, bounded: what the
+    /// daemon starts to read each source before it opens it (not for use by hand).
+    #[command(name = svc_daemon::PROBE_SUBCOMMAND, hide = true)]
+    ProbeSources,
     /// Write a synthetic DRS tree of small CF-compliant NetCDF files.
     DemoData {
         /// Directory to write into.

@@ -21,7 +21,18 @@ fn main() -> std::process::ExitCode {
     unsafe {
         svc_daemon::read_without_file_locks();
     }
+    svc_daemon::probe_sources_first();
     let cli = Cli::parse();
+    if matches!(cli.command, Command::ProbeSources) {
+        // No configuration, no log set-up: the daemon reads the answers.
+        return match svc_daemon::serve_probes() {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("svcd {}: {e}", svc_daemon::PROBE_SUBCOMMAND);
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
@@ -53,6 +64,7 @@ fn main() -> std::process::ExitCode {
             Command::Tier(command) => tier::run(&config, &command),
             Command::DemoData { dir } => demo::run(&dir),
             Command::Manifest(args) => manifest::run(args),
+            Command::ProbeSources => unreachable!("served before the configuration is read"),
         });
     match result {
         Ok(code) => code,

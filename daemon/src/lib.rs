@@ -42,6 +42,9 @@ pub use config::{
 };
 pub use convert::Compressor;
 pub use convert::external::read_without_file_locks;
+pub use convert::probe::{
+    SUBCOMMAND as PROBE_SUBCOMMAND, probe_sources_first, serve as serve_probes,
+};
 pub use crawl::{Drs, find_netcdf_files, read_record};
 pub use databrowser::params::{flavour_delete_is_global, flavour_list_filter};
 pub use databrowser::{Databrowser, IntakeCatalogue, Search, StaticLinks};

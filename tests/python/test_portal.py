@@ -789,3 +789,101 @@ def test_stored_chunks_are_copied_and_read_as_the_source(daemon, portal, tmp_pat
     reader = Path(__file__).parent / "zarr2_reader.py"
     result = subprocess.run([os.environ["ZARR2_PYTHON"], str(reader), url, token, str(source)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def claim_heap_string(path, text, claim):
+    """Patches `path` so that every stored reference to the string `text` in an HDF5 global
+    heap (its length, the heap collection's address and the object's index: 16 bytes)
+    claims `claim` bytes; returns how many it patched."""
+    import struct
+
+    data = bytearray(path.read_bytes())
+    patched = 0
+    collection = data.find(b"GCOL")
+    while collection >= 0:
+        end = collection + struct.unpack_from("<Q", data, collection + 8)[0]
+        at = collection + 16
+        while at + 16 <= end:
+            index, _, _, size = struct.unpack_from("<HHIQ", data, at)
+            if index == 0:
+                break
+            if data[at + 16:at + 16 + size] == text:
+                reference = struct.pack("<IQI", len(text), collection, index)
+                found = data.find(reference)
+                while found >= 0:
+                    struct.pack_into("<I", data, found, claim)
+                    patched += 1
+                    found = data.find(reference, found + 1)
+            at += 16 + (size + 7) // 8 * 8
+        collection = data.find(b"GCOL", collection + 4)
+    path.write_bytes(bytes(data))
+    return patched
+
+
+def test_metadata_that_claims_gigabytes_or_overruns_the_library_is_refused_by_a_probe(daemon, tmp_path):
+    """HDF5 keeps a string attribute, and a string variable's fill value, as a length and a
+    place in a global heap. Opening the file and reading its metadata, the library allocates
+    and fills the length the file claims (8 GiB for a file of a few KiB, before the daemon
+    sees anything) and copies the whole heap object into it (a claim shorter than its
+    object overruns the buffer: SIGSEGV). The daemon has each source's metadata read first
+    by a child process bounded in memory and time: each such file fails its store with a
+    reason, the daemon stays up and small, and the same files unpatched convert."""
+    import os
+
+    import h5py
+
+    from conftest import Svcd, serve
+
+    data = tmp_path / "svcd"
+    data.mkdir()
+    hostile = {}
+    value = "hostile value"
+    long_value = "y" * 200_000
+    for kind in ("attribute", "fill"):
+        for text, claim in ((value, 0xFFFFFFF0), (long_value, 1)):
+            path = data / f"{kind}-claims-{claim}.nc"
+            # Version 1 object headers, which carry no checksum the patch would break.
+            with h5py.File(path, "w", libver=("earliest", "v110")) as f:
+                f["x"] = np.arange(4, dtype="f4")
+                if kind == "attribute":
+                    f.attrs["title"] = text
+                else:
+                    f.create_dataset("s", shape=(4,), dtype=h5py.string_dtype(), fillvalue=text)
+            twin = data / f"{kind}-{len(text)}-unpatched.nc"
+            twin.write_bytes(path.read_bytes())
+            assert claim_heap_string(path, text.encode(), claim) >= 1
+            hostile[path] = twin
+    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data))
+    proc, host = serve(daemon.binary, data, env)
+    try:
+        base = f"{host}/api/svc-nextgen"
+        token = Svcd(base, host, data, daemon.binary).token_file(tmp_path / "mallory.json", "mallory")
+        headers = {"Authorization": f"Bearer {token}"}
+
+        def convert(path):
+            answer = requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(path)]}, headers=headers, timeout=30)
+            assert answer.status_code == 200, answer.text
+            [url] = answer.json()["urls"]
+            return url, wait_ready(base, headers, url, timeout=120)
+
+        # The library reports an allocation past the probe's bound as an error, or crashes on
+        # it (HDF5 1.10 does not always check).
+        reasons = ("the NetCDF library cannot read its metadata within the 512 MiB", "the NetCDF library failed reading its metadata")
+        for path, twin in hostile.items():
+            url, status = convert(path)
+            assert status["status"] == 1 and path.name in status["reason"], status
+            assert any(reason in status["reason"] for reason in reasons), status
+            metadata = requests.get(f"{url}/.zmetadata", headers=headers, timeout=30)
+            assert metadata.status_code == 500 and path.name in metadata.json()["detail"], metadata.text
+            url, status = convert(twin)
+            assert status == {"status": 0, "reason": ""}, (twin.name, status)
+            served = xr.open_zarr(url, storage_options={"headers": headers})
+            if "attribute" in twin.name:
+                title = served.attrs["title"]
+                assert (title if isinstance(title, str) else title[0]) in (value, long_value), title
+        assert requests.get(f"{base}/ping", timeout=10).status_code == 200
+        peak = next(line for line in open(f"/proc/{proc.pid}/status") if line.startswith("VmHWM:"))
+        assert int(peak.split()[1]) < 1 << 20, f"the daemon's peak resident memory: {peak.strip()}"
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0, (data / "svcd.log").read_text()[-3000:]

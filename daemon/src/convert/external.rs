@@ -41,7 +41,7 @@ const MOST_OBJECTS: usize = 1_000_000;
 /// # Errors
 /// A sentence naming the first object found whose data lies elsewhere, or why the file
 /// cannot be walked.
-pub(crate) fn refuse_data_elsewhere(opened: &std::path::Path) -> Result<(), String> {
+pub(crate) fn refuse_data_elsewhere(opened: &std::path::Path) -> Result<(), Refusal> {
     forbid_external_links();
     // Opened by HDF5 itself, which finds a superblock after a user block too, as the NetCDF
     // library does; what it cannot open is no HDF5 file the library would read as one.
@@ -100,6 +100,23 @@ fn forbid_external_links() {
     });
 }
 
+/// Why the walk of a source refuses it.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// Its data lies elsewhere, or it holds more than this service converts.
+    Elsewhere(String),
+    /// The HDF5 library failed reading it.
+    Unreadable(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Elsewhere(reason) | Refusal::Unreadable(reason) => f.write_str(reason),
+        }
+    }
+}
+
 /// A walk of an HDF5 file's groups.
 struct Walk {
     /// The groups visited (their object addresses), so a group linked into itself is
@@ -112,14 +129,16 @@ struct Walk {
 impl Walk {
     /// Checks every link of `group` (at `path`, `""` for the root) and, through its hard
     /// links, every dataset and group below it.
-    fn group(&mut self, group: &hdf5::Group, path: &str, depth: usize) -> Result<(), String> {
+    fn group(&mut self, group: &hdf5::Group, path: &str, depth: usize) -> Result<(), Refusal> {
         if depth > MOST_DEPTH {
-            return Err(format!(
+            return Err(Refusal::Elsewhere(format!(
                 "{path}: groups nested more than {MOST_DEPTH} deep, deeper than this service \
                  converts"
-            ));
+            )));
         }
-        let failed = |e: hdf5::Error| format!("cannot read the HDF5 group {path:?}: {e}");
+        let failed = |e: hdf5::Error| {
+            Refusal::Unreadable(format!("cannot read the HDF5 group {path:?}: {e}"))
+        };
         let token = group.loc_info().map_err(failed)?.token;
         if !self.visited.insert(format!("{token:?}")) {
             return Ok(());
@@ -141,19 +160,21 @@ impl Walk {
             })
             .map_err(failed)?;
         if let Some(name) = elsewhere {
-            return Err(format!(
+            return Err(Refusal::Elsewhere(format!(
                 "{path}/{name} is a link to another file, whose data this service does not \
                  read"
-            ));
+            )));
         }
         if self.links > MOST_OBJECTS {
-            return Err(format!(
+            return Err(Refusal::Elsewhere(format!(
                 "more than {MOST_OBJECTS} HDF5 objects, more than this service converts"
-            ));
+            )));
         }
         for name in hard {
             let at = format!("{path}/{name}");
-            let failed = |e: hdf5::Error| format!("cannot read the HDF5 object {at:?}: {e}");
+            let failed = |e: hdf5::Error| {
+                Refusal::Unreadable(format!("cannot read the HDF5 object {at:?}: {e}"))
+            };
             let info = group.loc_info_by_name(&name).map_err(failed)?;
             match info.loc_type {
                 hdf5::LocationType::Group => {
@@ -163,16 +184,16 @@ impl Walk {
                     let dataset = group.dataset(&name).map_err(failed)?;
                     let creation = dataset.dcpl().map_err(failed)?;
                     if creation.layout() == hdf5::dataset::Layout::Virtual {
-                        return Err(format!(
+                        return Err(Refusal::Elsewhere(format!(
                             "{at} is a virtual dataset of other files, whose data this service \
                              does not read"
-                        ));
+                        )));
                     }
                     if !creation.external().is_empty() {
-                        return Err(format!(
+                        return Err(Refusal::Elsewhere(format!(
                             "{at} keeps its data in other files (external storage), which \
                              this service does not read"
-                        ));
+                        )));
                     }
                 }
                 _ => {}

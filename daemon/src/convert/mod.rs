@@ -8,6 +8,7 @@ pub(crate) mod combine;
 pub(crate) mod external;
 pub(crate) mod metadata;
 pub(crate) mod plan;
+pub(crate) mod probe;
 pub(crate) mod reduce;
 pub(crate) mod stored;
 pub(crate) mod write;
@@ -151,6 +152,7 @@ impl Source {
         chunking: &Chunking,
         compressor: Compressor,
     ) -> Result<(netcdf::File, Option<StoredFile>, StoreLayout), String> {
+        probe::check(&[self])?;
         let shown = self.path.display();
         external::refuse_data_elsewhere(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
         let file =
@@ -208,6 +210,8 @@ pub(crate) fn convert_sources(
     reserve: write::Reserve,
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
+    // Every source's metadata read first, in a few probes rather than one per source.
+    probe::check(&sources.iter().collect::<Vec<_>>())?;
     let mut slabs = OpenSources::new(sources, Some(stop));
     let datasets = sources
         .iter()
@@ -332,6 +336,7 @@ impl<'s> OpenSources<'s> {
             self.open.push(entry);
         } else {
             let source = &self.sources[n];
+            probe::check(&[source])?;
             external::refuse_data_elsewhere(&source.opened())
                 .map_err(|e| format!("{}: {e}", source.path.display()))?;
             let file = crate::crawl::open_netcdf(&source.opened())

@@ -9,7 +9,7 @@ mod attributes;
 mod bbox;
 pub(crate) mod cf_time;
 mod drs;
-mod netcdf_read;
+pub(crate) mod netcdf_read;
 mod time_axis;
 mod walk;
 

@@ -15,6 +15,9 @@ const NC_ENOTNC: i32 = -51;
 /// Values read per slice when scanning a coordinate.
 const SLICE_VALUES: usize = 1 << 20;
 
+/// How the error of [`open`] starts for a file that is not NetCDF.
+pub(crate) const NOT_NETCDF: &str = "not a NetCDF file";
+
 /// Opens `path` read-only.
 ///
 /// The HDF5 library below prints a report on standard error for every error it meets, also
@@ -23,11 +26,11 @@ const SLICE_VALUES: usize = 1 << 20;
 /// what fails itself, naming the file.
 ///
 /// # Errors
-/// `not a NetCDF file: ...` when the format is unknown, `cannot open NetCDF file: ...` otherwise.
+/// [`NOT_NETCDF`]`: ...` when the format is unknown, `cannot open NetCDF file: ...` otherwise.
 pub(crate) fn open(path: &Path) -> Result<File, String> {
     hdf5_metno::silence_errors(true);
     netcdf::open(path).map_err(|e| match e {
-        netcdf::Error::Netcdf(NC_ENOTNC) => format!("not a NetCDF file: {e}"),
+        netcdf::Error::Netcdf(NC_ENOTNC) => format!("{NOT_NETCDF}: {e}"),
         _ => format!("cannot open NetCDF file: {e}"),
     })
 }

@@ -1,0 +1,540 @@
+//! Every source is read first by a probe: a child process (`svcd probe-sources`, [`serve`])
+//! that opens the file with the NetCDF and HDF5 libraries and reads all its metadata, with
+//! its memory and processor time bounded, before the daemon opens the file itself
+//! ([`check`]).
+//!
+//! Why: what the libraries read as they open a file is sized by the file. HDF5 keeps a
+//! string (an attribute's, or a variable's fill value, which it decodes when NetCDF opens the
+//! file) as a length and a place; the library allocates and fills the length it reads, so a
+//! file of 6 KiB can claim 4 GiB per string and cost as much, before the daemon sees anything
+//! it could check (the strings of a variable's data are checked by the daemon first, see
+//! [`super::stored`]). A damaged file can also make the libraries crash (HDF5 copies a
+//! string's whole heap object into the length claimed, which may be shorter). In the probe,
+//! an allocation past [`PROBE_BYTES`] fails (`RLIMIT_AS`), which the library reports as an
+//! error or crashes on (HDF 1.10 does not check every allocation); a loop ends at
+//! [`PROBE_SECONDS`] of processor time (`RLIMIT_CPU`), and a file waited on longer than
+//! [`PROBE_WAIT_SECONDS`] ends the probe. An error of the libraries, a crash or an end
+//! refuses the file, with what the probe met. A file the probe read whole is opened by the
+//! daemon, which reads the same metadata, so costs no more than that.
+//!
+//! The probe is handed the daemon's own descriptor of each file (over a socket,
+//! `SCM_RIGHTS`), so it reads the file the daemon opened and checked, whatever its path names
+//! now. What it found is kept by the file's device, inode, size, modification and change
+//! times, so a file is probed once until it changes (a store's chunks computed on request
+//! open its source each time). Left open: a file's owner who writes it between the probe and
+//! the daemon's open (changing its change time, which the next conversion sees) has the daemon
+//! read what the probe did not; that takes winning a race of milliseconds, each time.
+//!
+//! Probing is on once the program calls [`probe_sources_first`] (svcd does, as it starts); a
+//! library embedding this crate without it (the unit tests) reads sources directly.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
+
+use super::Source;
+
+/// What the libraries may allocate reading one file's metadata, above what the probe's
+/// process takes when it starts: twice the most metadata a conversion keeps
+/// (`metadata::MAX_METADATA_BYTES`, 256 MiB), for the library's copy and the daemon's.
+pub(crate) const PROBE_BYTES: u64 = 512 << 20;
+
+/// The processor time one file's metadata may take: far more than any file of this field
+/// takes (milliseconds).
+pub(crate) const PROBE_SECONDS: u64 = 60;
+
+/// The time one file's metadata may take in all, waiting included (a read that never
+/// returns, from a device or a stalled network file system, uses no processor time).
+pub(crate) const PROBE_WAIT_SECONDS: u64 = 2 * PROBE_SECONDS;
+
+/// Files one probe process reads before it ends: what the libraries keep of each file adds
+/// up in it.
+const FILES_PER_PROBE: usize = 64;
+
+/// Probes running at once, all conversions and requests together: each may take
+/// [`PROBE_BYTES`].
+const PROBES_AT_ONCE: usize = 4;
+
+/// Answers kept (a file's answer is a few dozen bytes, or its reason).
+const MOST_KNOWN: usize = 1 << 16;
+
+/// The subcommand of `svcd` that runs [`serve`].
+pub const SUBCOMMAND: &str = "probe-sources";
+
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Has [`check`] probe every source before the daemon opens it, in a child process running
+/// this program (`/proc/self/exe`) with [`SUBCOMMAND`], which must call [`serve`].
+pub fn probe_sources_first() {
+    ON.store(true, Ordering::Relaxed);
+}
+
+/// What identifies a file's contents: its device and inode, and its [`super::Version`].
+type Key = (u64, u64, super::Version);
+
+/// Probe answers by file.
+fn known() -> &'static Mutex<HashMap<Key, Result<(), String>>> {
+    static KNOWN: std::sync::OnceLock<Mutex<HashMap<Key, Result<(), String>>>> =
+        std::sync::OnceLock::new();
+    KNOWN.get_or_init(Mutex::default)
+}
+
+/// The key of `source` now.
+fn key(source: &Source) -> Result<Key, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = source
+        .file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", source.path.display()))?;
+    Ok((meta.dev(), meta.ino(), super::version(&meta)))
+}
+
+/// Fails, with a refused file's reason (its path first), unless a probe read the metadata
+/// of every one of `sources` as they are now; probes those it has not read yet, in order, a
+/// few dozen per process, until one is refused. Passes everything when probing is off
+/// ([`probe_sources_first`]).
+///
+/// # Errors
+/// A sentence naming the file: the probe met an error reading its metadata, or crashed, or
+/// ran out of time, or the file changed while it was read; or no probe could be started.
+pub(crate) fn check(sources: &[&Source]) -> Result<(), String> {
+    if !ON.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let refused = |source: &Source, reason: &str| format!("{}: {reason}", source.path.display());
+    let keys = sources
+        .iter()
+        .map(|source| key(source))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut unknown = Vec::new();
+    {
+        let known = known().lock().unwrap_or_else(|e| e.into_inner());
+        for (&source, key) in sources.iter().zip(keys) {
+            match known.get(&key) {
+                Some(Ok(())) => {}
+                Some(Err(reason)) => return Err(refused(source, reason)),
+                None => unknown.push((source, key)),
+            }
+        }
+    }
+    for batch in unknown.chunks(FILES_PER_PROBE) {
+        let files: Vec<&Source> = batch.iter().map(|&(source, _)| source).collect();
+        let answers = probe(&files)?;
+        let mut known = known().lock().unwrap_or_else(|e| e.into_inner());
+        if known.len() + answers.len() > MOST_KNOWN {
+            known.clear();
+        }
+        for (&(source, probed), answer) in batch.iter().zip(answers) {
+            // Kept only when the file is still what was probed.
+            if key(source)? != probed {
+                return Err(refused(
+                    source,
+                    "changed while its metadata was read; convert it again once it is written",
+                ));
+            }
+            known.insert(probed, answer.clone());
+            answer.map_err(|reason| refused(source, &reason))?;
+        }
+    }
+    Ok(())
+}
+
+/// Starts at most [`PROBES_AT_ONCE`] probes: a place among them, given back as it drops.
+struct Place;
+
+static RUNNING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+impl Place {
+    fn take() -> Self {
+        let (count, freed) = &RUNNING;
+        let mut running = count.lock().unwrap_or_else(|e| e.into_inner());
+        while *running >= PROBES_AT_ONCE {
+            running = freed.wait(running).unwrap_or_else(|e| e.into_inner());
+        }
+        *running += 1;
+        Place
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let (count, freed) = &RUNNING;
+        *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        freed.notify_one();
+    }
+}
+
+/// A probe process, killed (and waited for) when dropped before it ended.
+struct Probe {
+    child: std::process::Child,
+    socket: Option<std::os::fd::OwnedFd>,
+    answers: std::io::BufReader<std::process::ChildStdout>,
+    _place: Place,
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        drop(self.socket.take());
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The answers of one probe process for `files`, in order, up to the first refused (by its
+/// answer, or by its crash as it read the file).
+fn probe(files: &[&Source]) -> Result<Vec<Result<(), String>>, String> {
+    let mut probe = start()?;
+    let mut answers = Vec::with_capacity(files.len());
+    for file in files {
+        let answer = match probe.ask(file.file.as_raw_fd())? {
+            Answer::Read(read) => read,
+            Answer::Ended(reason) => Err(reason),
+        };
+        let refused = answer.is_err();
+        answers.push(answer);
+        if refused {
+            break;
+        }
+    }
+    Ok(answers)
+}
+
+/// What a probe says of a file.
+enum Answer {
+    /// It read the file: its metadata whole, or the reason it could not.
+    Read(Result<(), String>),
+    /// It ended as it read the file, for this reason.
+    Ended(String),
+}
+
+/// A new probe process.
+fn start() -> Result<Probe, String> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    let failed = |e: &dyn std::fmt::Display| format!("cannot start a probe of sources: {e}");
+    let place = Place::take();
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| failed(&e))?;
+    let mut child = std::process::Command::new("/proc/self/exe")
+        .arg(SUBCOMMAND)
+        .stdin(std::process::Stdio::from(theirs))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(&e))?;
+    let answers = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    Ok(Probe {
+        child,
+        socket: Some(ours),
+        answers,
+        _place: place,
+    })
+}
+
+impl Probe {
+    /// Hands the probe the file of descriptor `fd` and reads its answer.
+    fn ask(&mut self, fd: RawFd) -> Result<Answer, String> {
+        use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
+        let socket = self.socket.as_ref().expect("open until dropped");
+        let sent = sendmsg::<UnixAddr>(
+            socket.as_raw_fd(),
+            &[std::io::IoSlice::new(&[0])],
+            &[ControlMessage::ScmRights(&[fd])],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        );
+        let mut line = String::new();
+        // A probe that ended before or as it read the file answers nothing.
+        let read = match sent {
+            Ok(_) if self.answers_in_time() => self.answers.read_line(&mut line).unwrap_or(0),
+            Ok(_) => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Ok(Answer::Ended(format!(
+                    "reading its metadata took more than {PROBE_WAIT_SECONDS} s"
+                )));
+            }
+            Err(_) => 0,
+        };
+        if read == 0 {
+            return self.ended().map(Answer::Ended);
+        }
+        Ok(Answer::Read(match line.trim_end().split_once(' ') {
+            None if line.trim_end() == "ok" => Ok(()),
+            Some(("refused", reason)) => Err(reason.to_string()),
+            Some(("failed", reason)) => Err(format!(
+                "the NetCDF library cannot read its metadata within the {} MiB and \
+                 {PROBE_SECONDS} s of processor time that a file's metadata may take (a \
+                 damaged file, or one that claims more than it holds): {reason}",
+                PROBE_BYTES >> 20
+            )),
+            _ => return Err(format!("a probe of sources answered {line:?}")),
+        }))
+    }
+
+    /// Whether the probe answers (or ends) within [`PROBE_WAIT_SECONDS`].
+    fn answers_in_time(&self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_secs(PROBE_WAIT_SECONDS);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            // At most a minute at a time, as `poll` takes it.
+            let timeout = PollTimeout::from(u16::try_from(left.as_millis()).unwrap_or(u16::MAX));
+            let mut fds = [PollFd::new(
+                self.answers.get_ref().as_fd(),
+                PollFlags::POLLIN,
+            )];
+            match poll(&mut fds, timeout) {
+                Ok(0) if left.is_zero() => return false,
+                Ok(0) | Err(nix::errno::Errno::EINTR) => {}
+                // Readable, closed, or failing: reading tells.
+                Ok(_) | Err(_) => return true,
+            }
+        }
+    }
+
+    /// Why the probe ended as it read a file: killed by a signal, which refuses the file.
+    ///
+    /// # Errors
+    /// When it exited (it could not read the socket, or bound itself), which says nothing
+    /// of the file.
+    fn ended(&mut self) -> Result<String, String> {
+        use std::os::unix::process::ExitStatusExt;
+        drop(self.socket.take());
+        let status = self
+            .child
+            .wait()
+            .map_err(|e| format!("a probe of sources ended: {e}"))?;
+        match status.signal() {
+            Some(libc::SIGXCPU | libc::SIGKILL) => Ok(format!(
+                "reading its metadata took more than {PROBE_SECONDS} s of processor time"
+            )),
+            Some(signal) => Ok(format!(
+                "the NetCDF library failed reading its metadata (signal {signal}, {}): the file \
+                 is damaged, or claims more than it holds",
+                nix::sys::signal::Signal::try_from(signal)
+                    .map_or("unknown", nix::sys::signal::Signal::as_str)
+            )),
+            None => Err(format!(
+                "a probe of sources ended ({status}); the daemon's log says why"
+            )),
+        }
+    }
+}
+
+/// The probe's side (`svcd probe-sources`): reads each file whose descriptor comes on
+/// standard input (a socket), and answers a line for each on standard output: `ok`, or
+/// `refused <reason>`. Ends when the socket closes.
+///
+/// # Errors
+/// When the socket or standard output fail.
+pub fn serve() -> std::io::Result<()> {
+    // The `netcdf` crate panics on some errors of the library (listing variables): such a
+    // panic is the answer, not a report on the daemon's log.
+    std::panic::set_hook(Box::new(|_| {}));
+    let input = std::io::stdin();
+    let mut output = std::io::stdout().lock();
+    while let Some(fd) = receive(input.as_raw_fd())? {
+        bound()?;
+        let opened = std::path::PathBuf::from(format!("/proc/self/fd/{fd}"));
+        let answer = std::panic::catch_unwind(|| read_metadata(&opened)).unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic");
+            Err(Refused::Library(what.to_string()))
+        });
+        let _ = nix::unistd::close(fd);
+        match answer {
+            Ok(()) => writeln!(output, "ok")?,
+            Err(Refused::Daemon(reason)) => {
+                writeln!(output, "refused {}", reason.replace('\n', " "))?;
+            }
+            Err(Refused::Library(reason)) => {
+                writeln!(output, "failed {}", reason.replace('\n', " "))?;
+            }
+        }
+        output.flush()?;
+    }
+    Ok(())
+}
+
+/// Why the probe refuses a file.
+enum Refused {
+    /// The daemon would refuse it as it is (its data lies elsewhere).
+    Daemon(String),
+    /// The libraries failed reading it: within the bounds, or at all.
+    Library(String),
+}
+
+/// The next descriptor sent on `socket`; `None` once it is closed.
+fn receive(socket: RawFd) -> std::io::Result<Option<RawFd>> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut byte = [0u8; 1];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let message = recvmsg::<()>(
+        socket,
+        &mut iov,
+        Some(space.as_mut_slice()),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    if message.bytes == 0 {
+        return Ok(None);
+    }
+    for cmsg in message.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = cmsg
+            && let Some(&fd) = fds.first()
+        {
+            return Ok(Some(fd));
+        }
+    }
+    Err(std::io::Error::other("a message without a descriptor"))
+}
+
+/// Bounds what the next file may take: [`PROBE_BYTES`] more address space than the process
+/// has now, and [`PROBE_SECONDS`] more processor time than it used.
+fn bound() -> std::io::Result<()> {
+    use nix::sys::resource::{Resource, UsageWho, getrlimit, getrusage, setrlimit};
+    let failed =
+        |e: &dyn std::fmt::Display| std::io::Error::other(format!("cannot bound the probe: {e}"));
+    let statm = std::fs::read_to_string("/proc/self/statm").map_err(|e| failed(&e))?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| failed(&"/proc/self/statm unreadable"))?;
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|n| u64::try_from(n).ok())
+        .unwrap_or(4096);
+    let (_, hard) = getrlimit(Resource::RLIMIT_AS).map_err(|e| failed(&e))?;
+    setrlimit(
+        Resource::RLIMIT_AS,
+        (pages * page + PROBE_BYTES).min(hard),
+        hard,
+    )
+    .map_err(|e| failed(&e))?;
+    let usage = getrusage(UsageWho::RUSAGE_SELF).map_err(|e| failed(&e))?;
+    let used =
+        u64::try_from(usage.user_time().tv_sec() + usage.system_time().tv_sec() + 1).unwrap_or(0);
+    let (_, hard) = getrlimit(Resource::RLIMIT_CPU).map_err(|e| failed(&e))?;
+    setrlimit(Resource::RLIMIT_CPU, (used + PROBE_SECONDS).min(hard), hard).map_err(|e| failed(&e))
+}
+
+/// Reads what the daemon reads of the file at `opened` before its data: whether its data
+/// lies elsewhere, the file as NetCDF (and as HDF5), and every attribute, variable and group.
+/// An error of the libraries refuses the file (reading it in the daemon would have taken
+/// more than the bound, or failed there too); a type this crate does not read is skipped.
+fn read_metadata(opened: &std::path::Path) -> Result<(), Refused> {
+    super::external::refuse_data_elsewhere(opened).map_err(|refusal| match refusal {
+        super::external::Refusal::Elsewhere(reason) => Refused::Daemon(reason),
+        super::external::Refusal::Unreadable(reason) => Refused::Library(reason),
+    })?;
+    let file = crate::crawl::open_netcdf(opened).map_err(|e| {
+        if e.starts_with(crate::crawl::netcdf_read::NOT_NETCDF) {
+            Refused::Daemon(e)
+        } else {
+            Refused::Library(e)
+        }
+    })?;
+    // Whether HDF5 opens it is for the conversion to judge; what opening it costs is read
+    // here.
+    let _stored = super::stored::StoredFile::open(opened);
+    read_attributes(file.attributes(), "the file")?;
+    read_variables(file.variables(), "")?;
+    if let Some(root) = file.root() {
+        for group in root.groups() {
+            read_group(&group, "")?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads group `group` (below `parent`, `""`: the root) and everything in it.
+fn read_group(group: &netcdf::Group, parent: &str) -> Result<(), Refused> {
+    let path = format!("{parent}/{}", group.name());
+    read_attributes(group.attributes(), &format!("group {path:?}"))?;
+    read_variables(group.variables(), &path)?;
+    for child in group.groups() {
+        read_group(&child, &path)?;
+    }
+    Ok(())
+}
+
+/// Reads the type, dimensions and attributes of each of `variables` (of group `path`).
+fn read_variables<'f>(
+    variables: impl Iterator<Item = netcdf::Variable<'f>>,
+    path: &str,
+) -> Result<(), Refused> {
+    for variable in variables {
+        let name = format!("{path}/{}", variable.name());
+        // Listing the variables had NetCDF read how each is stored, its fill value among it;
+        // its type is read as the daemon reads it.
+        let _ = variable.vartype();
+        let _ = variable.dimensions().len();
+        read_attributes(variable.attributes(), &format!("variable {name:?}"))?;
+    }
+    Ok(())
+}
+
+/// Reads the value of each of `attributes` (of `owner`).
+fn read_attributes<'f>(
+    attributes: impl Iterator<Item = netcdf::Attribute<'f>>,
+    owner: &str,
+) -> Result<(), Refused> {
+    for attribute in attributes {
+        if let Err(netcdf::Error::Netcdf(code)) = attribute.value() {
+            return Err(Refused::Library(format!(
+                "{owner}: attribute {:?}: {}",
+                attribute.name(),
+                netcdf::Error::Netcdf(code)
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Refused, read_metadata};
+
+    /// What the probe reads in the daemon's process (the unit tests run no probe process):
+    /// a file with strings in attributes, a string variable and a group reads whole; a file
+    /// that is not NetCDF is refused as the daemon refuses it, not as a failure of the
+    /// library. (Files whose data lies elsewhere: the portal's Python tests, through the
+    /// probe.)
+    #[test]
+    fn the_probe_reads_every_attribute_variable_and_group_and_refuses_what_is_not_netcdf() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strings.nc");
+        let mut file = netcdf::create(&path).unwrap();
+        file.add_attribute("title", vec!["a".to_string(), "bc".to_string()])
+            .unwrap();
+        file.add_dimension("x", 3).unwrap();
+        let mut names = file.add_string_variable("names", &["x"]).unwrap();
+        names.put_string("first", [0]).unwrap();
+        let mut group = file.add_group("inner").unwrap();
+        group.add_attribute("comment", "inside").unwrap();
+        drop(file);
+        assert!(read_metadata(&path).is_ok());
+
+        let text = dir.path().join("text.nc");
+        std::fs::write(&text, "not NetCDF").unwrap();
+        match read_metadata(&text) {
+            Err(Refused::Daemon(reason)) => assert!(reason.starts_with("not a NetCDF file")),
+            _ => panic!("a text file is not NetCDF"),
+        }
+    }
+}
