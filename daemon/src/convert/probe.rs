@@ -53,7 +53,7 @@ pub(crate) const PROBE_WAIT_SECONDS: u64 = 2 * PROBE_SECONDS;
 /// up in it.
 const FILES_PER_PROBE: usize = 64;
 
-/// Probes running at once, all conversions and requests together: each may take
+/// Probes reading at once, all conversions and requests together: each may take
 /// [`PROBE_BYTES`].
 const PROBES_AT_ONCE: usize = 4;
 
@@ -171,8 +171,16 @@ struct Probe {
     child: std::process::Child,
     socket: Option<std::os::fd::OwnedFd>,
     answers: std::io::BufReader<std::process::ChildStdout>,
-    _place: Place,
+    /// Files it was handed.
+    files: usize,
 }
+
+/// Probes waiting for their next files: starting one takes longer (15 ms) than reading a
+/// small file's metadata.
+static IDLE: Mutex<Vec<Probe>> = Mutex::new(Vec::new());
+
+/// The most probes left waiting.
+const IDLE_PROBES: usize = 2;
 
 impl Drop for Probe {
     fn drop(&mut self) {
@@ -184,21 +192,40 @@ impl Drop for Probe {
     }
 }
 
-/// The answers of one probe process for `files`, in order, up to the first refused (by its
-/// answer, or by its crash as it read the file).
+/// The answers of a probe for `files`, in order, up to the first refused (by its answer, or
+/// by its crash as it read the file). The probe is one left waiting, or a new one; a new one
+/// takes over from one that has read [`FILES_PER_PROBE`] files.
 fn probe(files: &[&Source]) -> Result<Vec<Result<(), String>>, String> {
-    let mut probe = start()?;
+    let _place = Place::take();
+    // One that ended while it waited (killed by someone) would seem to end on the next file.
+    let waiting = IDLE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pop()
+        .and_then(|mut probe| probe.alive().then_some(probe));
+    let mut probe = match waiting {
+        Some(probe) => probe,
+        None => start()?,
+    };
     let mut answers = Vec::with_capacity(files.len());
     for file in files {
+        if probe.files >= FILES_PER_PROBE {
+            probe = start()?;
+        }
+        probe.files += 1;
         let answer = match probe.ask(file.file.as_raw_fd())? {
             Answer::Read(read) => read,
-            Answer::Ended(reason) => Err(reason),
+            Answer::Ended(reason) => return Ok([answers, vec![Err(reason)]].concat()),
         };
         let refused = answer.is_err();
         answers.push(answer);
         if refused {
             break;
         }
+    }
+    let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+    if idle.len() < IDLE_PROBES {
+        idle.push(probe);
     }
     Ok(answers)
 }
@@ -215,7 +242,6 @@ enum Answer {
 fn start() -> Result<Probe, String> {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
     let failed = |e: &dyn std::fmt::Display| format!("cannot start a probe of sources: {e}");
-    let place = Place::take();
     let (ours, theirs) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -234,11 +260,16 @@ fn start() -> Result<Probe, String> {
         child,
         socket: Some(ours),
         answers,
-        _place: place,
+        files: 0,
     })
 }
 
 impl Probe {
+    /// Whether the process runs.
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Hands the probe the file of descriptor `fd` and reads its answer.
     fn ask(&mut self, fd: RawFd) -> Result<Answer, String> {
         use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
