@@ -25,6 +25,9 @@
 //! the daemon's open (changing its change time, which the next conversion sees) has the daemon
 //! read what the probe did not; that takes winning a race of milliseconds, each time.
 //!
+//! Up to [`IDLE_PROBES`] probes wait for the next sources once they answered (each reads at
+//! most [`FILES_PER_PROBE`] files): starting one costs more than reading a small file.
+//!
 //! Probing is on once the program calls [`probe_sources_first`] (svcd does, as it starts); a
 //! library embedding this crate without it (the unit tests) reads sources directly.
 
