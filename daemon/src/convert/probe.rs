@@ -11,7 +11,7 @@
 //! [`super::stored`]). A damaged file can also make the libraries crash (HDF5 copies a
 //! string's whole heap object into the length claimed, which may be shorter). In the probe,
 //! an allocation past [`PROBE_BYTES`] fails (`RLIMIT_AS`), which the library reports as an
-//! error or crashes on (HDF 1.10 does not check every allocation); a loop ends at
+//! error or crashes on (HDF5 1.10 does not check every allocation); a loop ends at
 //! [`PROBE_SECONDS`] of processor time (`RLIMIT_CPU`), and a file waited on longer than
 //! [`PROBE_WAIT_SECONDS`] ends the probe. An error of the libraries, a crash or an end
 //! refuses the file, with what the probe met. A file the probe read whole is opened by the
@@ -19,11 +19,23 @@
 //!
 //! The probe is handed the daemon's own descriptor of each file (over a socket,
 //! `SCM_RIGHTS`), so it reads the file the daemon opened and checked, whatever its path names
-//! now. What it found is kept by the file's device, inode, size, modification and change
-//! times, so a file is probed once until it changes (a store's chunks computed on request
-//! open its source each time). Left open: a file's owner who writes it between the probe and
-//! the daemon's open (changing its change time, which the next conversion sees) has the daemon
-//! read what the probe did not; that takes winning a race of milliseconds, each time.
+//! now; it closes every descriptor it inherited (HDF5 opens files without `O_CLOEXEC`) and
+//! dumps no core. What it found is kept by the file's device, inode, size, modification and
+//! change times, so a file is probed once until it changes (a store's chunks computed on
+//! request open its source each time). A probe that took too long or was killed from
+//! outside (`SIGKILL`) fails the conversion without an answer kept; one whose libraries
+//! failed reads no other file.
+//!
+//! Not closed, because the daemon reads the file with the same libraries after the probe:
+//! - The file's owner can change it after it was probed: between the probe and the
+//!   daemon's open, or at any time without changing its size or times (writing through a
+//!   shared mapping whose page is already dirty changes neither time), and the daemon then
+//!   reads what no probe read. Closing this takes reading user files with the libraries
+//!   only in other processes.
+//! - HDF5 gives a string variable's fill value to each element never written, allocating
+//!   and zeroing the length its fill value message claims each time, while the daemon counts
+//!   what the fill value holds (`write::fill_bytes`): a claim the probe passes (under
+//!   [`PROBE_BYTES`]) costs that much per such element of a chunk read.
 //!
 //! Up to [`IDLE_PROBES`] probes wait for the next sources once they answered (each reads at
 //! most [`FILES_PER_PROBE`] files): starting one costs more than reading a small file.
@@ -39,10 +51,11 @@ use std::sync::{Condvar, Mutex};
 
 use super::Source;
 
-/// What the libraries may allocate reading one file's metadata, above what the probe's
-/// process takes when it starts: twice the most metadata a conversion keeps
-/// (`metadata::MAX_METADATA_BYTES`, 256 MiB), for the library's copy and the daemon's.
-pub(crate) const PROBE_BYTES: u64 = 512 << 20;
+/// The address space the libraries may take reading one file's metadata, above what the
+/// probe's process takes as it starts reading the file. The library keeps what it read while
+/// the file is open, and a conversion of many sources keeps up to 8 open
+/// (`OpenSources::KEEP`): 1 GiB at most. Files of this field take a few MiB.
+pub(crate) const PROBE_BYTES: u64 = 128 << 20;
 
 /// The processor time one file's metadata may take: far more than any file of this field
 /// takes (milliseconds).
@@ -176,6 +189,9 @@ struct Probe {
     answers: std::io::BufReader<std::process::ChildStdout>,
     /// Files it was handed.
     files: usize,
+    /// Whether it may read more files: not after the libraries failed in it, whose state
+    /// after such a failure is not known.
+    sound: bool,
 }
 
 /// Probes waiting for their next files: starting one takes longer (15 ms) than reading a
@@ -212,13 +228,17 @@ fn probe(files: &[&Source]) -> Result<Vec<Result<(), String>>, String> {
     };
     let mut answers = Vec::with_capacity(files.len());
     for file in files {
-        if probe.files >= FILES_PER_PROBE {
+        if probe.files >= FILES_PER_PROBE || !probe.sound {
             probe = start()?;
         }
         probe.files += 1;
         let answer = match probe.ask(file.file.as_raw_fd())? {
             Answer::Read(read) => read,
             Answer::Ended(reason) => return Ok([answers, vec![Err(reason)]].concat()),
+            // Not the file's answer, which the next conversion asks again.
+            Answer::Stalled(reason) => {
+                return Err(format!("{}: {reason}", file.path.display()));
+            }
         };
         let refused = answer.is_err();
         answers.push(answer);
@@ -227,7 +247,7 @@ fn probe(files: &[&Source]) -> Result<Vec<Result<(), String>>, String> {
         }
     }
     let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-    if idle.len() < IDLE_PROBES {
+    if idle.len() < IDLE_PROBES && probe.sound && probe.files < FILES_PER_PROBE {
         idle.push(probe);
     }
     Ok(answers)
@@ -237,8 +257,11 @@ fn probe(files: &[&Source]) -> Result<Vec<Result<(), String>>, String> {
 enum Answer {
     /// It read the file: its metadata whole, or the reason it could not.
     Read(Result<(), String>),
-    /// It ended as it read the file, for this reason.
+    /// It ended as it read the file, for this reason (a crash, or its processor time).
     Ended(String),
+    /// It took too long, or was killed from outside (the kernel out of memory, say): what
+    /// happens to the file then may not happen again.
+    Stalled(String),
 }
 
 /// A new probe process.
@@ -264,6 +287,7 @@ fn start() -> Result<Probe, String> {
         socket: Some(ours),
         answers,
         files: 0,
+        sound: true,
     })
 }
 
@@ -291,24 +315,27 @@ impl Probe {
             Ok(_) => {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                return Ok(Answer::Ended(format!(
+                return Ok(Answer::Stalled(format!(
                     "reading its metadata took more than {PROBE_WAIT_SECONDS} s"
                 )));
             }
             Err(_) => 0,
         };
         if read == 0 {
-            return self.ended().map(Answer::Ended);
+            return self.ended();
         }
         Ok(Answer::Read(match line.trim_end().split_once(' ') {
             None if line.trim_end() == "ok" => Ok(()),
             Some(("refused", reason)) => Err(reason.to_string()),
-            Some(("failed", reason)) => Err(format!(
-                "the NetCDF library cannot read its metadata within the {} MiB and \
+            Some(("failed", reason)) => Err({
+                self.sound = false;
+                format!(
+                    "the NetCDF library cannot read its metadata within the {} MiB and \
                  {PROBE_SECONDS} s of processor time that a file's metadata may take (a \
                  damaged file, or one that claims more than it holds): {reason}",
-                PROBE_BYTES >> 20
-            )),
+                    PROBE_BYTES >> 20
+                )
+            }),
             _ => return Err(format!("a probe of sources answered {line:?}")),
         }))
     }
@@ -336,12 +363,13 @@ impl Probe {
         }
     }
 
-    /// Why the probe ended as it read a file: killed by a signal, which refuses the file.
+    /// Why the probe ended as it read a file: killed by a signal of its own doing (a crash,
+    /// its processor time), which refuses the file, or by someone else.
     ///
     /// # Errors
     /// When it exited (it could not read the socket, or bound itself), which says nothing
     /// of the file.
-    fn ended(&mut self) -> Result<String, String> {
+    fn ended(&mut self) -> Result<Answer, String> {
         use std::os::unix::process::ExitStatusExt;
         drop(self.socket.take());
         let status = self
@@ -349,15 +377,18 @@ impl Probe {
             .wait()
             .map_err(|e| format!("a probe of sources ended: {e}"))?;
         match status.signal() {
-            Some(libc::SIGXCPU | libc::SIGKILL) => Ok(format!(
+            Some(libc::SIGXCPU) => Ok(Answer::Ended(format!(
                 "reading its metadata took more than {PROBE_SECONDS} s of processor time"
+            ))),
+            Some(libc::SIGKILL) => Ok(Answer::Stalled(
+                "the probe reading its metadata was killed (SIGKILL: out of memory?)".into(),
             )),
-            Some(signal) => Ok(format!(
+            Some(signal) => Ok(Answer::Ended(format!(
                 "the NetCDF library failed reading its metadata (signal {signal}, {}): the file \
                  is damaged, or claims more than it holds",
                 nix::sys::signal::Signal::try_from(signal)
                     .map_or("unknown", nix::sys::signal::Signal::as_str)
-            )),
+            ))),
             None => Err(format!(
                 "a probe of sources ended ({status}); the daemon's log says why"
             )),
@@ -375,6 +406,9 @@ pub fn serve() -> std::io::Result<()> {
     // The `netcdf` crate panics on some errors of the library (listing variables): such a
     // panic is the answer, not a report on the daemon's log.
     std::panic::set_hook(Box::new(|_| {}));
+    close_inherited();
+    // A crash is an answer: no core dump of each hostile file.
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)?;
     let input = std::io::stdin();
     let mut output = std::io::stdout().lock();
     while let Some(fd) = receive(input.as_raw_fd())? {
@@ -401,6 +435,23 @@ pub fn serve() -> std::io::Result<()> {
         output.flush()?;
     }
     Ok(())
+}
+
+/// Closes every descriptor the probe was started with but standard input, output and error:
+/// the daemon's files that the libraries opened without `O_CLOEXEC` (HDF5 does), which a
+/// probe left waiting would keep open, deleted or not, as long as it lives.
+fn close_inherited() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let inherited: Vec<RawFd> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd: &RawFd| fd > 2)
+        .collect();
+    for fd in inherited {
+        // The listing's own descriptor is among them, closed already: an error, ignored.
+        let _ = nix::unistd::close(fd);
+    }
 }
 
 /// Why the probe refuses a file.
