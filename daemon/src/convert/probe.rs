@@ -409,8 +409,12 @@ pub fn serve() -> std::io::Result<()> {
     close_inherited();
     // A crash is an answer: no core dump of each hostile file.
     nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)?;
+    // Answers go to the daemon on a descriptor of their own; what the libraries print on
+    // standard output goes to standard error (the daemon's log), never among the answers.
+    let mut output =
+        std::io::BufWriter::new(std::fs::File::from(nix::unistd::dup(std::io::stdout())?));
+    nix::unistd::dup2_stdout(std::io::stderr())?;
     let input = std::io::stdin();
-    let mut output = std::io::stdout().lock();
     while let Some(fd) = receive(input.as_raw_fd())? {
         bound()?;
         let opened = std::path::PathBuf::from(format!("/proc/self/fd/{fd}"));
