@@ -151,8 +151,9 @@ impl Source {
         &self,
         chunking: &Chunking,
         compressor: Compressor,
+        stop: Option<&Stop>,
     ) -> Result<(netcdf::File, Option<StoredFile>, StoreLayout), String> {
-        probe::check(&[self])?;
+        probe::check(&[self], stop)?;
         let shown = self.path.display();
         external::refuse_data_elsewhere(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
         let file =
@@ -176,7 +177,7 @@ pub(crate) fn convert_file(
     reserve: write::Reserve,
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
-    let (file, stored, layout) = source.layout(chunking, compressor)?;
+    let (file, stored, layout) = source.layout(chunking, compressor, Some(stop))?;
     write::write_metadata(&layout, dir, &reserve)?;
     let read = write::file_chunks(&file, stored.as_ref(), &layout, stop);
     let written = write::write_chunks(&layout, dir, stop, reserve, Some(&source.file), read)
@@ -211,7 +212,7 @@ pub(crate) fn convert_sources(
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
     // Every source's metadata read first, in a few probes rather than one per source.
-    probe::check(&sources.iter().collect::<Vec<_>>())?;
+    probe::check(&sources.iter().collect::<Vec<_>>(), Some(stop))?;
     let mut slabs = OpenSources::new(sources, Some(stop));
     let datasets = sources
         .iter()
@@ -336,7 +337,7 @@ impl<'s> OpenSources<'s> {
             self.open.push(entry);
         } else {
             let source = &self.sources[n];
-            probe::check(&[source])?;
+            probe::check(&[source], self.stop)?;
             external::refuse_data_elsewhere(&source.opened())
                 .map_err(|e| format!("{}: {e}", source.path.display()))?;
             let file = crate::crawl::open_netcdf(&source.opened())
@@ -475,7 +476,7 @@ pub(crate) fn layout_on_demand(
     compressor: Compressor,
 ) -> Result<StoreLayout, String> {
     source
-        .layout(chunking, compressor)
+        .layout(chunking, compressor, None)
         .map(|(_, _, layout)| layout)
 }
 
@@ -498,7 +499,7 @@ pub(crate) fn chunk_on_demand(
     zarray: &Value,
     most_bytes: u64,
 ) -> Result<Option<Vec<u8>>, String> {
-    let (file, stored, layout) = source.layout(chunking, compressor)?;
+    let (file, stored, layout) = source.layout(chunking, compressor, None)?;
     let (Some(written), Some(planned)) = (
         layout.documents.get(&format!("{array}/.zarray")),
         layout.arrays.iter().find(|a| a.path == array),

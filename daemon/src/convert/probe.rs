@@ -50,6 +50,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use super::Source;
+use crate::jobs::Stop;
 
 /// The address space the libraries may take reading one file's metadata, above what the
 /// probe's process takes as it starts reading the file. The library keeps what it read while
@@ -110,12 +111,13 @@ fn key(source: &Source) -> Result<Key, String> {
 /// Fails, with a refused file's reason (its path first), unless a probe read the metadata
 /// of every one of `sources` as they are now; probes those it has not read yet, in order, a
 /// few dozen per process, until one is refused. Passes everything when probing is off
-/// ([`probe_sources_first`]).
+/// ([`probe_sources_first`]). A conversion's `stop` ends the wait for a probe, and for its
+/// answers.
 ///
 /// # Errors
 /// A sentence naming the file: the probe met an error reading its metadata, or crashed, or
 /// ran out of time, or the file changed while it was read; or no probe could be started.
-pub(crate) fn check(sources: &[&Source]) -> Result<(), String> {
+pub(crate) fn check(sources: &[&Source], stop: Option<&Stop>) -> Result<(), String> {
     if !ON.load(Ordering::Relaxed) {
         return Ok(());
     }
@@ -137,7 +139,7 @@ pub(crate) fn check(sources: &[&Source]) -> Result<(), String> {
     }
     for batch in unknown.chunks(FILES_PER_PROBE) {
         let files: Vec<&Source> = batch.iter().map(|&(source, _)| source).collect();
-        let answers = probe(&files)?;
+        let answers = probe(&files, stop)?;
         let mut known = known().lock().unwrap_or_else(|e| e.into_inner());
         if known.len() + answers.len() > MOST_KNOWN {
             known.clear();
@@ -162,15 +164,27 @@ struct Place;
 
 static RUNNING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
 
+/// How often waiting for a probe looks at a conversion's stop.
+const STOP_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What a wait for a probe that was stopped fails with.
+const STOPPING: &str = "the conversion is stopping";
+
 impl Place {
-    fn take() -> Self {
+    fn take(stop: Option<&Stop>) -> Result<Self, String> {
         let (count, freed) = &RUNNING;
         let mut running = count.lock().unwrap_or_else(|e| e.into_inner());
         while *running >= PROBES_AT_ONCE {
-            running = freed.wait(running).unwrap_or_else(|e| e.into_inner());
+            if stop.is_some_and(Stop::requested) {
+                return Err(STOPPING.into());
+            }
+            running = freed
+                .wait_timeout(running, STOP_CHECK)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
         *running += 1;
-        Place
+        Ok(Place)
     }
 }
 
@@ -214,8 +228,8 @@ impl Drop for Probe {
 /// The answers of a probe for `files`, in order, up to the first refused (by its answer, or
 /// by its crash as it read the file). The probe is one left waiting, or a new one; a new one
 /// takes over from one that has read [`FILES_PER_PROBE`] files.
-fn probe(files: &[&Source]) -> Result<Vec<Result<(), String>>, String> {
-    let _place = Place::take();
+fn probe(files: &[&Source], stop: Option<&Stop>) -> Result<Vec<Result<(), String>>, String> {
+    let _place = Place::take(stop)?;
     // One that ended while it waited (killed by someone) would seem to end on the next file.
     let waiting = IDLE
         .lock()
@@ -232,7 +246,7 @@ fn probe(files: &[&Source]) -> Result<Vec<Result<(), String>>, String> {
             probe = start()?;
         }
         probe.files += 1;
-        let answer = match probe.ask(file.file.as_raw_fd())? {
+        let answer = match probe.ask(file.file.as_raw_fd(), stop)? {
             Answer::Read(read) => read,
             Answer::Ended(reason) => return Ok([answers, vec![Err(reason)]].concat()),
             // Not the file's answer, which the next conversion asks again.
@@ -298,7 +312,7 @@ impl Probe {
     }
 
     /// Hands the probe the file of descriptor `fd` and reads its answer.
-    fn ask(&mut self, fd: RawFd) -> Result<Answer, String> {
+    fn ask(&mut self, fd: RawFd, stop: Option<&Stop>) -> Result<Answer, String> {
         use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
         let socket = self.socket.as_ref().expect("open until dropped");
         let sent = sendmsg::<UnixAddr>(
@@ -311,7 +325,7 @@ impl Probe {
         let mut line = String::new();
         // A probe that ended before or as it read the file answers nothing.
         let read = match sent {
-            Ok(_) if self.answers_in_time() => self.answers.read_line(&mut line).unwrap_or(0),
+            Ok(_) if self.answers_in_time(stop)? => self.answers.read_line(&mut line).unwrap_or(0),
             Ok(_) => {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
@@ -341,24 +355,30 @@ impl Probe {
     }
 
     /// Whether the probe answers (or ends) within [`PROBE_WAIT_SECONDS`].
-    fn answers_in_time(&self) -> bool {
+    ///
+    /// # Errors
+    /// When `stop` is requested meanwhile (the probe is then dropped, and killed).
+    fn answers_in_time(&self, stop: Option<&Stop>) -> Result<bool, String> {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         use std::os::fd::AsFd;
         let deadline =
             std::time::Instant::now() + std::time::Duration::from_secs(PROBE_WAIT_SECONDS);
         loop {
+            if stop.is_some_and(Stop::requested) {
+                return Err(STOPPING.into());
+            }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            // At most a minute at a time, as `poll` takes it.
-            let timeout = PollTimeout::from(u16::try_from(left.as_millis()).unwrap_or(u16::MAX));
+            let slice = left.min(STOP_CHECK);
+            let timeout = PollTimeout::from(u16::try_from(slice.as_millis()).unwrap_or(u16::MAX));
             let mut fds = [PollFd::new(
                 self.answers.get_ref().as_fd(),
                 PollFlags::POLLIN,
             )];
             match poll(&mut fds, timeout) {
-                Ok(0) if left.is_zero() => return false,
+                Ok(0) if left.is_zero() => return Ok(false),
                 Ok(0) | Err(nix::errno::Errno::EINTR) => {}
                 // Readable, closed, or failing: reading tells.
-                Ok(_) | Err(_) => return true,
+                Ok(_) | Err(_) => return Ok(true),
             }
         }
     }
@@ -597,7 +617,7 @@ fn read_attributes<'f>(
 
 #[cfg(test)]
 mod tests {
-    use super::{Refused, read_metadata};
+    use super::{PROBES_AT_ONCE, Place, Refused, STOPPING, read_metadata};
 
     /// What the probe reads in the daemon's process (the unit tests run no probe process):
     /// a file with strings in attributes, a string variable and a group reads whole; a file
@@ -625,5 +645,27 @@ mod tests {
             Err(Refused::Daemon(reason)) => assert!(reason.starts_with("not a NetCDF file")),
             _ => panic!("a text file is not NetCDF"),
         }
+    }
+
+    /// At most [`PROBES_AT_ONCE`] probes read: the next waits for a place, until one is given
+    /// back, or until its conversion's stop is requested, which it then fails with.
+    #[test]
+    fn a_wait_for_a_probe_ends_when_a_place_is_freed_or_the_conversion_stops() {
+        let mut places: Vec<Place> = (0..PROBES_AT_ONCE)
+            .map(|_| Place::take(None).unwrap())
+            .collect();
+        let stop = crate::jobs::Stop::default();
+        std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| Place::take(Some(&stop)).map(drop));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            assert!(!waiting.is_finished(), "all places are taken");
+            stop.request();
+            assert_eq!(waiting.join().unwrap(), Err(STOPPING.to_string()));
+            let waiting = scope.spawn(|| Place::take(None).map(drop));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            assert!(!waiting.is_finished(), "all places are taken");
+            places.pop();
+            assert_eq!(waiting.join().unwrap(), Ok(()));
+        });
     }
 }
