@@ -893,3 +893,31 @@ def test_metadata_that_claims_gigabytes_or_overruns_the_library_is_refused_by_a_
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0, (data / "svcd.log").read_text()[-3000:]
+
+
+def test_an_aggregation_of_more_sources_than_one_probe_reads_converts_whole(daemon, portal, tmp_path):
+    """A probe reads at most 64 sources before another takes over: 130 sources, probed by
+    at least three in turn, combine into one store with every time step, in order."""
+    import netCDF4
+
+    _, _, headers = portal
+    sources = daemon.data / "sources" / "many"
+    sources.mkdir(parents=True)
+    paths = []
+    for step in range(130):
+        path = sources / f"step-{step:03d}.nc"
+        with netCDF4.Dataset(path, "w") as nc:
+            nc.createDimension("time", 1)
+            nc.createDimension("x", 3)
+            time = nc.createVariable("time", "f8", ("time",))
+            time.units = "days since 2000-01-01"
+            time[:] = [step]
+            nc.createVariable("tas", "f4", ("time", "x"))[:] = np.full((1, 3), step, dtype="f4")
+        paths.append(str(path))
+    answer = requests.post(f"{daemon.base}/data-portal/zarr/convert", json={"path": paths, "aggregate": "concat"}, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    [url] = answer.json()["urls"]
+    assert wait_ready(daemon.base, headers, url, timeout=120) == {"status": 0, "reason": ""}
+    served = xr.open_zarr(url, storage_options={"headers": headers}, decode_times=False)
+    np.testing.assert_array_equal(served["time"].values, np.arange(130.0))
+    np.testing.assert_array_equal(served["tas"].values[:, 0], np.arange(130, dtype="f4"))
