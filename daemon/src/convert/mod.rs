@@ -125,12 +125,18 @@ impl Source {
 
     /// The device and inode of the opened file.
     pub(crate) fn identity(&self) -> Result<(u64, u64), String> {
+        self.now().map(|(dev, ino, _)| (dev, ino))
+    }
+
+    /// The device, inode and [`Version`] of the opened file now: what identifies its
+    /// contents.
+    fn now(&self) -> Result<(u64, u64, Version), String> {
         use std::os::unix::fs::MetadataExt;
         let meta = self
             .file
             .metadata()
             .map_err(|e| format!("{}: {e}", self.path.display()))?;
-        Ok((meta.dev(), meta.ino()))
+        Ok((meta.dev(), meta.ino(), version(&meta)))
     }
 
     /// The path the user gave.

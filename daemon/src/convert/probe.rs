@@ -88,7 +88,8 @@ pub fn probe_sources_first() {
     ON.store(true, Ordering::Relaxed);
 }
 
-/// What identifies a file's contents: its device and inode, and its [`super::Version`].
+/// What identifies a file's contents (`Source::now`): its device and inode, and its
+/// [`super::Version`].
 type Key = (u64, u64, super::Version);
 
 /// Probe answers by file.
@@ -96,16 +97,6 @@ fn known() -> &'static Mutex<HashMap<Key, Result<(), String>>> {
     static KNOWN: std::sync::OnceLock<Mutex<HashMap<Key, Result<(), String>>>> =
         std::sync::OnceLock::new();
     KNOWN.get_or_init(Mutex::default)
-}
-
-/// The key of `source` now.
-fn key(source: &Source) -> Result<Key, String> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = source
-        .file
-        .metadata()
-        .map_err(|e| format!("{}: {e}", source.path.display()))?;
-    Ok((meta.dev(), meta.ino(), super::version(&meta)))
 }
 
 /// Fails, with a refused file's reason (its path first), unless a probe read the metadata
@@ -124,7 +115,7 @@ pub(crate) fn check(sources: &[&Source], stop: Option<&Stop>) -> Result<(), Stri
     let refused = |source: &Source, reason: &str| format!("{}: {reason}", source.path.display());
     let keys = sources
         .iter()
-        .map(|source| key(source))
+        .map(|source| source.now())
         .collect::<Result<Vec<_>, _>>()?;
     let mut unknown = Vec::new();
     {
@@ -146,7 +137,7 @@ pub(crate) fn check(sources: &[&Source], stop: Option<&Stop>) -> Result<(), Stri
         }
         for (&(source, probed), answer) in batch.iter().zip(answers) {
             // Kept only when the file is still what was probed.
-            if key(source)? != probed {
+            if source.now()? != probed {
                 return Err(refused(
                     source,
                     "changed while its metadata was read; convert it again once it is written",
@@ -203,8 +194,8 @@ struct Probe {
     answers: std::io::BufReader<std::process::ChildStdout>,
     /// Files it was handed.
     files: usize,
-    /// Whether it may read more files: not after the libraries failed in it, whose state
-    /// after such a failure is not known.
+    /// Whether it may read more files: not once it ended, nor after the libraries failed in
+    /// it, whose state after such a failure is not known.
     sound: bool,
 }
 
@@ -248,7 +239,10 @@ fn probe(files: &[&Source], stop: Option<&Stop>) -> Result<Vec<Result<(), String
         probe.files += 1;
         let answer = match probe.ask(file.file.as_raw_fd(), stop)? {
             Answer::Read(read) => read,
-            Answer::Ended(reason) => return Ok([answers, vec![Err(reason)]].concat()),
+            Answer::Ended(reason) => {
+                probe.sound = false;
+                Err(reason)
+            }
             // Not the file's answer, which the next conversion asks again.
             Answer::Stalled(reason) => {
                 return Err(format!("{}: {reason}", file.path.display()));
@@ -326,9 +320,8 @@ impl Probe {
         // A probe that ended before or as it read the file answers nothing.
         let read = match sent {
             Ok(_) if self.answers_in_time(stop)? => self.answers.read_line(&mut line).unwrap_or(0),
+            // Killed as the caller drops it.
             Ok(_) => {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
                 return Ok(Answer::Stalled(format!(
                     "reading its metadata took more than {PROBE_WAIT_SECONDS} s"
                 )));
@@ -341,15 +334,15 @@ impl Probe {
         Ok(Answer::Read(match line.trim_end().split_once(' ') {
             None if line.trim_end() == "ok" => Ok(()),
             Some(("refused", reason)) => Err(reason.to_string()),
-            Some(("failed", reason)) => Err({
+            Some(("failed", reason)) => {
                 self.sound = false;
-                format!(
+                Err(format!(
                     "the NetCDF library cannot read its metadata within the {} MiB and \
-                 {PROBE_SECONDS} s of processor time that a file's metadata may take (a \
-                 damaged file, or one that claims more than it holds): {reason}",
+                     {PROBE_SECONDS} s of processor time that a file's metadata may take (a \
+                     damaged file, or one that claims more than it holds): {reason}",
                     PROBE_BYTES >> 20
-                )
-            }),
+                ))
+            }
             _ => return Err(format!("a probe of sources answered {line:?}")),
         }))
     }
@@ -417,8 +410,9 @@ impl Probe {
 }
 
 /// The probe's side (`svcd probe-sources`): reads each file whose descriptor comes on
-/// standard input (a socket), and answers a line for each on standard output: `ok`, or
-/// `refused <reason>`. Ends when the socket closes.
+/// standard input (a socket), and answers a line for each on standard output: `ok`,
+/// `refused <reason>` (as the daemon refuses it), or `failed <reason>` (the libraries
+/// failed). Ends when the socket closes.
 ///
 /// # Errors
 /// When the socket or standard output fail.
@@ -582,17 +576,16 @@ fn read_group(group: &netcdf::Group, parent: &str) -> Result<(), Refused> {
     Ok(())
 }
 
-/// Reads the type, dimensions and attributes of each of `variables` (of group `path`).
+/// Reads the type and attributes of each of `variables` (of group `path`).
 fn read_variables<'f>(
     variables: impl Iterator<Item = netcdf::Variable<'f>>,
     path: &str,
 ) -> Result<(), Refused> {
     for variable in variables {
         let name = format!("{path}/{}", variable.name());
-        // Listing the variables had NetCDF read how each is stored, its fill value among it;
-        // its type is read as the daemon reads it.
+        // Listing the variables had NetCDF read how each is stored (its fill value among
+        // it) and its dimensions; its type is read as the daemon reads it.
         let _ = variable.vartype();
-        let _ = variable.dimensions().len();
         read_attributes(variable.attributes(), &format!("variable {name:?}"))?;
     }
     Ok(())
