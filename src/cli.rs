@@ -49,6 +49,11 @@ pub(crate) enum Command {
     /// daemon starts to read each source before it opens it (not for use by hand).
     #[command(name = svc_daemon::PROBE_SUBCOMMAND, hide = true)]
     ProbeSources,
+    /// Convert sources handed over on standard input, or compute one document or chunk of
+    /// their store, in a bounded process: where the daemon reads sources with the NetCDF
+    /// library (not for use by hand).
+    #[command(name = svc_daemon::CHILD_SUBCOMMAND, hide = true)]
+    ConvertChild,
     /// Write a synthetic DRS tree of small CF-compliant NetCDF files.
     DemoData {
         /// Directory to write into.

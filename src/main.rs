@@ -21,18 +21,30 @@ fn main() -> std::process::ExitCode {
     unsafe {
         svc_daemon::read_without_file_locks();
     }
-    svc_daemon::probe_sources_first();
     let cli = Cli::parse();
-    if matches!(cli.command, Command::ProbeSources) {
-        // No configuration, no log set-up: the daemon reads the answers.
-        return match svc_daemon::serve_probes() {
+    // The processes that read sources for the daemon: no configuration, no log set-up (the
+    // daemon reads what they say; their standard error is the daemon's).
+    let child = match cli.command {
+        Command::ProbeSources => Some((
+            svc_daemon::PROBE_SUBCOMMAND,
+            svc_daemon::serve_probes as fn() -> std::io::Result<()>,
+        )),
+        Command::ConvertChild => Some((
+            svc_daemon::CHILD_SUBCOMMAND,
+            svc_daemon::serve_child as fn() -> std::io::Result<()>,
+        )),
+        _ => None,
+    };
+    if let Some((name, serve)) = child {
+        return match serve() {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("svcd {}: {e}", svc_daemon::PROBE_SUBCOMMAND);
+                eprintln!("svcd {name}: {e}");
                 std::process::ExitCode::FAILURE
             }
         };
     }
+    svc_daemon::read_sources_apart();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
@@ -64,7 +76,9 @@ fn main() -> std::process::ExitCode {
             Command::Tier(command) => tier::run(&config, &command),
             Command::DemoData { dir } => demo::run(&dir),
             Command::Manifest(args) => manifest::run(args),
-            Command::ProbeSources => unreachable!("served before the configuration is read"),
+            Command::ProbeSources | Command::ConvertChild => {
+                unreachable!("served before the configuration is read")
+            }
         });
     match result {
         Ok(code) => code,

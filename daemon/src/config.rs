@@ -102,6 +102,17 @@ pub struct StoresConfig {
     /// Longest a conversion may run, in seconds (default a day; 0: no limit): past it, it
     /// stops and fails its store.
     pub max_conversion_seconds: u64,
+    /// MiB of address space a conversion's process may take, as each process computing a
+    /// chunk or document a reader asks for before the conversion wrote it (default 4096; 0:
+    /// no bound): the NetCDF library allocates what a source's bytes claim.
+    pub max_conversion_memory_mib: u64,
+}
+
+impl StoresConfig {
+    /// `max_conversion_memory_mib` in bytes (0: no bound).
+    pub(crate) fn conversion_memory(&self) -> u64 {
+        self.max_conversion_memory_mib.saturating_mul(1 << 20)
+    }
 }
 
 /// `stores.hot_reserve_mib` and `stores.max_user_mib`: `"auto"` (each says what it is), or

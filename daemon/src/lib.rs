@@ -41,10 +41,10 @@ pub use config::{
     API_PREFIX, Config, MountConfig, Overrides, StoresConfig, TierConfig, home_dir, login_name,
 };
 pub use convert::Compressor;
+pub use convert::child::{SUBCOMMAND as CHILD_SUBCOMMAND, serve as serve_child};
 pub use convert::external::read_without_file_locks;
-pub use convert::probe::{
-    SUBCOMMAND as PROBE_SUBCOMMAND, probe_sources_first, serve as serve_probes,
-};
+pub use convert::probe::{SUBCOMMAND as PROBE_SUBCOMMAND, serve as serve_probes};
+pub use convert::read_sources_apart;
 pub use crawl::{Drs, find_netcdf_files, read_record};
 pub use databrowser::params::{flavour_delete_is_global, flavour_list_filter};
 pub use databrowser::{Databrowser, IntakeCatalogue, Search, StaticLinks};

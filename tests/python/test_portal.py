@@ -5,7 +5,9 @@ every value netCDF4-python reads from the source; and the refusals a stranger me
 import contextlib
 import json
 import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -791,14 +793,13 @@ def test_stored_chunks_are_copied_and_read_as_the_source(daemon, portal, tmp_pat
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def claim_heap_string(path, text, claim):
-    """Patches `path` so that every stored reference to the string `text` in an HDF5 global
-    heap (its length, the heap collection's address and the object's index: 16 bytes)
-    claims `claim` bytes; returns how many it patched."""
+def heap_string_references(data, text):
+    """The offsets in the HDF5 file `data` (bytes) of every stored reference to the string
+    `text` in a global heap: its length, the heap collection's address and the object's
+    index (16 bytes), the length first."""
     import struct
 
-    data = bytearray(path.read_bytes())
-    patched = 0
+    found = []
     collection = data.find(b"GCOL")
     while collection >= 0:
         end = collection + struct.unpack_from("<Q", data, collection + 8)[0]
@@ -809,15 +810,61 @@ def claim_heap_string(path, text, claim):
                 break
             if data[at + 16:at + 16 + size] == text:
                 reference = struct.pack("<IQI", len(text), collection, index)
-                found = data.find(reference)
-                while found >= 0:
-                    struct.pack_into("<I", data, found, claim)
-                    patched += 1
-                    found = data.find(reference, found + 1)
+                place = data.find(reference)
+                while place >= 0:
+                    found.append(place)
+                    place = data.find(reference, place + 1)
             at += 16 + (size + 7) // 8 * 8
         collection = data.find(b"GCOL", collection + 4)
+    return found
+
+
+def claim_heap_string(path, text, claim):
+    """Patches `path` so that every stored reference to the string `text` in an HDF5 global
+    heap claims `claim` bytes; returns how many it patched."""
+    import struct
+
+    data = bytearray(path.read_bytes())
+    found = heap_string_references(data, text)
+    for place in found:
+        struct.pack_into("<I", data, place, claim)
     path.write_bytes(bytes(data))
-    return patched
+    return len(found)
+
+
+@contextlib.contextmanager
+def daemon_of_its_own(daemon, tmp_path, allowed):
+    """A daemon for one test (its data in `tmp_path / "svcd"`), whose users may convert what
+    lies under `allowed`: yields `convert(path, reload=False)`, which gives the store's URL
+    and its final status, and the headers of mallory's token. Once the test is done with
+    it, the daemon still answers, its peak resident memory stayed under 1 GiB, and it stops
+    cleanly."""
+    import os
+
+    from conftest import Svcd, serve
+
+    data = tmp_path / "svcd"
+    data.mkdir(exist_ok=True)
+    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(allowed))
+    proc, host = serve(daemon.binary, data, env)
+    try:
+        base = f"{host}/api/svc-nextgen"
+        token = Svcd(base, host, data, daemon.binary).token_file(tmp_path / "mallory.json", "mallory")
+        headers = {"Authorization": f"Bearer {token}"}
+
+        def convert(path, reload=False):
+            answer = requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(path)], "reload": reload}, headers=headers, timeout=30)
+            assert answer.status_code == 200, answer.text
+            [url] = answer.json()["urls"]
+            return url, wait_ready(base, headers, url, timeout=120)
+
+        yield convert, headers
+        assert requests.get(f"{base}/ping", timeout=10).status_code == 200
+        peak = next(line for line in open(f"/proc/{proc.pid}/status") if line.startswith("VmHWM:"))
+        assert int(peak.split()[1]) < 1 << 20, f"the daemon's peak resident memory: {peak.strip()}"
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0, (data / "svcd.log").read_text()[-3000:]
 
 
 def test_metadata_that_claims_gigabytes_or_overruns_the_library_is_refused_by_a_probe(daemon, tmp_path):
@@ -828,11 +875,7 @@ def test_metadata_that_claims_gigabytes_or_overruns_the_library_is_refused_by_a_
     object overruns the buffer: SIGSEGV). The daemon has each source's metadata read first
     by a child process bounded in memory and time: each such file fails its store with a
     reason, the daemon stays up and small, and the same files unpatched convert."""
-    import os
-
     import h5py
-
-    from conftest import Svcd, serve
 
     data = tmp_path / "svcd"
     data.mkdir()
@@ -856,19 +899,7 @@ def test_metadata_that_claims_gigabytes_or_overruns_the_library_is_refused_by_a_
             twin.write_bytes(path.read_bytes())
             assert claim_heap_string(path, text.encode(), claim) >= 1
             hostile[path] = (twin, reasons)
-    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data))
-    proc, host = serve(daemon.binary, data, env)
-    try:
-        base = f"{host}/api/svc-nextgen"
-        token = Svcd(base, host, data, daemon.binary).token_file(tmp_path / "mallory.json", "mallory")
-        headers = {"Authorization": f"Bearer {token}"}
-
-        def convert(path):
-            answer = requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(path)]}, headers=headers, timeout=30)
-            assert answer.status_code == 200, answer.text
-            [url] = answer.json()["urls"]
-            return url, wait_ready(base, headers, url, timeout=120)
-
+    with daemon_of_its_own(daemon, tmp_path, data) as (convert, headers):
         for path, (twin, reasons) in hostile.items():
             url, status = convert(path)
             assert status["status"] == 1 and path.name in status["reason"], status
@@ -887,24 +918,106 @@ def test_metadata_that_claims_gigabytes_or_overruns_the_library_is_refused_by_a_
         path.write_bytes(hostile[path][0].read_bytes())
         url, status = convert(path)
         assert status == {"status": 0, "reason": ""}, (path.name, status)
-        assert requests.get(f"{base}/ping", timeout=10).status_code == 200
-        peak = next(line for line in open(f"/proc/{proc.pid}/status") if line.startswith("VmHWM:"))
-        assert int(peak.split()[1]) < 1 << 20, f"the daemon's peak resident memory: {peak.strip()}"
+
+
+def test_a_source_changed_after_its_probe_fails_its_conversion_in_the_conversions_own_process(daemon, tmp_path):
+    """A file's owner can change it after the probe read it without changing its size or
+    times: writing through a shared mapping whose page is already dirty changes neither, so
+    the probe's answer, kept by those, still stands. The NetCDF library then reads what no
+    probe read: a string claiming 4 GiB, or claiming 1 byte of its 200,000 (an overrun).
+    The library reads sources only in a conversion's own process, bounded in memory: each
+    reload fails its store with a reason naming the file, the daemon stays up and small,
+    and another file converts meanwhile and after."""
+    import mmap
+    import os
+    import struct
+
+    import h5py
+
+    data = tmp_path / "svcd"
+    data.mkdir()
+    # On tmpfs, stores through a mapping never change a file's times (on ext4, once the page
+    # is dirty and until it is written back).
+    shared = Path("/dev/shm") if os.path.ismount("/dev/shm") else tmp_path
+    sources = Path(tempfile.mkdtemp(dir=shared))
+    other = sources / "other.nc"
+    with h5py.File(other, "w") as f:
+        f["x"] = np.arange(3, dtype="f4")
+    try:
+        with daemon_of_its_own(daemon, tmp_path, sources) as (convert, headers):
+            for text, claim, reason in (
+                ("hostile value", 0xFFFFFFF0, "the NetCDF library failed reading it ("),
+                ("y" * 200_000, 1, "the conversion's process ended reading the sources (signal"),
+            ):
+                path = sources / f"claims-{claim}.nc"
+                with h5py.File(path, "w", libver=("earliest", "v110")) as f:
+                    f["x"] = np.arange(4, dtype="f4")
+                    f.attrs["title"] = text
+                with open(path, "r+b") as f:
+                    mapped = mmap.mmap(f.fileno(), 0)
+                references = heap_string_references(mapped, text.encode())
+                assert references
+                # The first store dirties the page (and may change the times): before the probe.
+                mapped[references[0]] = mapped[references[0]]
+                before = os.stat(path)
+                url, status = convert(path)
+                assert status == {"status": 0, "reason": ""}, status
+                for place in references:
+                    struct.pack_into("<I", mapped, place, claim)
+                after = os.stat(path)
+                key = lambda st: (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                assert key(after) == key(before), "the file's size and times did not change"
+                assert struct.unpack_from("<I", path.read_bytes(), references[0])[0] == claim
+                url, status = convert(path, reload=True)
+                assert status["status"] == 1 and path.name in status["reason"], status
+                assert reason in status["reason"], status
+                mapped.close()
+                # The daemon and its other conversions go on.
+                url, status = convert(other, reload=True)
+                assert status == {"status": 0, "reason": ""}, status
+                assert xr.open_zarr(url, storage_options={"headers": headers})["x"].values.tolist() == [0, 1, 2]
     finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0, (data / "svcd.log").read_text()[-3000:]
+        shutil.rmtree(sources, ignore_errors=True)
+
+
+def test_a_string_fill_value_allocated_for_each_element_never_written_fails_in_the_conversions_process(daemon, tmp_path):
+    """HDF5 gives each element of a string variable that was never written its fill value,
+    allocating the length the fill value claims each time. The probe reads the fill value
+    once: a claim of 48 MiB passes its bound (128 MiB). 128 such elements take 6 GiB: the
+    conversion's own process fails at its bound (4 GiB by default), the daemon stays up and
+    small, and the unpatched twin converts."""
+    import h5py
+
+    data = tmp_path / "svcd"
+    data.mkdir()
+    path = data / "fill-claims-48-mib.nc"
+    with h5py.File(path, "w", libver=("earliest", "v110")) as f:
+        f["x"] = np.arange(4, dtype="f4")
+        f.create_dataset("s", shape=(128,), chunks=(128,), dtype=h5py.string_dtype(), fillvalue="FILLMARK")
+    twin = data / "fill-unpatched.nc"
+    twin.write_bytes(path.read_bytes())
+    assert claim_heap_string(path, b"FILLMARK", 48 << 20) >= 1
+    with daemon_of_its_own(daemon, tmp_path, data) as (convert, headers):
+        url, status = convert(path)
+        assert status["status"] == 1 and path.name in status["reason"], status
+        assert "stores.max_conversion_memory_mib" in status["reason"], status
+        url, status = convert(twin)
+        assert status == {"status": 0, "reason": ""}, status
+        assert xr.open_zarr(url, storage_options={"headers": headers})["s"].values.tolist() == ["FILLMARK"] * 128
 
 
 def test_an_aggregation_of_more_sources_than_one_probe_reads_converts_whole(daemon, portal, tmp_path):
-    """A probe reads at most 64 sources before another takes over: 130 sources, probed by
-    at least three in turn, combine into one store with every time step, in order."""
+    """A probe reads at most 64 sources before another takes over, and the conversion's
+    process is handed at most 250 descriptors in one message: 300 sources, probed by at
+    least five in turn and handed over in two messages, combine into one store with every
+    time step, in order."""
     import netCDF4
 
     _, _, headers = portal
     sources = daemon.data / "sources" / "many"
     sources.mkdir(parents=True)
     paths = []
-    for step in range(130):
+    for step in range(300):
         path = sources / f"step-{step:03d}.nc"
         with netCDF4.Dataset(path, "w") as nc:
             nc.createDimension("time", 1)
@@ -919,5 +1032,5 @@ def test_an_aggregation_of_more_sources_than_one_probe_reads_converts_whole(daem
     [url] = answer.json()["urls"]
     assert wait_ready(daemon.base, headers, url, timeout=120) == {"status": 0, "reason": ""}
     served = xr.open_zarr(url, storage_options={"headers": headers}, decode_times=False)
-    np.testing.assert_array_equal(served["time"].values, np.arange(130.0))
-    np.testing.assert_array_equal(served["tas"].values[:, 0], np.arange(130, dtype="f4"))
+    np.testing.assert_array_equal(served["time"].values, np.arange(300.0))
+    np.testing.assert_array_equal(served["tas"].values[:, 0], np.arange(300, dtype="f4"))

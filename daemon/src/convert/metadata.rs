@@ -165,11 +165,16 @@ impl StoreLayout {
 
     /// The consolidated metadata document (`.zmetadata`).
     pub(crate) fn consolidated(&self) -> Value {
-        json!({
-            "zarr_consolidated_format": 1,
-            "metadata": self.documents,
-        })
+        consolidated(&self.documents)
     }
+}
+
+/// The consolidated metadata (`.zmetadata`) of a store whose documents are `documents`.
+pub(crate) fn consolidated(documents: &Map<String, Value>) -> Value {
+    json!({
+        "zarr_consolidated_format": 1,
+        "metadata": documents,
+    })
 }
 
 /// Builds the layout of the store converted from `file` with `chunking`, compressing chunks

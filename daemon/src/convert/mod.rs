@@ -4,6 +4,7 @@
 //! the source by the same functions ([`chunk_on_demand`]), so its bytes are the ones the
 //! conversion writes.
 
+pub(crate) mod child;
 pub(crate) mod combine;
 pub(crate) mod external;
 pub(crate) mod metadata;
@@ -15,7 +16,7 @@ pub(crate) mod write;
 
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::jobs::Stop;
@@ -27,7 +28,7 @@ use write::Written;
 /// The compressor of every array of a store (config `stores.compressor`): Blosc, byte
 /// shuffled, level 5, as numcodecs' defaults, with LZ4 inside as the reference, or with
 /// Zstandard, which makes smaller stores and is slower to write.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Compressor {
     /// Blosc with LZ4 (the default).
@@ -46,6 +47,22 @@ impl Compressor {
         };
         json!({"id": "blosc", "cname": cname, "clevel": 5, "shuffle": 1, "blocksize": 0})
     }
+}
+
+static APART: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Has every source read by the NetCDF and HDF5 libraries only in child processes running
+/// this program (`/proc/self/exe`): first by a [`probe`] (subcommand [`probe::SUBCOMMAND`],
+/// which must call [`probe::serve`]), then by a conversion's or a request's own process
+/// ([`child::SUBCOMMAND`], which must call [`child::serve`]). Without it (the unit tests),
+/// the daemon's process reads them.
+pub fn read_sources_apart() {
+    APART.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether [`read_sources_apart`] was called.
+fn apart() -> bool {
+    APART.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// An opened source file. The NetCDF library opens it again by name, so the file is opened

@@ -26,27 +26,22 @@
 //! outside (`SIGKILL`) fails the conversion without an answer kept; one whose libraries
 //! failed reads no other file.
 //!
-//! Not closed, because the daemon reads the file with the same libraries after the probe:
-//! - The file's owner can change it after it was probed: between the probe and the
-//!   daemon's open, or at any time without changing its size or times (writing through a
-//!   shared mapping whose page is already dirty changes neither time), and the daemon then
-//!   reads what no probe read. Closing this takes reading user files with the libraries
-//!   only in other processes.
-//! - HDF5 gives a string variable's fill value to each element never written, allocating
-//!   and zeroing the length its fill value message claims each time, while the daemon counts
-//!   what the fill value holds (`write::fill_bytes`): a claim the probe passes (under
-//!   [`PROBE_BYTES`]) costs that much per such element of a chunk read.
+//! The daemon itself never reads a source with the libraries: a conversion, and each chunk
+//! or document a reader has computed, reads them in a bounded process of its own
+//! ([`super::child`]). A file changed after it was probed (also without a change of its size
+//! or times, through a shared mapping), or a string fill value HDF5 gives each element never
+//! written, costs that process, not the daemon.
 //!
 //! Up to [`IDLE_PROBES`] probes wait for the next sources once they answered (each reads at
 //! most [`FILES_PER_PROBE`] files): starting one costs more than reading a small file.
 //!
-//! Probing is on once the program calls [`probe_sources_first`] (svcd does, as it starts); a
-//! library embedding this crate without it (the unit tests) reads sources directly.
+//! Probing is on once the program calls [`super::read_sources_apart`] (svcd does, as it
+//! starts); a library embedding this crate without it (the unit tests) reads sources
+//! directly.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use super::Source;
@@ -80,14 +75,6 @@ const MOST_KNOWN: usize = 1 << 16;
 /// The subcommand of `svcd` that runs [`serve`].
 pub const SUBCOMMAND: &str = "probe-sources";
 
-static ON: AtomicBool = AtomicBool::new(false);
-
-/// Has [`check`] probe every source before the daemon opens it, in a child process running
-/// this program (`/proc/self/exe`) with [`SUBCOMMAND`], which must call [`serve`].
-pub fn probe_sources_first() {
-    ON.store(true, Ordering::Relaxed);
-}
-
 /// What identifies a file's contents (`Source::now`): its device and inode, and its
 /// [`super::Version`].
 type Key = (u64, u64, super::Version);
@@ -102,14 +89,14 @@ fn known() -> &'static Mutex<HashMap<Key, Result<(), String>>> {
 /// Fails, with a refused file's reason (its path first), unless a probe read the metadata
 /// of every one of `sources` as they are now; probes those it has not read yet, in order, a
 /// few dozen per process, until one is refused. Passes everything when probing is off
-/// ([`probe_sources_first`]). A conversion's `stop` ends the wait for a probe, and for its
+/// ([`super::read_sources_apart`]). A conversion's `stop` ends the wait for a probe, and for its
 /// answers.
 ///
 /// # Errors
 /// A sentence naming the file: the probe met an error reading its metadata, or crashed, or
 /// ran out of time, or the file changed while it was read; or no probe could be started.
 pub(crate) fn check(sources: &[&Source], stop: Option<&Stop>) -> Result<(), String> {
-    if !ON.load(Ordering::Relaxed) {
+    if !super::apart() {
         return Ok(());
     }
     let refused = |source: &Source, reason: &str| format!("{}: {reason}", source.path.display());
@@ -274,22 +261,8 @@ enum Answer {
 
 /// A new probe process.
 fn start() -> Result<Probe, String> {
-    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
-    let failed = |e: &dyn std::fmt::Display| format!("cannot start a probe of sources: {e}");
-    let (ours, theirs) = socketpair(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(|e| failed(&e))?;
-    let mut child = std::process::Command::new("/proc/self/exe")
-        .arg(SUBCOMMAND)
-        .stdin(std::process::Stdio::from(theirs))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| failed(&e))?;
-    let answers = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let (child, ours, answers) =
+        spawn(SUBCOMMAND).map_err(|e| format!("cannot start a probe of sources: {e}"))?;
     Ok(Probe {
         child,
         socket: Some(ours),
@@ -297,6 +270,31 @@ fn start() -> Result<Probe, String> {
         files: 0,
         sound: true,
     })
+}
+
+/// Starts this program with `subcommand`, its standard input a `SOCK_SEQPACKET` socket whose
+/// other end is returned, its standard output a pipe, read through the returned reader.
+pub(super) fn spawn(
+    subcommand: &str,
+) -> std::io::Result<(
+    std::process::Child,
+    std::os::fd::OwnedFd,
+    std::io::BufReader<std::process::ChildStdout>,
+)> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
+    let mut child = std::process::Command::new("/proc/self/exe")
+        .arg(subcommand)
+        .stdin(std::process::Stdio::from(theirs))
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let output = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    Ok((child, ours, output))
 }
 
 impl Probe {
@@ -399,14 +397,18 @@ impl Probe {
             Some(signal) => Ok(Answer::Ended(format!(
                 "the NetCDF library failed reading its metadata (signal {signal}, {}): the file \
                  is damaged, or claims more than it holds",
-                nix::sys::signal::Signal::try_from(signal)
-                    .map_or("unknown", nix::sys::signal::Signal::as_str)
+                signal_name(signal)
             ))),
             None => Err(format!(
                 "a probe of sources ended ({status}); the daemon's log says why"
             )),
         }
     }
+}
+
+/// The name of signal `signal` (`SIGSEGV`).
+pub(super) fn signal_name(signal: i32) -> &'static str {
+    nix::sys::signal::Signal::try_from(signal).map_or("unknown", nix::sys::signal::Signal::as_str)
 }
 
 /// The probe's side (`svcd probe-sources`): reads each file whose descriptor comes on
@@ -458,7 +460,7 @@ pub fn serve() -> std::io::Result<()> {
 /// Closes every descriptor the probe was started with but standard input, output and error:
 /// the daemon's files that the libraries opened without `O_CLOEXEC` (HDF5 does), which a
 /// probe left waiting would keep open, deleted or not, as long as it lives.
-fn close_inherited() {
+pub(super) fn close_inherited() {
     let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
         return;
     };

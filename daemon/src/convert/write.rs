@@ -75,7 +75,17 @@ pub(crate) fn write_metadata(
 #[derive(Clone)]
 pub(crate) struct Reserve {
     pub(crate) bytes: u64,
-    pub(crate) allowance: Option<Arc<Allowance>>,
+    pub(crate) allowance: Option<Arc<dyn Take>>,
+}
+
+/// What a conversion's files are taken from: its owner's [`Allowance`], or, in a
+/// conversion's child process, the daemon's, asked each time ([`super::child`]).
+pub(crate) trait Take: Send + Sync {
+    /// Takes `bytes` on disk for this conversion.
+    ///
+    /// # Errors
+    /// Why not, when the owner's stores would then take more than their bound.
+    fn take_on_disk(&self, bytes: u64) -> Result<(), String>;
 }
 
 impl Reserve {
@@ -219,18 +229,23 @@ impl Allowance {
         }
     }
 
-    /// Takes what a file of `len` bytes takes on disk for this conversion.
-    ///
-    /// # Errors
-    /// Why not, when the owner's stores would then take more than the bound.
-    fn take(&self, len: u64) -> Result<(), String> {
-        self.take_on_disk(on_disk(len))
+    /// What this conversion wrote is counted by its store's record from now on, the
+    /// record having gone from counting `before` bytes to `now` (what the store's files
+    /// take, as they were listed).
+    pub(crate) fn settle(&self, (before, now): (u64, u64)) {
+        let written = self.written.load(std::sync::atomic::Ordering::Relaxed);
+        let mut ledger = self.ledger.0.lock();
+        let stored = ledger.entry(self.owner.clone()).or_default();
+        *stored = stored
+            .saturating_sub(written)
+            .saturating_sub(before)
+            .saturating_add(now);
+        self.settled
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
+}
 
-    /// Takes `bytes` on disk for this conversion.
-    ///
-    /// # Errors
-    /// Why not, when the owner's stores would then take more than the bound.
+impl Take for Allowance {
     fn take_on_disk(&self, bytes: u64) -> Result<(), String> {
         let mut ledger = self.ledger.0.lock();
         let stored = ledger.entry(self.owner.clone()).or_default();
@@ -248,21 +263,6 @@ impl Allowance {
         self.written
             .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(())
-    }
-
-    /// What this conversion wrote is counted by its store's record from now on, the
-    /// record having gone from counting `before` bytes to `now` (what the store's files
-    /// take, as they were listed).
-    pub(crate) fn settle(&self, (before, now): (u64, u64)) {
-        let written = self.written.load(std::sync::atomic::Ordering::Relaxed);
-        let mut ledger = self.ledger.0.lock();
-        let stored = ledger.entry(self.owner.clone()).or_default();
-        *stored = stored
-            .saturating_sub(written)
-            .saturating_sub(before)
-            .saturating_add(now);
-        self.settled
-            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -337,7 +337,7 @@ pub(crate) fn write_chunks(
                 };
                 since = (since.0 + 1, since.1 + bytes.len() as u64);
                 let allowed = |()| match &reserve.allowance {
-                    Some(allowance) => allowance.take(bytes.len() as u64),
+                    Some(allowance) => allowance.take_on_disk(on_disk(bytes.len() as u64)),
                     None => Ok(()),
                 };
                 if let Err(e) = room
@@ -1017,27 +1017,27 @@ mod tests {
         let second = Allowance::new("jane", most, Arc::clone(&ledger));
         let other = Allowance::new("jane2", most, Arc::clone(&ledger));
         // A file of one byte takes a block: 4 held, and 2 being written.
-        first.take(1).unwrap();
-        first.take(4096).unwrap();
+        first.take_on_disk(on_disk(1)).unwrap();
+        first.take_on_disk(on_disk(4096)).unwrap();
         // 4 held, 2 being written by the first, and 5 more: past the 10.
-        let err = second.take(5 * 4096).unwrap_err();
+        let err = second.take_on_disk(on_disk(5 * 4096)).unwrap_err();
         assert!(
             err.starts_with("the stores of \"jane\" would take more than the 0.0 MiB"),
             "{err}"
         );
         assert!(err.contains("they take 0.0 MiB"), "{err}");
-        second.take(4096).unwrap();
+        second.take_on_disk(on_disk(4096)).unwrap();
         // Another user's stores are not counted with hers.
-        other.take(most).unwrap();
-        assert!(first.take(4 * 4096).is_err());
+        other.take_on_disk(on_disk(most)).unwrap();
+        assert!(first.take_on_disk(on_disk(4 * 4096)).is_err());
         // The first's outcome is recorded: its store's files, listed, take 3 blocks (its
         // directory with them), and its record counted none.
         first.settle((0, 3 * 4096));
         drop(first);
         assert_eq!(ledger.stored("jane"), 8 * 4096);
         // 4 held, 3 recorded, 1 being written by the second: 2 more fit, 3 do not.
-        assert!(second.take(3 * 4096).is_err());
-        second.take(2 * 4096).unwrap();
+        assert!(second.take_on_disk(on_disk(3 * 4096)).is_err());
+        second.take_on_disk(on_disk(2 * 4096)).unwrap();
         // A conversion that records nothing (stopped by an error, or the daemon's
         // shutdown) no longer counts what it wrote.
         drop(second);

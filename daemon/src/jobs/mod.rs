@@ -144,6 +144,11 @@ impl Stop {
             .is_some_and(|deadline| std::time::Instant::now() >= deadline)
     }
 
+    /// When its time is up, if it is bounded ([`Stop::until`]).
+    pub(crate) fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline
+    }
+
     /// This stop, also requested once `deadline` has passed.
     #[must_use]
     pub fn until(&self, deadline: std::time::Instant) -> Stop {

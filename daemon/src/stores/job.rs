@@ -74,7 +74,9 @@ impl Handler for ConvertJob {
         // (or, when the conversion stops short, until it is dropped).
         let allowance = self.stores.allowance(&record);
         let reserve = Reserve {
-            allowance: allowance.clone(),
+            allowance: allowance
+                .clone()
+                .map(|allowance| allowance as Arc<dyn convert::write::Take>),
             ..Reserve::of(
                 self.stores.config.hot_reserve_mib,
                 dir.parent().unwrap_or(&dir),
@@ -88,31 +90,27 @@ impl Handler for ConvertJob {
             Some(deadline) if most > 0 => stop.until(deadline),
             _ => stop.clone(),
         };
-        let converted = match (&record.aggregation, &record.reduction) {
-            (None, None) => self.stores.open_source(&record).and_then(|source| {
-                convert::convert_file(&source, &dir, &record.chunking, compressor, reserve, stop)
-            }),
-            (aggregation, reduction) => self.stores.open_sources(&record).and_then(|sources| {
-                convert::convert_sources(
-                    &sources,
-                    aggregation.as_ref(),
-                    reduction.as_ref(),
-                    &dir,
-                    &record.chunking,
-                    compressor,
-                    reserve,
-                    stop,
-                )
-            }),
-        };
+        let converted = self.stores.open_sources(&record).and_then(|sources| {
+            convert::child::convert(
+                &sources,
+                record.aggregation.as_ref(),
+                record.reduction.as_ref(),
+                &dir,
+                &record.chunking,
+                compressor,
+                reserve,
+                self.stores.config.conversion_memory(),
+                stop,
+            )
+        });
         let (status, reason) = match converted {
             // A conversion that gave up because the daemon is stopping runs again next time.
-            Ok((_, Written::Interrupted)) | Err(_) if stop.stopping() => {
+            Ok(Written::Interrupted) | Err(_) if stop.stopping() => {
                 return Ok(Outcome::Interrupted);
             }
-            Ok((_, Written::Complete)) => (Status::Ready, String::new()),
+            Ok(Written::Complete) => (Status::Ready, String::new()),
             // Its time was up.
-            Ok((_, Written::Interrupted)) | Err(_) if stop.expired() => {
+            Ok(Written::Interrupted) | Err(_) if stop.expired() => {
                 self.stores.cache.forget(token);
                 remove_dir(&dir);
                 let reason = format!(
@@ -122,7 +120,7 @@ impl Handler for ConvertJob {
                 );
                 (Status::Failed, reason)
             }
-            Ok((_, Written::Interrupted)) => return Ok(Outcome::Interrupted),
+            Ok(Written::Interrupted) => return Ok(Outcome::Interrupted),
             Err(reason) => {
                 self.stores.cache.forget(token);
                 remove_dir(&dir);

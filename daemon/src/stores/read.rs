@@ -533,12 +533,16 @@ impl Stores {
     /// Not cached: the conversion writes them soon. `None` as [`Stores::on_demand`].
     fn metadata_on_demand(&self, record: &StoreRecord) -> Option<Served> {
         self.on_demand(record, |source| {
-            let layout =
-                convert::layout_on_demand(source, &record.chunking, self.config.compressor)?;
+            let documents = convert::child::layout(
+                source,
+                &record.chunking,
+                self.config.compressor,
+                self.config.conversion_memory(),
+            )?;
             Ok(Some(Served {
                 file: None,
-                consolidated: Bytes::from(layout.consolidated().to_string()),
-                documents: layout.documents,
+                consolidated: Bytes::from(convert::metadata::consolidated(&documents).to_string()),
+                documents,
             }))
         })
     }
@@ -561,7 +565,7 @@ impl Stores {
             return None;
         }
         self.on_demand(record, |source| {
-            convert::chunk_on_demand(
+            convert::child::chunk(
                 source,
                 &record.chunking,
                 self.config.compressor,
@@ -569,6 +573,7 @@ impl Stores {
                 index,
                 zarray,
                 ON_DEMAND_MAX_BYTES,
+                self.config.conversion_memory(),
             )
         })
     }

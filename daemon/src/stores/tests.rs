@@ -35,6 +35,7 @@ fn open_with(
         hot_reserve_mib: crate::config::MibOrAuto::Mib(0),
         max_user_mib,
         max_conversion_seconds: 0,
+        max_conversion_memory_mib: 0,
     };
     let daemon_config = crate::Config::from_sources(
         None,
