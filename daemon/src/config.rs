@@ -102,9 +102,10 @@ pub struct StoresConfig {
     /// Longest a conversion may run, in seconds (default a day; 0: no limit): past it, it
     /// stops and fails its store.
     pub max_conversion_seconds: u64,
-    /// MiB of address space a conversion's process may take, as each process computing a
-    /// chunk or document a reader asks for before the conversion wrote it (default 4096; 0:
-    /// no bound): the NetCDF library allocates what a source's bytes claim.
+    /// MiB of address space a conversion's process may take (default 4096; 0: no bound):
+    /// the NetCDF library allocates what a source's bytes claim. A process computing a chunk
+    /// or document a reader asks for before the conversion wrote it takes at most as much,
+    /// and at most 1024.
     pub max_conversion_memory_mib: u64,
 }
 
@@ -112,6 +113,18 @@ impl StoresConfig {
     /// `max_conversion_memory_mib` in bytes (0: no bound).
     pub(crate) fn conversion_memory(&self) -> u64 {
         self.max_conversion_memory_mib.saturating_mul(1 << 20)
+    }
+
+    /// The address space of a process computing a chunk or document a reader asks for
+    /// before the conversion wrote it, in bytes: [`StoresConfig::conversion_memory`], and at
+    /// most 1 GiB (such a chunk is at most 64 MiB), so that the requests computed at once
+    /// (4) take a bounded share of the machine with the conversions.
+    pub(crate) fn on_demand_memory(&self) -> u64 {
+        const MOST: u64 = 1 << 30;
+        match self.conversion_memory() {
+            0 => MOST,
+            bound => bound.min(MOST),
+        }
     }
 }
 

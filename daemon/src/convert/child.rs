@@ -23,10 +23,17 @@
 //! - the daemon sends the request as JSON, in pieces (`r`), the sources' descriptors (`f`,
 //!   at most [`FDS_PER_MESSAGE`] each), and `g` to start;
 //! - during a conversion it answers the child's asks for room (`o`: taken; `n` and the
-//!   reason: refused) and sends `s` when the conversion is to stop.
+//!   reason: refused), sends `s` when the conversion is to stop, and `e` once it read the
+//!   outcome of a conversion it keeps the child after.
 //!
 //! The child says what it has to say as JSON lines ([`Said`]) on its standard output (what
 //! the libraries print there goes to standard error), a chunk's bytes after its line.
+//!
+//! A few children are started ahead of their work ([`ready`]), so that starting one is not
+//! on the way of a reader waiting for a chunk, and a child whose task succeeded waits for
+//! the next task on the stores of the same owner ([`Child::keep`]): a process reads the
+//! files of one owner only, so whatever a hostile file left in it that did not end it meets
+//! no other user's files. One whose task failed, or crashed, ends.
 //!
 //! Children are used once the program calls [`super::read_sources_apart`] (svcd does, as
 //! it starts); a library embedding this crate without it (the unit tests) runs conversions
@@ -135,6 +142,7 @@ enum Said {
 )]
 pub(crate) fn convert(
     sources: &[Source],
+    owner: &str,
     aggregation: Option<&Aggregation>,
     reduction: Option<&Reduction>,
     dir: &Path,
@@ -170,9 +178,9 @@ pub(crate) fn convert(
         allowance: reserve.allowance.is_some(),
         millis_left,
     };
-    let mut child = Child::start(sources, chunking, compressor, memory, task)?;
+    let mut child = Child::start(sources, chunking, compressor, memory, task, owner)?;
     loop {
-        match child.next(stop)? {
+        match child.next(stop, STOP_GRACE)? {
             Said::Take(bytes) => {
                 let taken = match &reserve.allowance {
                     Some(allowance) => allowance.take_on_disk(bytes),
@@ -180,7 +188,13 @@ pub(crate) fn convert(
                 };
                 child.reply(taken)?;
             }
-            Said::Converted { complete: true } => return Ok(Written::Complete),
+            Said::Converted { complete: true } => {
+                // Done with the socket: the child reads its next request from it.
+                if child.send(b'e', &[], &[]).is_ok() {
+                    child.keep();
+                }
+                return Ok(Written::Complete);
+            }
             Said::Converted { complete: false } => return Ok(Written::Interrupted),
             Said::Failed(reason) => return Err(reason),
             Said::Layout(_) | Said::Chunk(_) => return Err(child.confused()),
@@ -224,6 +238,7 @@ fn convert_here(
 /// As [`super::layout_on_demand`], or how the child ended.
 pub(crate) fn layout(
     source: &Source,
+    owner: &str,
     chunking: &Chunking,
     compressor: Compressor,
     memory: u64,
@@ -239,9 +254,13 @@ pub(crate) fn layout(
         compressor,
         memory,
         Task::Layout,
+        owner,
     )?;
-    match child.next(&on_demand_stop())? {
-        Said::Layout(documents) => Ok(documents),
+    match child.next(&on_demand_stop(), Duration::ZERO)? {
+        Said::Layout(documents) => {
+            child.keep();
+            Ok(documents)
+        }
         Said::Failed(reason) => Err(reason),
         _ => Err(child.confused()),
     }
@@ -259,6 +278,7 @@ pub(crate) fn layout(
 )]
 pub(crate) fn chunk(
     source: &Source,
+    owner: &str,
     chunking: &Chunking,
     compressor: Compressor,
     array: &str,
@@ -285,9 +305,13 @@ pub(crate) fn chunk(
         compressor,
         memory,
         task,
+        owner,
     )?;
-    match child.next(&on_demand_stop())? {
-        Said::Chunk(None) => Ok(None),
+    match child.next(&on_demand_stop(), Duration::ZERO)? {
+        Said::Chunk(None) => {
+            child.keep();
+            Ok(None)
+        }
         Said::Chunk(Some(len)) => {
             // Read as it comes: a child that claims more than it sends costs nothing.
             let mut bytes = Vec::new();
@@ -295,6 +319,7 @@ pub(crate) fn chunk(
             if read.is_err() || bytes.len() as u64 != len {
                 return Err(child.ended());
             }
+            child.keep();
             Ok(Some(bytes))
         }
         Said::Failed(reason) => Err(reason),
@@ -302,7 +327,8 @@ pub(crate) fn chunk(
     }
 }
 
-/// A request's bound in time: [`ON_DEMAND_SECONDS`] from now.
+/// A request's bound in time: [`ON_DEMAND_SECONDS`] from now (its child, which has nothing
+/// to leave in order, is killed then).
 fn on_demand_stop() -> Stop {
     Stop::default().until(Instant::now() + Duration::from_secs(ON_DEMAND_SECONDS))
 }
@@ -318,7 +344,25 @@ struct Child {
     memory: u64,
     /// When it was told to stop.
     told_to_stop: Option<Instant>,
+    /// Whose stores it does tasks for.
+    owner: String,
+    /// Tasks it was given.
+    tasks: usize,
 }
+
+/// Children that did a task (a conversion, or a reader's request) and wait for the next on
+/// the stores of the same owner, the most recently used last: starting one, and the
+/// libraries' first reads in it, cost more than converting a small file or computing a
+/// chunk. Each reads the files of one owner only, so
+/// whatever a file left in a process (a hostile file's damage that did not end it) meets
+/// only the same owner's files.
+static WAITING: Mutex<Vec<Child>> = Mutex::new(Vec::new());
+
+/// The most children left waiting, all owners together.
+const MOST_WAITING: usize = 4;
+
+/// Tasks one child does at most: what the libraries keep of each file adds up in it.
+const TASKS_PER_CHILD: usize = 256;
 
 impl Drop for Child {
     fn drop(&mut self) {
@@ -326,29 +370,46 @@ impl Drop for Child {
             let _ = self.process.kill();
             let _ = self.process.wait();
         }
+        ready::refill();
     }
 }
 
 impl Child {
-    /// Starts a child for `task` on `sources` and sends it the request.
+    /// A child for `task` on `sources` of a store of `owner`, sent the request: one that did
+    /// an earlier task on the same owner's stores and waits for the next ([`Child::keep`]),
+    /// or a new one.
     fn start(
         sources: &[Source],
         chunking: &Chunking,
         compressor: Compressor,
         memory: u64,
         task: Task,
+        owner: &str,
     ) -> Result<Child, String> {
         let failed =
             |e: &dyn std::fmt::Display| format!("cannot start a conversion's process: {e}");
-        let (process, socket, said) = probe::spawn(SUBCOMMAND).map_err(|e| failed(&e))?;
-        let child = Child {
-            process,
-            socket,
-            said,
-            shown: shown(sources),
-            memory,
-            told_to_stop: None,
+        let mut child = match Child::waiting(owner, memory) {
+            Some(child) => child,
+            None => {
+                let (process, socket, said) = match ready::take() {
+                    Some(started) => started,
+                    None => probe::spawn(SUBCOMMAND).map_err(|e| failed(&e))?,
+                };
+                Child {
+                    process,
+                    socket,
+                    said,
+                    shown: String::new(),
+                    memory,
+                    told_to_stop: None,
+                    owner: owner.to_string(),
+                    tasks: 0,
+                }
+            }
         };
+        child.shown = shown(sources);
+        child.memory = memory;
+        child.tasks += 1;
         let request = Request {
             sources: sources
                 .iter()
@@ -369,11 +430,14 @@ impl Child {
                     .try_for_each(|fds| child.send(b'f', &[], fds))
             })
             .and_then(|()| child.send(b'g', &[], &[]));
-        let mut child = child;
         match sent {
             Ok(()) => Ok(child),
-            // One that ended before it read all says why as it is waited for.
-            Err(_) => Err(child.ended()),
+            // One that ended before it read all says why as it is waited for; one that
+            // lives is killed as it drops.
+            Err(e) => match child.process.try_wait() {
+                Ok(Some(_)) => Err(child.ended()),
+                _ => Err(failed(&e)),
+            },
         }
     }
 
@@ -402,11 +466,11 @@ impl Child {
     }
 
     /// What the child says next; passes `stop` on to it when requested, and kills it when
-    /// it does not stop within [`STOP_GRACE`].
+    /// it does not stop within `grace`.
     ///
     /// # Errors
     /// How the child ended, when it ended without saying more; that it did not stop.
-    fn next(&mut self, stop: &Stop) -> Result<Said, String> {
+    fn next(&mut self, stop: &Stop, grace: Duration) -> Result<Said, String> {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         loop {
             if stop.requested() {
@@ -416,12 +480,12 @@ impl Child {
                         let _ = self.send(b's', &[], &[]);
                         self.told_to_stop = Some(Instant::now());
                     }
-                    Some(told) if told.elapsed() > STOP_GRACE => {
+                    Some(told) if told.elapsed() >= grace => {
                         return Err(format!(
-                            "{}: the conversion's process did not stop within {} s of being \
-                             told to, and was killed",
+                            "{}: the conversion's process did not stop within {} s, and was \
+                             killed",
                             self.shown,
-                            STOP_GRACE.as_secs()
+                            grace.as_secs()
                         ));
                     }
                     Some(_) => {}
@@ -464,9 +528,32 @@ impl Child {
         };
         match status.signal() {
             Some(libc::SIGKILL) => format!(
-                "{}: the conversion's process was killed (SIGKILL: out of memory?)",
+                "{}: the conversion's process was killed (SIGKILL: out of memory, or from \
+                 outside)",
                 self.shown
             ),
+            // Signals a process gets from the library's faults, or its own limits; any other
+            // came from outside.
+            Some(signal)
+                if ![
+                    libc::SIGSEGV,
+                    libc::SIGABRT,
+                    libc::SIGBUS,
+                    libc::SIGILL,
+                    libc::SIGFPE,
+                    libc::SIGTRAP,
+                    libc::SIGSYS,
+                    libc::SIGXCPU,
+                    libc::SIGXFSZ,
+                ]
+                .contains(&signal) =>
+            {
+                format!(
+                    "{}: the conversion's process was ended from outside (signal {signal}, {})",
+                    self.shown,
+                    probe::signal_name(signal)
+                )
+            }
             Some(signal) => format!(
                 "{}: the conversion's process ended reading the sources (signal {signal}, {}): \
                  a source is damaged, or claims more than it holds{bound}",
@@ -488,6 +575,36 @@ impl Child {
             self.shown
         )
     }
+
+    /// A child left waiting by [`Child::keep`] for the stores of `owner`, still alive, that
+    /// did tasks bounded by `memory` (a conversion's, or a reader's request's: a child that
+    /// converted may hold more than a request may take).
+    fn waiting(owner: &str, memory: u64) -> Option<Child> {
+        let mut waiting = WAITING.lock().unwrap_or_else(|e| e.into_inner());
+        let at = waiting
+            .iter()
+            .rposition(|child| child.owner == owner && child.memory == memory)?;
+        let mut child = waiting.remove(at);
+        drop(waiting);
+        matches!(child.process.try_wait(), Ok(None)).then_some(child)
+    }
+
+    /// Leaves a child whose answer was read whole waiting for the next task on the same
+    /// owner's stores, unless it did [`TASKS_PER_CHILD`] already; the one waiting longest
+    /// ends when more than [`MOST_WAITING`] would wait.
+    fn keep(self) {
+        if self.tasks >= TASKS_PER_CHILD {
+            return;
+        }
+        let ended = {
+            let mut waiting = WAITING.lock().unwrap_or_else(|e| e.into_inner());
+            waiting.push(self);
+            (waiting.len() > MOST_WAITING).then(|| waiting.remove(0))
+        };
+        // Killed and waited for outside the lock.
+        drop(ended);
+        ready::refill();
+    }
 }
 
 /// The child's side (`svcd convert-child`): reads the request on standard input (a socket),
@@ -496,10 +613,12 @@ impl Child {
 /// # Errors
 /// When the socket or standard output fail, or the request cannot be read.
 pub fn serve() -> std::io::Result<()> {
-    // Ends with the daemon's thread that waits for it: a conversion left running by a daemon
-    // that was killed would write into the store its next run writes again.
-    // (One whose daemon ended before this finds the request's socket closed.)
+    // Ends with the daemon's thread that started it (one that lives as long as the daemon,
+    // see `ready`, or the one that waits for it): a conversion left running by a daemon that
+    // was killed would write into the store its next run writes again. (One whose daemon
+    // ended before this finds the request's socket closed.)
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+    probe::ignore_outside_stops()?;
     probe::close_inherited();
     // A crash is an outcome: no core dump of each hostile file.
     nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)?;
@@ -508,29 +627,76 @@ pub fn serve() -> std::io::Result<()> {
     ))));
     nix::unistd::dup2_stdout(std::io::stderr())?;
     let socket = std::io::stdin().as_raw_fd();
-    let (request, fds) = receive_request(socket)?;
-    let request: Request = serde_json::from_slice(&request)
-        .map_err(|e| std::io::Error::other(format!("an unreadable request: {e}")))?;
-    if fds.len() != request.sources.len() {
-        return Err(std::io::Error::other("a request with too few descriptors"));
+    // Tasks follow one another until one fails or the daemon closes the socket (it keeps
+    // the child waiting for the next task on the same owner's stores, see `Child::keep`).
+    loop {
+        // A child started ahead, or left waiting, whose daemon is done with it ends quietly.
+        let Some((request, fds)) = receive_request(socket)? else {
+            return Ok(());
+        };
+        let request: Request = serde_json::from_slice(&request)
+            .map_err(|e| std::io::Error::other(format!("an unreadable request: {e}")))?;
+        if fds.len() != request.sources.len() {
+            return Err(std::io::Error::other("a request with too few descriptors"));
+        }
+        let sources: Vec<Source> = request
+            .sources
+            .into_iter()
+            .zip(fds)
+            .map(|((path, opened), fd)| Source {
+                path,
+                file: std::fs::File::from(fd),
+                opened,
+            })
+            .collect();
+        let memory = request.memory;
+        if memory > 0 {
+            let resource = nix::sys::resource::Resource::RLIMIT_AS;
+            let (_, hard) = nix::sys::resource::getrlimit(resource)?;
+            nix::sys::resource::setrlimit(resource, memory.min(hard), hard)?;
+        }
+        let (outcome, listening) = run(
+            &sources,
+            request.chunking,
+            request.compressor,
+            request.task,
+            socket,
+            &said,
+        );
+        {
+            let mut said = said.lock().unwrap_or_else(|e| e.into_inner());
+            match outcome {
+                Ok((outcome, bytes)) => {
+                    say(&mut *said, &outcome)?;
+                    said.write_all(&bytes)?;
+                    said.flush()?;
+                }
+                Err(reason) => {
+                    return say(&mut *said, &Said::Failed(reason + &near_bound(memory)));
+                }
+            }
+        }
+        // The daemon's `e`, or its closing the socket, ends the listening.
+        if let Some(listening) = listening {
+            let _ = listening.join();
+        }
     }
-    let sources: Vec<Source> = request
-        .sources
-        .into_iter()
-        .zip(fds)
-        .map(|((path, opened), fd)| Source {
-            path,
-            file: std::fs::File::from(fd),
-            opened,
-        })
-        .collect();
-    if request.memory > 0 {
-        let resource = nix::sys::resource::Resource::RLIMIT_AS;
-        let (_, hard) = nix::sys::resource::getrlimit(resource)?;
-        nix::sys::resource::setrlimit(resource, request.memory.min(hard), hard)?;
-    }
-    let (chunking, compressor, memory) = (request.chunking, request.compressor, request.memory);
-    let outcome = match request.task {
+}
+
+/// What a task gives: what to say and the bytes that follow, or why it failed.
+type Outcome = Result<(Said, Vec<u8>), String>;
+
+/// Does `task` on `sources`: its outcome, and for a conversion the thread that listens to
+/// the daemon meanwhile ([`listen`]).
+fn run(
+    sources: &[Source],
+    chunking: Chunking,
+    compressor: Compressor,
+    task: Task,
+    socket: RawFd,
+    said: &Arc<Mutex<std::io::BufWriter<std::fs::File>>>,
+) -> (Outcome, Option<std::thread::JoinHandle<()>>) {
+    let outcome = match task {
         Task::Convert {
             aggregation,
             reduction,
@@ -546,18 +712,18 @@ pub fn serve() -> std::io::Result<()> {
                 None => Stop::default(),
             };
             let (granted, answers) = std::sync::mpsc::channel();
-            listen(socket, stop.clone(), granted);
+            let listening = listen(socket, stop.clone(), granted);
             let asked: Arc<dyn Take> = Arc::new(Asked {
-                said: Arc::clone(&said),
+                said: Arc::clone(said),
                 answers: Mutex::new(answers),
             });
             let reserve = Reserve {
                 bytes: reserve,
                 allowance: allowance.then_some(asked),
             };
-            unwound(&sources, || {
+            let converted = unwound(sources, || {
                 convert_here(
-                    &sources,
+                    sources,
                     aggregation.as_ref(),
                     reduction.as_ref(),
                     &dir,
@@ -570,9 +736,10 @@ pub fn serve() -> std::io::Result<()> {
             .map(|written| {
                 let complete = written == Written::Complete;
                 (Said::Converted { complete }, Vec::new())
-            })
+            });
+            return (converted, Some(listening));
         }
-        Task::Layout => unwound(&sources, || {
+        Task::Layout => unwound(sources, || {
             super::layout_on_demand(&sources[0], &chunking, compressor)
         })
         .map(|layout| (Said::Layout(layout.documents), Vec::new())),
@@ -581,7 +748,7 @@ pub fn serve() -> std::io::Result<()> {
             index,
             zarray,
             most_bytes,
-        } => unwound(&sources, || {
+        } => unwound(sources, || {
             super::chunk_on_demand(
                 &sources[0],
                 &chunking,
@@ -597,15 +764,7 @@ pub fn serve() -> std::io::Result<()> {
             None => (Said::Chunk(None), Vec::new()),
         }),
     };
-    let mut said = said.lock().unwrap_or_else(|e| e.into_inner());
-    match outcome {
-        Ok((outcome, bytes)) => {
-            say(&mut *said, &outcome)?;
-            said.write_all(&bytes)?;
-            said.flush()
-        }
-        Err(reason) => say(&mut *said, &Said::Failed(reason + &near_bound(memory))),
-    }
+    (outcome, None)
 }
 
 /// What to add to a failure's reason when the process came near its bound of `memory`
@@ -690,8 +849,13 @@ impl Take for Asked {
 
 /// Reads the rest of what the daemon sends during a conversion, on a thread of its own:
 /// answers to asks for room go to `granted`; a stop, or the socket closing (the daemon
-/// ended), requests `stop`.
-fn listen(socket: RawFd, stop: Stop, granted: std::sync::mpsc::Sender<Result<(), String>>) {
+/// ended), requests `stop`; `e` (the daemon read the outcome and keeps the child waiting)
+/// ends the thread, so that the next request is read by the child's main thread.
+fn listen(
+    socket: RawFd,
+    stop: Stop,
+    granted: std::sync::mpsc::Sender<Result<(), String>>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut message = vec![0u8; REQUEST_PIECE + 1];
         loop {
@@ -706,16 +870,18 @@ fn listen(socket: RawFd, stop: Stop, granted: std::sync::mpsc::Sender<Result<(),
                         let reason = String::from_utf8_lossy(&message[1..len]).into_owned();
                         let _ = granted.send(Err(reason));
                     }
+                    b'e' => return,
                     _ => stop.request(),
                 },
             }
         }
         stop.request();
-    });
+    })
 }
 
-/// The request's JSON and the sources' descriptors, up to the `g` that ends them.
-fn receive_request(socket: RawFd) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+/// The request's JSON and the sources' descriptors, up to the `g` that ends them; `None`
+/// when the socket closes before the request begins.
+fn receive_request(socket: RawFd) -> std::io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     let mut request = Vec::new();
     let mut fds = Vec::new();
@@ -745,11 +911,82 @@ fn receive_request(socket: RawFd) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
             received.bytes
         };
         match message.first() {
+            _ if len == 0 && request.is_empty() && fds.is_empty() => return Ok(None),
             _ if len == 0 => return Err(std::io::Error::other("the request ended early")),
             Some(b'r') => request.extend_from_slice(&message[1..len]),
             Some(b'f') => {}
-            Some(b'g') => return Ok((request, fds)),
+            Some(b'g') => return Ok(Some((request, fds))),
             _ => return Err(std::io::Error::other("a message out of place")),
         }
+    }
+}
+
+/// Children started ahead of their work, waiting for their request: starting one (the
+/// program and its libraries loaded, 10 ms or more) is then not on the way of a reader
+/// waiting for a chunk computed on request. Each still does one task only, so nothing
+/// one user's file left in a process meets another's.
+mod ready {
+    use std::sync::Mutex;
+
+    use super::{SUBCOMMAND, probe};
+
+    /// A started child: its process, the daemon's end of its socket, and its output.
+    pub(super) type Started = (
+        std::process::Child,
+        std::os::fd::OwnedFd,
+        std::io::BufReader<std::process::ChildStdout>,
+    );
+
+    /// Children kept waiting.
+    const WAITING: usize = 2;
+
+    static READY: Mutex<Vec<Started>> = Mutex::new(Vec::new());
+
+    /// A waiting child, if one is (and is still alive). Another is started to take its
+    /// place once its task is done ([`refill`]): started now, it would take the processor
+    /// from the task (10 ms and more, on a machine of two cores).
+    pub(super) fn take() -> Option<Started> {
+        let mut ready = READY.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(mut started) = ready.pop() {
+            if matches!(started.0.try_wait(), Ok(None)) {
+                return Some(started);
+            }
+        }
+        None
+    }
+
+    /// Has the thread that starts children fill the places of those taken. Children are
+    /// started on that one thread, which lives as long as the daemon: a child ends when
+    /// the thread that started it does (`PR_SET_PDEATHSIG`), so one started on a thread
+    /// that ends would end with it.
+    pub(super) fn refill() {
+        static STARTER: std::sync::OnceLock<std::sync::mpsc::Sender<()>> =
+            std::sync::OnceLock::new();
+        let starter = STARTER.get_or_init(|| {
+            let (wanted, wants) = std::sync::mpsc::channel::<()>();
+            let started = std::thread::Builder::new()
+                .name("svcd-children".into())
+                .spawn(move || {
+                    for () in wants {
+                        while READY.lock().unwrap_or_else(|e| e.into_inner()).len() < WAITING {
+                            match probe::spawn(SUBCOMMAND) {
+                                Ok(started) => READY
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .push(started),
+                                Err(e) => {
+                                    tracing::warn!("cannot start a conversion's process: {e}");
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                });
+            if let Err(e) = started {
+                tracing::warn!("cannot start the thread that starts conversions' processes: {e}");
+            }
+            wanted
+        });
+        let _ = starter.send(());
     }
 }

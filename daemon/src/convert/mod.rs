@@ -80,7 +80,7 @@ pub(crate) struct Source {
 /// The size, modification time and change time (seconds, nanoseconds) of a file. The change
 /// time is the one its owner cannot set back: a file written to and then given its old
 /// modification time again has a new one.
-type Version = (u64, (i64, i64), (i64, i64));
+pub(crate) type Version = (u64, (i64, i64), (i64, i64));
 
 /// The [`Version`] of a file.
 fn version(meta: &std::fs::Metadata) -> Version {
@@ -147,7 +147,7 @@ impl Source {
 
     /// The device, inode and [`Version`] of the opened file now: what identifies its
     /// contents.
-    fn now(&self) -> Result<(u64, u64, Version), String> {
+    pub(crate) fn now(&self) -> Result<(u64, u64, Version), String> {
         use std::os::unix::fs::MetadataExt;
         let meta = self
             .file

@@ -1,7 +1,7 @@
 //! Every source is read first by a probe: a child process (`svcd probe-sources`, [`serve`])
 //! that opens the file with the NetCDF and HDF5 libraries and reads all its metadata, with
-//! its memory and processor time bounded, before the daemon opens the file itself
-//! ([`check`]).
+//! its memory and processor time bounded, before a conversion's process opens the file
+//! ([`check`], [`super::child`]).
 //!
 //! Why: what the libraries read as they open a file is sized by the file. HDF5 keeps a
 //! string (an attribute's, or a variable's fill value, which it decodes when NetCDF opens the
@@ -14,8 +14,8 @@
 //! error or crashes on (HDF5 1.10 does not check every allocation); a loop ends at
 //! [`PROBE_SECONDS`] of processor time (`RLIMIT_CPU`), and a file waited on longer than
 //! [`PROBE_WAIT_SECONDS`] ends the probe. An error of the libraries, a crash or an end
-//! refuses the file, with what the probe met. A file the probe read whole is opened by the
-//! daemon, which reads the same metadata, so costs no more than that.
+//! refuses the file, with what the probe met, before any conversion starts on it: a reason
+//! that says what the file claims, under a bound far smaller than a conversion's.
 //!
 //! The probe is handed the daemon's own descriptor of each file (over a socket,
 //! `SCM_RIGHTS`), so it reads the file the daemon opened and checked, whatever its path names
@@ -419,6 +419,7 @@ pub(super) fn signal_name(signal: i32) -> &'static str {
 /// # Errors
 /// When the socket or standard output fail.
 pub fn serve() -> std::io::Result<()> {
+    ignore_outside_stops()?;
     // The `netcdf` crate panics on some errors of the library (listing variables): such a
     // panic is the answer, not a report on the daemon's log.
     std::panic::set_hook(Box::new(|_| {}));
@@ -454,6 +455,27 @@ pub fn serve() -> std::io::Result<()> {
         }
         output.flush()?;
     }
+    Ok(())
+}
+
+/// Blocks the signals that stop a service or a terminal's jobs (`SIGTERM`, `SIGINT`,
+/// `SIGHUP`, `SIGQUIT`), for every thread the process starts after: systemd sends
+/// `SIGTERM` to every process of the service as it stops it, and `Ctrl-C` reaches the
+/// whole process group, and a child read a source for the daemon, which stops its children
+/// itself (their socket closes, or a conversion is told to stop) and ends them as it ends
+/// (`PR_SET_PDEATHSIG`). A conversion killed so would fail its store, which the daemon
+/// would have queued again.
+pub(super) fn ignore_outside_stops() -> std::io::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let stops: SigSet = [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ]
+    .into_iter()
+    .collect();
+    stops.thread_block()?;
     Ok(())
 }
 

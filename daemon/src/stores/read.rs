@@ -512,9 +512,19 @@ impl Stores {
             return None;
         }
         let _slot = self.on_demand.take(&record.owner)?;
+        let failed = |contents| {
+            let failed = self.on_demand.failed.lock();
+            failed.get(&record.token) == Some(&contents)
+        };
         // Written to while it was read, what was computed may mix old and new bytes: not
         // served (the conversion fails the store, or writes what the file holds then).
+        let mut contents = None;
         let computed = self.open_source(record).and_then(|source| {
+            let now = source.now()?;
+            if failed(now) {
+                return Ok(None);
+            }
+            contents = Some(now);
             let computed = compute(&source)?;
             source.unchanged()?;
             Ok(computed)
@@ -523,6 +533,13 @@ impl Stores {
             Ok(computed) => computed,
             Err(reason) => {
                 tracing::debug!(token = %record.token, %reason, "cannot compute on demand");
+                if let Some(contents) = contents {
+                    let mut failed = self.on_demand.failed.lock();
+                    if failed.len() >= MOST_FAILED {
+                        failed.clear();
+                    }
+                    failed.insert(record.token, contents);
+                }
                 None
             }
         }
@@ -535,9 +552,10 @@ impl Stores {
         self.on_demand(record, |source| {
             let documents = convert::child::layout(
                 source,
+                &record.owner,
                 &record.chunking,
                 self.config.compressor,
-                self.config.conversion_memory(),
+                self.config.on_demand_memory(),
             )?;
             Ok(Some(Served {
                 file: None,
@@ -567,13 +585,14 @@ impl Stores {
         self.on_demand(record, |source| {
             convert::child::chunk(
                 source,
+                &record.owner,
                 &record.chunking,
                 self.config.compressor,
                 array,
                 index,
                 zarray,
                 ON_DEMAND_MAX_BYTES,
-                self.config.conversion_memory(),
+                self.config.on_demand_memory(),
             )
         })
     }
@@ -759,14 +778,25 @@ fn on_demand_cost_allowed(zarray: &Value) -> bool {
 
 /// The computations on demand under way, by the owner of the store they are for.
 #[derive(Default)]
-pub(super) struct OnDemand(Mutex<HashMap<String, usize>>);
+pub(super) struct OnDemand {
+    /// Computations running, by owner.
+    busy: Mutex<HashMap<String, usize>>,
+    /// The stores whose last computation failed, with what identified their source's
+    /// contents then ([`convert::Source::now`]): not computed again until the source
+    /// changes. A reader polls for a store's metadata every few milliseconds, and each
+    /// computation starts a process for a source that fails it each time.
+    failed: Mutex<HashMap<uuid::Uuid, (u64, u64, convert::Version)>>,
+}
+
+/// Failed computations remembered (a few dozen bytes each).
+const MOST_FAILED: usize = 4096;
 
 impl OnDemand {
     /// A slot for a store of `owner`, if the owner has fewer than [`ON_DEMAND_PER_OWNER`]
     /// and all together fewer than [`ON_DEMAND_AT_ONCE`]: one user opening many stores being
     /// converted cannot take every slot.
     fn take(&self, owner: &str) -> Option<OnDemandSlot<'_>> {
-        let mut busy = self.0.lock();
+        let mut busy = self.busy.lock();
         let total: usize = busy.values().sum();
         let mine = busy.get(owner).copied().unwrap_or(0);
         if total >= ON_DEMAND_AT_ONCE || mine >= ON_DEMAND_PER_OWNER {
@@ -788,7 +818,7 @@ struct OnDemandSlot<'a> {
 
 impl Drop for OnDemandSlot<'_> {
     fn drop(&mut self) {
-        let mut busy = self.slots.0.lock();
+        let mut busy = self.slots.busy.lock();
         if let Some(mine) = busy.get_mut(&self.owner) {
             *mine -= 1;
             if *mine == 0 {
@@ -928,7 +958,7 @@ mod tests {
         drop(jane);
         assert!(slots.take("john").is_some());
         drop(others);
-        assert!(slots.0.lock().is_empty(), "every slot given back");
+        assert!(slots.busy.lock().is_empty(), "every slot given back");
     }
 
     #[test]
