@@ -22,8 +22,17 @@ fn main() -> std::process::ExitCode {
         svc_daemon::read_without_file_locks();
     }
     let cli = Cli::parse();
-    // The processes that read sources for the daemon: no configuration, no log set-up (the
-    // daemon reads what they say; their standard error is the daemon's).
+    // On standard error: the daemon's log, and its children's, whose standard error it is.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                "warn,svcd=info,svc_daemon=info,svc_http=info,svc_fs=info".into()
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    // The processes that read sources for the daemon: no configuration (the daemon reads
+    // what they say).
     let child = match cli.command {
         Command::ProbeSources => Some((
             svc_daemon::PROBE_SUBCOMMAND,
@@ -45,14 +54,6 @@ fn main() -> std::process::ExitCode {
         };
     }
     svc_daemon::read_sources_apart();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                "warn,svcd=info,svc_daemon=info,svc_http=info,svc_fs=info".into()
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let listen = match &cli.command {
         Command::Serve { listen, .. } => *listen,
         _ => None,
