@@ -56,6 +56,7 @@ async fn serve(config: Config, mount: Option<PathBuf>) -> anyhow::Result<()> {
     std::fs::write(config.address_file(), format!("{bound}\n"))
         .context("cannot write the address file")?;
     tracing::info!(address = %bound, records = stats.records, "listening on {base}/api/svc-nextgen");
+    svc_daemon::start_conversion_processes();
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     svc_http::serve(listener, app, shutdown_signal()).await?;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);

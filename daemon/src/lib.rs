@@ -44,7 +44,7 @@ pub use convert::Compressor;
 pub use convert::child::{SUBCOMMAND as CHILD_SUBCOMMAND, serve as serve_child};
 pub use convert::external::read_without_file_locks;
 pub use convert::probe::{SUBCOMMAND as PROBE_SUBCOMMAND, serve as serve_probes};
-pub use convert::read_sources_apart;
+pub use convert::{read_sources_apart, start_conversion_processes};
 pub use crawl::{Drs, find_netcdf_files, read_record};
 pub use databrowser::params::{flavour_delete_is_global, flavour_list_filter};
 pub use databrowser::{Databrowser, IntakeCatalogue, Search, StaticLinks};

@@ -391,10 +391,7 @@ impl Child {
         let mut child = match Child::waiting(owner, memory) {
             Some(child) => child,
             None => {
-                let (process, socket, said) = match ready::take() {
-                    Some(started) => started,
-                    None => probe::spawn(SUBCOMMAND).map_err(|e| failed(&e))?,
-                };
+                let (process, socket, said) = ready::take().map_err(|e| failed(&e))?;
                 Child {
                     process,
                     socket,
@@ -410,6 +407,7 @@ impl Child {
         child.shown = shown(sources);
         child.memory = memory;
         child.tasks += 1;
+        child.told_to_stop = None;
         let request = Request {
             sources: sources
                 .iter()
@@ -475,6 +473,15 @@ impl Child {
         loop {
             if stop.requested() {
                 match self.told_to_stop {
+                    // A reader's request has nothing to leave in order: ended at once, and
+                    // told nothing it would find in its next request.
+                    None if grace.is_zero() => {
+                        return Err(format!(
+                            "{}: computing it took longer than its time, and its process \
+                             was killed",
+                            self.shown
+                        ));
+                    }
                     None => {
                         // One that cannot hear it is ending anyway: its end tells.
                         let _ = self.send(b's', &[], &[]);
@@ -593,7 +600,8 @@ impl Child {
     /// owner's stores, unless it did [`TASKS_PER_CHILD`] already; the one waiting longest
     /// ends when more than [`MOST_WAITING`] would wait.
     fn keep(self) {
-        if self.tasks >= TASKS_PER_CHILD {
+        // One told to stop may find that in its socket still.
+        if self.tasks >= TASKS_PER_CHILD || self.told_to_stop.is_some() {
             return;
         }
         let ended = {
@@ -614,9 +622,9 @@ impl Child {
 /// When the socket or standard output fail, or the request cannot be read.
 pub fn serve() -> std::io::Result<()> {
     // Ends with the daemon's thread that started it (one that lives as long as the daemon,
-    // see `ready`, or the one that waits for it): a conversion left running by a daemon that
-    // was killed would write into the store its next run writes again. (One whose daemon
-    // ended before this finds the request's socket closed.)
+    // see `ready`): a conversion left running by a daemon that was killed would write into
+    // the store its next run writes again. (One whose daemon ended before this finds the
+    // request's socket closed.)
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
     probe::ignore_outside_stops()?;
     // The first the kernel ends when memory runs out, before the daemon.
@@ -659,6 +667,8 @@ pub fn serve() -> std::io::Result<()> {
             let bound = memory.min(hard);
             nix::sys::resource::setrlimit(resource, bound, bound)?;
         }
+        // The peak of resident memory (VmHWM) is this task's.
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
         let (outcome, listening) = run(
             &sources,
             request.chunking,
@@ -771,15 +781,16 @@ fn run(
     (outcome, None)
 }
 
-/// What to add to a failure's reason when the process came near its bound of `memory`
-/// bytes (more than three quarters of it; a process converting a file of this field peaks
-/// near 600 MiB of address space on two cores): the library reports an allocation past the
-/// bound as any other error ("HDF error").
+/// What to add to a failure's reason when the process's resident memory came near its
+/// bound of `memory` bytes of address space during the task (more than three quarters of
+/// it; the peak is reset as each task begins): the library reports an allocation past the
+/// bound as any other error ("HDF error"), and what it allocates for a file's claims, it
+/// fills.
 fn near_bound(memory: u64) -> String {
     let peak = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
-            let line = status.lines().find(|line| line.starts_with("VmPeak:"))?;
+            let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
         .map_or(0, |kib| kib << 10);
@@ -787,7 +798,7 @@ fn near_bound(memory: u64) -> String {
         return String::new();
     }
     format!(
-        " (its process took {} MiB of the {} MiB a conversion may take, \
+        " (its process took {} MiB of the {} MiB it may take, \
          stores.max_conversion_memory_mib)",
         peak >> 20,
         memory >> 20
@@ -926,12 +937,15 @@ fn receive_request(socket: RawFd) -> std::io::Result<Option<(Vec<u8>, Vec<OwnedF
     }
 }
 
-/// Children started ahead of their work, waiting for their request: starting one (the
-/// program and its libraries loaded, 10 ms or more) is then not on the way of a reader
-/// waiting for a chunk computed on request. Each still does one task only, so nothing
-/// one user's file left in a process meets another's.
-mod ready {
+/// Children started ahead of their work, waiting for their first request: starting one
+/// (the program and its libraries loaded, 10 ms and more) is then not on the way of a
+/// reader waiting for a chunk computed on request. Every child is started by one thread,
+/// which lives as long as the daemon: a child ends when the thread that started it ends
+/// (`PR_SET_PDEATHSIG`), and one started by a thread of a pool that ends idle threads would
+/// end in the middle of a later task.
+pub(super) mod ready {
     use std::sync::Mutex;
+    use std::sync::mpsc::{Sender, channel};
 
     use super::{SUBCOMMAND, probe};
 
@@ -942,37 +956,59 @@ mod ready {
         std::io::BufReader<std::process::ChildStdout>,
     );
 
-    /// Children kept waiting.
+    /// Children kept waiting for their first request.
     const WAITING: usize = 2;
 
     static READY: Mutex<Vec<Started>> = Mutex::new(Vec::new());
 
-    /// A waiting child, if one is (and is still alive). Another is started to take its
-    /// place once its task is done ([`refill`]): started now, it would take the processor
-    /// from the task (10 ms and more, on a machine of two cores).
-    pub(super) fn take() -> Option<Started> {
-        let mut ready = READY.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(mut started) = ready.pop() {
-            if matches!(started.0.try_wait(), Ok(None)) {
-                return Some(started);
+    /// What the starting thread is asked for: a child now, on this channel, or to fill
+    /// [`READY`] (`None`).
+    type Wanted = Option<Sender<std::io::Result<Started>>>;
+
+    /// A started child: a waiting one, or one the starting thread starts now. Another is
+    /// started to take its place once its task is done ([`refill`]): started now, it would
+    /// take the processor from the task (10 ms and more, on a machine of two cores).
+    ///
+    /// # Errors
+    /// When no process can be started.
+    pub(super) fn take() -> std::io::Result<Started> {
+        {
+            let mut ready = READY.lock().unwrap_or_else(|e| e.into_inner());
+            while let Some(mut started) = ready.pop() {
+                if matches!(started.0.try_wait(), Ok(None)) {
+                    return Ok(started);
+                }
             }
         }
-        None
+        let (sent, started) = channel();
+        if starter().send(Some(sent)).is_err() {
+            return Err(std::io::Error::other(
+                "the thread that starts them has ended",
+            ));
+        }
+        started
+            .recv()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the thread that starts them ended")))
     }
 
-    /// Has the thread that starts children fill the places of those taken. Children are
-    /// started on that one thread, which lives as long as the daemon: a child ends when
-    /// the thread that started it does (`PR_SET_PDEATHSIG`), so one started on a thread
-    /// that ends would end with it.
-    pub(super) fn refill() {
-        static STARTER: std::sync::OnceLock<std::sync::mpsc::Sender<()>> =
-            std::sync::OnceLock::new();
-        let starter = STARTER.get_or_init(|| {
-            let (wanted, wants) = std::sync::mpsc::channel::<()>();
+    /// Has the starting thread fill [`READY`], in the background.
+    pub(crate) fn refill() {
+        let _ = starter().send(None);
+    }
+
+    /// The channel to the thread that starts children, started with the first use.
+    fn starter() -> &'static Sender<Wanted> {
+        static STARTER: std::sync::OnceLock<Sender<Wanted>> = std::sync::OnceLock::new();
+        STARTER.get_or_init(|| {
+            let (wanted, wants) = channel::<Wanted>();
             let started = std::thread::Builder::new()
                 .name("svcd-children".into())
                 .spawn(move || {
-                    for () in wants {
+                    for wanted in wants {
+                        if let Some(sent) = wanted {
+                            let _ = sent.send(probe::spawn(SUBCOMMAND));
+                            continue;
+                        }
                         while READY.lock().unwrap_or_else(|e| e.into_inner()).len() < WAITING {
                             match probe::spawn(SUBCOMMAND) {
                                 Ok(started) => READY
@@ -991,7 +1027,6 @@ mod ready {
                 tracing::warn!("cannot start the thread that starts conversions' processes: {e}");
             }
             wanted
-        });
-        let _ = starter.send(());
+        })
     }
 }

@@ -60,6 +60,15 @@ pub fn read_sources_apart() {
     APART.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Starts the processes that wait for their first conversion or request
+/// ([`read_sources_apart`]), so that the first ones do not wait for a process to start: a
+/// daemon serving calls it as it starts.
+pub fn start_conversion_processes() {
+    if apart() {
+        child::ready::refill();
+    }
+}
+
 /// Whether [`read_sources_apart`] was called.
 fn apart() -> bool {
     APART.load(std::sync::atomic::Ordering::Relaxed)

@@ -461,10 +461,11 @@ pub fn serve() -> std::io::Result<()> {
 /// Blocks the signals that stop a service or a terminal's jobs (`SIGTERM`, `SIGINT`,
 /// `SIGHUP`, `SIGQUIT`), for every thread the process starts after: systemd sends
 /// `SIGTERM` to every process of the service as it stops it, and `Ctrl-C` reaches the
-/// whole process group, and a child read a source for the daemon, which stops its children
-/// itself (their socket closes, or a conversion is told to stop) and ends them as it ends
-/// (`PR_SET_PDEATHSIG`). A conversion killed so would fail its store, which the daemon
-/// would have queued again.
+/// whole process group, while a child reads sources for the daemon, which stops its
+/// children itself: a probe's or a waiting child's socket closes as the daemon ends, a
+/// conversion is told to stop, and a conversion's process ends with the daemon
+/// (`PR_SET_PDEATHSIG`). A conversion killed by such a signal would fail its store, which
+/// the daemon would have queued again.
 pub(super) fn ignore_outside_stops() -> std::io::Result<()> {
     use nix::sys::signal::{SigSet, Signal};
     let stops: SigSet = [

@@ -272,6 +272,7 @@ impl Stores {
         self.reads.note(token, now);
         let deadline = asked.at + wait;
         let mut interval = FIRST_POLL;
+        let mut computed = false;
         let served = loop {
             match record.status {
                 Status::Failed => {
@@ -289,8 +290,13 @@ impl Stores {
             if record.status != Status::Preparing {
                 return Err(missing(".zmetadata"));
             }
-            if let Some(served) = self.metadata_on_demand(&record) {
-                break (Arc::new(served), record.status);
+            // Once per request: each computation takes a process, and one that failed
+            // fails again (the conversion gives the answer, or the reason).
+            if !computed {
+                computed = true;
+                if let Some(served) = self.metadata_on_demand(&record) {
+                    break (Arc::new(served), record.status);
+                }
             }
             pause(deadline, &mut interval)?;
             record = self.current(&record)?;
@@ -512,19 +518,9 @@ impl Stores {
             return None;
         }
         let _slot = self.on_demand.take(&record.owner)?;
-        let failed = |contents| {
-            let failed = self.on_demand.failed.lock();
-            failed.get(&record.token) == Some(&contents)
-        };
         // Written to while it was read, what was computed may mix old and new bytes: not
         // served (the conversion fails the store, or writes what the file holds then).
-        let mut contents = None;
         let computed = self.open_source(record).and_then(|source| {
-            let now = source.now()?;
-            if failed(now) {
-                return Ok(None);
-            }
-            contents = Some(now);
             let computed = compute(&source)?;
             source.unchanged()?;
             Ok(computed)
@@ -533,13 +529,6 @@ impl Stores {
             Ok(computed) => computed,
             Err(reason) => {
                 tracing::debug!(token = %record.token, %reason, "cannot compute on demand");
-                if let Some(contents) = contents {
-                    let mut failed = self.on_demand.failed.lock();
-                    if failed.len() >= MOST_FAILED {
-                        failed.clear();
-                    }
-                    failed.insert(record.token, contents);
-                }
                 None
             }
         }
@@ -781,15 +770,7 @@ fn on_demand_cost_allowed(zarray: &Value) -> bool {
 pub(super) struct OnDemand {
     /// Computations running, by owner.
     busy: Mutex<HashMap<String, usize>>,
-    /// The stores whose last computation failed, with what identified their source's
-    /// contents then ([`convert::Source::now`]): not computed again until the source
-    /// changes. A reader polls for a store's metadata every few milliseconds, and each
-    /// computation starts a process for a source that fails it each time.
-    failed: Mutex<HashMap<uuid::Uuid, (u64, u64, convert::Version)>>,
 }
-
-/// Failed computations remembered (a few dozen bytes each).
-const MOST_FAILED: usize = 4096;
 
 impl OnDemand {
     /// A slot for a store of `owner`, if the owner has fewer than [`ON_DEMAND_PER_OWNER`]
