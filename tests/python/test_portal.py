@@ -892,8 +892,8 @@ def claim_heap_string(path, text, claim):
 @contextlib.contextmanager
 def daemon_of_its_own(daemon, tmp_path, allowed):
     """A daemon for one test (its data in `tmp_path / "svcd"`), whose users may convert what
-    lies under `allowed`: yields `convert(path, reload=False)`, which gives the store's URL
-    and its final status, and the headers of mallory's token. Once the test is done with
+    lies under `allowed`: yields `convert(path, reload=False, wait=True)`, which gives the
+    store's URL and its final status (`None` when not waited for), and the headers of mallory's token. Once the test is done with
     it, the daemon still answers, its peak resident memory stayed under 1 GiB, and it stops
     cleanly."""
     import os
@@ -909,11 +909,11 @@ def daemon_of_its_own(daemon, tmp_path, allowed):
         token = Svcd(base, host, data, daemon.binary).token_file(tmp_path / "mallory.json", "mallory")
         headers = {"Authorization": f"Bearer {token}"}
 
-        def convert(path, reload=False):
+        def convert(path, reload=False, wait=True):
             answer = requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(path)], "reload": reload}, headers=headers, timeout=30)
             assert answer.status_code == 200, answer.text
             [url] = answer.json()["urls"]
-            return url, wait_ready(base, headers, url, timeout=120)
+            return url, wait_ready(base, headers, url, timeout=120) if wait else None
 
         # Two conversions' processes wait for work from the start.
         mark = f"SVCD_STORES_ALLOWED_ROOTS={allowed}".encode()
@@ -1085,6 +1085,12 @@ def test_a_string_fill_value_allocated_for_each_element_never_written_fails_in_t
     twin.write_bytes(path.read_bytes())
     assert claim_heap_string(path, b"FILLMARK", 48 << 20) >= 1
     with daemon_of_its_own(daemon, tmp_path, data) as (convert, headers):
+        # A chunk asked for as the store is converted is computed on request (in a process
+        # bounded at 1 GiB, which fails too), then waited for; the conversion fails: the
+        # reader is told so, not answered 404, which readers take for the fill value.
+        url, _ = convert(path, wait=False)
+        chunk = requests.get(f"{url}/s/0", headers=headers, params={"timeout": 120}, timeout=130)
+        assert chunk.status_code == 500 and path.name in chunk.json()["detail"], (chunk.status_code, chunk.text)
         url, status = convert(path)
         assert status["status"] == 1 and path.name in status["reason"], status
         # The process came near its bound (what the library allocates for the claims, it

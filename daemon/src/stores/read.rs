@@ -411,8 +411,16 @@ impl Stores {
                         }
                         return Err(missing(key));
                     }
-                    if current.status != Status::Preparing {
-                        return Err(missing(key));
+                    match current.status {
+                        // Not "missing", which readers take for the fill value.
+                        Status::Failed => {
+                            return Err(Error::StoreFailed {
+                                token: token.to_string(),
+                                reason: current.reason.clone(),
+                            });
+                        }
+                        Status::Preparing => {}
+                        _ => return Err(missing(key)),
                     }
                     if !computed {
                         computed = true;
