@@ -2,6 +2,7 @@
 store with xarray over HTTP (zarr-python 3 through fsspec, with the bearer header) and find
 every value netCDF4-python reads from the source; and the refusals a stranger meets."""
 
+import concurrent.futures
 import contextlib
 import json
 import shutil
@@ -395,10 +396,10 @@ def test_the_html_summary_escapes_everything(daemon, portal, tmp_path):
     assert stranger.status_code == 404
 
 
-def a_long_conversion_begun(daemon, tmp_path, netcdf_format="NETCDF4", options=None):
-    """A daemon of its own (its data in `tmp_path / "svcd"`) converting a 155 MB source of
-    600 time steps (random values) in `netcdf_format`, with conversion `options`, once it
-    wrote a few chunks: the daemon's process, its base URL, the environment it runs with,
+def a_long_conversion_begun(daemon, tmp_path, netcdf_format="NETCDF4", options=None, workers=2):
+    """A daemon of its own (its data in `tmp_path / "svcd"`, `workers` conversions at once)
+    converting a 155 MB source of 600 time steps (random values) in `netcdf_format`, with
+    conversion `options`, once it wrote a few chunks: the daemon's process, its base URL, the environment it runs with,
     the headers of jane's token, the store's URL, the store's `tas` directory, the source."""
     import os
 
@@ -416,7 +417,7 @@ def a_long_conversion_begun(daemon, tmp_path, netcdf_format="NETCDF4", options=N
         var = nc.createVariable("tas", "f4", ("time", "lat", "lon"))
         for start in range(0, 600, 100):
             var[start:start + 100] = np.random.default_rng(start).random((100, 180, 360), dtype="f4")
-    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data))
+    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data), SVCD_STORES_WORKERS=str(workers))
     proc, host = serve(daemon.binary, data, env)
     base = f"{host}/api/svc-nextgen"
     token = Svcd(base, host, data, daemon.binary).token_file(tmp_path / "jane.json", "jane")
@@ -504,6 +505,49 @@ def test_a_service_stop_that_signals_every_process_leaves_the_conversion_queued(
         served = xr.open_zarr(url, storage_options={"headers": headers})
         with xr.open_dataset(source, engine="netcdf4") as expected:
             np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_queued_stores_metadata_and_chunks_computed_on_request_are_the_bytes_its_conversion_writes(daemon, tmp_path):
+    """With the one worker busy, a second store of the same owner waits: its `.zmetadata`
+    and each of its 24 chunks, asked for now by two readers at once, are computed on
+    request, by the conversions' processes (kept between requests, each computing many);
+    once converted, the store's files hold the same bytes."""
+    import netCDF4
+
+    options = {"access_pattern": "time_series", "chunk_size": 1}
+    proc, base, env, headers, url, store_dir, source = a_long_conversion_begun(daemon, tmp_path, "NETCDF3_64BIT_OFFSET", options, workers=1)
+    try:
+        queued = tmp_path / "svcd" / "queued.nc"
+        with netCDF4.Dataset(queued, "w") as nc:
+            nc.createDimension("time", 24)
+            nc.createDimension("x", 8)
+            var = nc.createVariable("tas", "f4", ("time", "x"))
+            var[:] = np.random.default_rng(1).random((24, 8), dtype="f4")
+        answer = requests.post(f"{base}/data-portal/zarr/convert", json={"path": [str(queued)]}, headers=headers, timeout=30)
+        assert answer.status_code == 200, answer.text
+        [second] = answer.json()["urls"]
+        metadata = requests.get(f"{second}/.zmetadata", headers=headers, timeout=60)
+        assert metadata.status_code == 200, metadata.text
+        zarray = metadata.json()["metadata"]["tas/.zarray"]
+        keys = [f"tas/{i}.0" for i in range(-(-24 // zarray["chunks"][0]))]
+
+        def read(key):
+            answer = requests.get(f"{second}/{key}", headers=headers, timeout=60)
+            assert answer.status_code == 200, (key, answer.status_code, answer.text)
+            return key, answer.content
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            computed = dict(pool.map(read, keys))
+        status = requests.get(f"{base}/data-portal/zarr-utils/status", params={"url": second}, headers=headers, timeout=30).json()
+        assert status["status"] == 2, "computed on request: the store was still queued"
+        assert wait_ready(base, headers, second, timeout=300) == {"status": 0, "reason": ""}
+        written = tmp_path / "svcd" / "stores" / second.rsplit("/", 1)[1].removesuffix(".zarr")
+        assert json.loads((written / ".zmetadata").read_text()) == metadata.json()
+        for key, content in computed.items():
+            assert (written / key).read_bytes() == content, key
     finally:
         proc.terminate()
         proc.wait(timeout=30)
