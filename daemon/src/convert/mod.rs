@@ -89,7 +89,7 @@ pub(crate) struct Source {
 /// The size, modification time and change time (seconds, nanoseconds) of a file. The change
 /// time is the one its owner cannot set back: a file written to and then given its old
 /// modification time again has a new one.
-pub(crate) type Version = (u64, (i64, i64), (i64, i64));
+type Version = (u64, (i64, i64), (i64, i64));
 
 /// The [`Version`] of a file.
 fn version(meta: &std::fs::Metadata) -> Version {
@@ -156,7 +156,7 @@ impl Source {
 
     /// The device, inode and [`Version`] of the opened file now: what identifies its
     /// contents.
-    pub(crate) fn now(&self) -> Result<(u64, u64, Version), String> {
+    fn now(&self) -> Result<(u64, u64, Version), String> {
         use std::os::unix::fs::MetadataExt;
         let meta = self
             .file
@@ -183,9 +183,7 @@ impl Source {
         &self,
         chunking: &Chunking,
         compressor: Compressor,
-        stop: Option<&Stop>,
     ) -> Result<(netcdf::File, Option<StoredFile>, StoreLayout), String> {
-        probe::check(&[self], stop)?;
         let shown = self.path.display();
         external::refuse_data_elsewhere(&self.opened()).map_err(|e| format!("{shown}: {e}"))?;
         let file =
@@ -209,7 +207,7 @@ pub(crate) fn convert_file(
     reserve: write::Reserve,
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
-    let (file, stored, layout) = source.layout(chunking, compressor, Some(stop))?;
+    let (file, stored, layout) = source.layout(chunking, compressor)?;
     write::write_metadata(&layout, dir, &reserve)?;
     let read = write::file_chunks(&file, stored.as_ref(), &layout, stop);
     let written = write::write_chunks(&layout, dir, stop, reserve, Some(&source.file), read)
@@ -243,8 +241,6 @@ pub(crate) fn convert_sources(
     reserve: write::Reserve,
     stop: &Stop,
 ) -> Result<(StoreLayout, Written), String> {
-    // Every source's metadata read first, in a few probes rather than one per source.
-    probe::check(&sources.iter().collect::<Vec<_>>(), Some(stop))?;
     let mut slabs = OpenSources::new(sources, Some(stop));
     let datasets = sources
         .iter()
@@ -369,7 +365,6 @@ impl<'s> OpenSources<'s> {
             self.open.push(entry);
         } else {
             let source = &self.sources[n];
-            probe::check(&[source], self.stop)?;
             external::refuse_data_elsewhere(&source.opened())
                 .map_err(|e| format!("{}: {e}", source.path.display()))?;
             let file = crate::crawl::open_netcdf(&source.opened())
@@ -508,7 +503,7 @@ pub(crate) fn layout_on_demand(
     compressor: Compressor,
 ) -> Result<StoreLayout, String> {
     source
-        .layout(chunking, compressor, None)
+        .layout(chunking, compressor)
         .map(|(_, _, layout)| layout)
 }
 
@@ -531,7 +526,7 @@ pub(crate) fn chunk_on_demand(
     zarray: &Value,
     most_bytes: u64,
 ) -> Result<Option<Vec<u8>>, String> {
-    let (file, stored, layout) = source.layout(chunking, compressor, None)?;
+    let (file, stored, layout) = source.layout(chunking, compressor)?;
     let (Some(written), Some(planned)) = (
         layout.documents.get(&format!("{array}/.zarray")),
         layout.arrays.iter().find(|a| a.path == array),

@@ -903,7 +903,7 @@ fn stored_chunks_decode_to_the_values_the_netcdf_library_reads() {
     let path = dir.path().join("stored.nc");
     stored_chunks(&path);
     let source = Source::open(&path).unwrap();
-    let (file, stored, layout) = source.layout(&map(1), Compressor::Lz4, None).unwrap();
+    let (file, stored, layout) = source.layout(&map(1), Compressor::Lz4).unwrap();
     let stored = stored.expect("a NetCDF-4 file");
     let (mut decoded, mut by_library) = (0, 0);
     for planned in &layout.arrays {
@@ -1084,7 +1084,7 @@ fn stored_chunks_with_filters_skipped_decode_too() {
         write_stored_chunk(&dataset, &[4, 0], 0b11, rows(4));
     }
     let source = Source::open(&path).unwrap();
-    let (file, stored, layout) = source.layout(&map(1), Compressor::Lz4, None).unwrap();
+    let (file, stored, layout) = source.layout(&map(1), Compressor::Lz4).unwrap();
     let stored = stored.expect("an HDF5 file");
     let planned = layout.arrays.iter().find(|a| a.path == "v").unwrap();
     let variable = file.variable("v").unwrap();
@@ -1229,7 +1229,7 @@ fn copied_chunks_decode_to_the_values_the_netcdf_library_reads() {
     let path = dir.path().join("copied.nc");
     copied_chunks(&path);
     let source = Source::open(&path).unwrap();
-    let (file, stored, layout) = source.layout(&map(1), Compressor::Lz4, None).unwrap();
+    let (file, stored, layout) = source.layout(&map(1), Compressor::Lz4).unwrap();
     let stored = stored.expect("a NetCDF-4 file");
     // name, stored chunk shape, shuffled, big-endian, bytes per element
     let cases = [
