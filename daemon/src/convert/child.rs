@@ -62,9 +62,6 @@ const FDS_PER_MESSAGE: usize = 250;
 /// Bytes of the request sent in one message (a message must fit the socket's buffer).
 const REQUEST_PIECE: usize = 32 << 10;
 
-/// How often a wait for a child looks at its stop.
-const STOP_CHECK: Duration = Duration::from_secs(1);
-
 /// How long a child told to stop may take to do so before it is killed: a chunk in
 /// flight is encoded and written first.
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -353,9 +350,8 @@ struct Child {
 /// Children that did a task (a conversion, or a reader's request) and wait for the next on
 /// the stores of the same owner, the most recently used last: starting one, and the
 /// libraries' first reads in it, cost more than converting a small file or computing a
-/// chunk. Each reads the files of one owner only, so
-/// whatever a file left in a process (a hostile file's damage that did not end it) meets
-/// only the same owner's files.
+/// chunk. Each reads the files of one owner only, so whatever a file left in a process (a
+/// hostile file's damage that did not end it) meets only the same owner's files.
 static WAITING: Mutex<Vec<Child>> = Mutex::new(Vec::new());
 
 /// The most children left waiting, all owners together.
@@ -404,10 +400,9 @@ impl Child {
                 }
             }
         };
+        // A waiting child has the same bound and was not told to stop (`Child::keep`).
         child.shown = shown(sources);
-        child.memory = memory;
         child.tasks += 1;
-        child.told_to_stop = None;
         let request = Request {
             sources: sources
                 .iter()
@@ -469,7 +464,6 @@ impl Child {
     /// # Errors
     /// How the child ended, when it ended without saying more; that it did not stop.
     fn next(&mut self, stop: &Stop, grace: Duration) -> Result<Said, String> {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         loop {
             if stop.requested() {
                 match self.told_to_stop {
@@ -498,15 +492,10 @@ impl Child {
                     Some(_) => {}
                 }
             }
-            if self.said.buffer().is_empty() {
-                let timeout =
-                    PollTimeout::from(u16::try_from(STOP_CHECK.as_millis()).unwrap_or(u16::MAX));
-                let mut fds = [PollFd::new(self.said.get_ref().as_fd(), PollFlags::POLLIN)];
-                match poll(&mut fds, timeout) {
-                    Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-                    // Readable, closed, or failing: reading tells.
-                    Ok(_) | Err(_) => {}
-                }
+            if self.said.buffer().is_empty()
+                && !probe::readable_within(self.said.get_ref().as_fd(), probe::STOP_CHECK)
+            {
+                continue;
             }
             let mut line = String::new();
             let read = self.said.read_line(&mut line).unwrap_or(0);

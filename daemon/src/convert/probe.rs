@@ -143,7 +143,7 @@ struct Place;
 static RUNNING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
 
 /// How often waiting for a probe looks at a conversion's stop.
-const STOP_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const STOP_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a wait for a probe that was stopped fails with.
 const STOPPING: &str = "the conversion is stopping";
@@ -350,7 +350,6 @@ impl Probe {
     /// # Errors
     /// When `stop` is requested meanwhile (the probe is then dropped, and killed).
     fn answers_in_time(&self, stop: Option<&Stop>) -> Result<bool, String> {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         use std::os::fd::AsFd;
         let deadline =
             std::time::Instant::now() + std::time::Duration::from_secs(PROBE_WAIT_SECONDS);
@@ -359,17 +358,11 @@ impl Probe {
                 return Err(STOPPING.into());
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let slice = left.min(STOP_CHECK);
-            let timeout = PollTimeout::from(u16::try_from(slice.as_millis()).unwrap_or(u16::MAX));
-            let mut fds = [PollFd::new(
-                self.answers.get_ref().as_fd(),
-                PollFlags::POLLIN,
-            )];
-            match poll(&mut fds, timeout) {
-                Ok(0) if left.is_zero() => return Ok(false),
-                Ok(0) | Err(nix::errno::Errno::EINTR) => {}
-                // Readable, closed, or failing: reading tells.
-                Ok(_) | Err(_) => return Ok(true),
+            if readable_within(self.answers.get_ref().as_fd(), left.min(STOP_CHECK)) {
+                return Ok(true);
+            }
+            if left.is_zero() {
+                return Ok(false);
             }
         }
     }
@@ -404,6 +397,17 @@ impl Probe {
             )),
         }
     }
+}
+
+/// Whether `fd` becomes readable within `slice` (closed or failing counts: reading it
+/// tells); a signal that interrupts the wait counts as not.
+pub(super) fn readable_within(fd: std::os::fd::BorrowedFd, slice: std::time::Duration) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let timeout = PollTimeout::from(u16::try_from(slice.as_millis()).unwrap_or(u16::MAX));
+    !matches!(
+        poll(&mut [PollFd::new(fd, PollFlags::POLLIN)], timeout),
+        Ok(0) | Err(nix::errno::Errno::EINTR)
+    )
 }
 
 /// The name of signal `signal` (`SIGSEGV`).
