@@ -242,6 +242,33 @@ pub fn home_dir() -> Option<String> {
     std::env::var("HOME").ok().filter(|home| !home.is_empty())
 }
 
+/// The variables of the daemon's environment that the processes reading users' files
+/// (probes, conversions) start with: their log's (`RUST_LOG`, `RUST_BACKTRACE`), and where
+/// HDF5 finds the filters it loads (`HDF5_PLUGIN_PATH`). Any other (the cold tier's
+/// credentials, the configuration's overrides) stays in the daemon: such a process could be
+/// made to say it.
+pub(crate) fn children_environment() -> Vec<(&'static str, std::ffi::OsString)> {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "this module reads the environment"
+    )]
+    ["RUST_LOG", "RUST_BACKTRACE", "HDF5_PLUGIN_PATH"]
+        .into_iter()
+        .filter_map(|name| Some((name, std::env::var_os(name)?)))
+        .collect()
+}
+
+/// The directories HDF5 loads filters from (`HDF5_PLUGIN_PATH`, separated by `:`).
+pub(crate) fn hdf5_plugin_dirs() -> Vec<PathBuf> {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "this module reads the environment"
+    )]
+    std::env::var_os("HDF5_PLUGIN_PATH")
+        .map(|dirs| std::env::split_paths(&dirs).collect())
+        .unwrap_or_default()
+}
+
 /// The login name, as Python's `getpass.getuser` finds it (pins record who set them): the
 /// first non-empty of `LOGNAME`, `USER`, `LNAME`, `USERNAME`, else the password database
 /// entry of the real uid, else `unknown`.

@@ -29,9 +29,10 @@ class Svcd:
 
 def serve(binary, data, env=None, args=()):
     """Start `svcd serve` on `data` on a free port (with `args`, e.g. `--mount DIR`); return
-    the process and its host URL."""
+    the process and its host URL. It leads a process group of its own, which its children
+    (probes, conversions' processes) join: `process_group(proc.pid)` lists them."""
     log = open(data / "svcd.log", "w")
-    proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0", *args], stderr=log, stdout=log, env=env)
+    proc = subprocess.Popen([binary, "--data-dir", str(data), "serve", "--listen", "127.0.0.1:0", *args], stderr=log, stdout=log, env=env, process_group=0)
     address = data / "svcd.addr"
     deadline = time.monotonic() + 60
     while not (address.exists() and address.read_text().endswith("\n")):

@@ -433,6 +433,15 @@ def a_long_conversion_begun(daemon, tmp_path, netcdf_format="NETCDF4", options=N
     return proc, base, env, headers, url, store_dir, source
 
 
+def assert_ready_with_every_value(base, headers, url, source):
+    """The store at `url` ends ready, and xarray reads from it every value of `tas` in
+    `source`."""
+    assert wait_ready(base, headers, url, timeout=300) == {"status": 0, "reason": ""}
+    served = xr.open_zarr(url, storage_options={"headers": headers})
+    with xr.open_dataset(source, engine="netcdf4") as expected:
+        np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
+
+
 def test_a_conversion_killed_midway_resumes_after_a_restart(daemon, tmp_path):
     """`kill -9` while a store is being written: after a restart the queued job runs again
     and the store ends ready with every value, and no chunk read ever answered 404."""
@@ -455,12 +464,9 @@ def test_a_conversion_killed_midway_resumes_after_a_restart(daemon, tmp_path):
         # A chunk asked for while the store is written again is waited for, never a 404.
         last = requests.get(f"{url}/tas/599.0.0", headers=headers, params={"timeout": 120}, timeout=130)
         assert last.status_code == 200, last.text
-        assert wait_ready(base, headers, url, timeout=300) == {"status": 0, "reason": ""}
+        assert_ready_with_every_value(base, headers, url, source)
         # It was computed from the source before the conversion wrote it: the same bytes.
         assert (store_dir / "599.0.0").read_bytes() == last.content
-        served = xr.open_zarr(url, storage_options={"headers": headers})
-        with xr.open_dataset(source, engine="netcdf4") as expected:
-            np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -482,8 +488,7 @@ def test_a_service_stop_that_signals_every_process_leaves_the_conversion_queued(
     options = {"access_pattern": "time_series", "chunk_size": 1}
     proc, base, env, headers, url, store_dir, source = a_long_conversion_begun(daemon, tmp_path, "NETCDF3_64BIT_OFFSET", options)
     data = tmp_path / "svcd"
-    mark = f"SVCD_STORES_ALLOWED_ROOTS={data}".encode()
-    processes = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and mark in environ(pid)]
+    processes = process_group(proc.pid)
     assert proc.pid in processes and len(processes) > 1, "the daemon and its children"
     # The children first (systemd signals the processes in no order the daemon chooses): a
     # child killed by it would fail the conversion before the daemon knows it is stopping.
@@ -501,10 +506,43 @@ def test_a_service_stop_that_signals_every_process_leaves_the_conversion_queued(
     try:
         url = url.replace(base, f"{host}/api/svc-nextgen")
         base = f"{host}/api/svc-nextgen"
-        assert wait_ready(base, headers, url, timeout=300) == {"status": 0, "reason": ""}
-        served = xr.open_zarr(url, storage_options={"headers": headers})
-        with xr.open_dataset(source, engine="netcdf4") as expected:
-            np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
+        assert_ready_with_every_value(base, headers, url, source)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_conversions_process_is_confined_and_has_none_of_the_daemons_environment(daemon, tmp_path):
+    """The process that converts a store (forked for this conversion by a `convert-child`
+    process, which reads no source itself) gains no privilege, runs under a seccomp filter,
+    has none of the daemon's environment (which may hold the cold tier's credentials), and
+    has open no file of the daemon's but its source and its store's; the store ends ready
+    with every value."""
+    import os
+
+    options = {"access_pattern": "time_series", "chunk_size": 1}
+    proc, base, env, headers, url, store_dir, source = a_long_conversion_begun(daemon, tmp_path, "NETCDF3_64BIT_OFFSET", options)
+    data = tmp_path / "svcd"
+    try:
+        group = process_group(proc.pid)
+        forkers = [pid for pid in group if b"convert-child" in cmdline(pid) and parent(pid) == proc.pid]
+        [task] = [pid for pid in group if parent(pid) in forkers]
+        status = dict(line.split(":", 1) for line in open(f"/proc/{task}/status").read().splitlines())
+        assert status["NoNewPrivs"].strip() == "1", status["NoNewPrivs"]
+        assert status["Seccomp"].strip() == "2", status["Seccomp"]
+        assert any(name.startswith(b"SVCD_") for name in environ(proc.pid)), "the daemon's own"
+        for pid in [*forkers, task]:
+            assert not [name for name in environ(pid) if name.startswith(b"SVCD_")], environ(pid)
+        opened = []
+        for fd in os.listdir(f"/proc/{task}/fd"):
+            with contextlib.suppress(FileNotFoundError):  # closed meanwhile
+                opened.append(os.readlink(f"/proc/{task}/fd/{fd}"))
+        assert str(source) in opened, opened
+        # Its standard error is the daemon's log, which this test keeps in the data directory.
+        allowed = (str(source), str(data / "svcd.log"))
+        of_the_daemon = [path for path in opened if path.startswith(str(data)) and path not in allowed and not path.startswith(str(store_dir.parent))]
+        assert not of_the_daemon, of_the_daemon
+        assert_ready_with_every_value(base, headers, url, source)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -960,9 +998,8 @@ def daemon_of_its_own(daemon, tmp_path, allowed):
             return url, wait_ready(base, headers, url, timeout=120) if wait else None
 
         # Two conversions' processes wait for work from the start.
-        mark = f"SVCD_STORES_ALLOWED_ROOTS={allowed}".encode()
         deadline = time.monotonic() + 10
-        while len([pid for pid in os.listdir("/proc") if pid.isdigit() and mark in environ(pid) and b"convert-child" in cmdline(pid)]) < 2:
+        while len([pid for pid in process_group(proc.pid) if b"convert-child" in cmdline(pid)]) < 2:
             assert time.monotonic() < deadline, "no conversion's process waits for work"
             time.sleep(0.05)
         yield convert, headers
@@ -972,11 +1009,10 @@ def daemon_of_its_own(daemon, tmp_path, allowed):
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0, (data / "svcd.log").read_text()[-3000:]
-        # Its children (probes, conversions' processes, those started ahead) end with it:
-        # found by the environment they inherited.
-        mark = f"SVCD_STORES_ALLOWED_ROOTS={allowed}".encode()
+        # Its children (probes, conversions' processes, those started ahead, the tasks'
+        # processes these forked) end with it: found by the process group they joined.
         deadline = time.monotonic() + 10
-        while left := [pid for pid in os.listdir("/proc") if pid.isdigit() and mark in environ(pid)]:
+        while left := process_group(proc.pid):
             assert time.monotonic() < deadline, f"the daemon's children outlive it: {left}"
             time.sleep(0.1)
 
@@ -988,6 +1024,32 @@ def cmdline(pid):
             return f.read()
     except OSError:
         return b""
+
+
+def parent(pid):
+    """The parent of process `pid` (0 once it ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError):
+        return 0
+
+
+def process_group(group):
+    """The processes of process group `group`."""
+    import os
+
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                # After the command's name in parentheses: state, parent, group.
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group:
+            found.append(int(pid))
+    return found
 
 
 def environ(pid):

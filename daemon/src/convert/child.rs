@@ -1,39 +1,42 @@
 //! The NetCDF and HDF5 libraries read users' files only in child processes: a conversion
-//! runs in a process of its own (`svcd convert-child`, [`serve`]), and so does each metadata
-//! document or chunk a reader asks for before the conversion wrote it ([`layout`],
-//! [`chunk`]). The daemon hands the child its own descriptors of the sources (over a socket,
-//! `SCM_RIGHTS`, as to a [`super::probe`]), and the child's address space is bounded
-//! (`stores.max_conversion_memory_mib`).
+//! runs in a process of its own, and so does each metadata document or chunk a reader asks
+//! for before the conversion wrote it ([`convert`], [`layout`], [`chunk`]). The daemon hands
+//! the process its own descriptors of the sources (over a socket, `SCM_RIGHTS`, as to a
+//! [`super::probe`]); the process's address space is bounded
+//! (`stores.max_conversion_memory_mib`), and it is confined to its sources and its store
+//! ([`super::confine`]).
 //!
 //! Why: what the libraries allocate, and whether they crash, follows from the file's
 //! bytes, and a file's owner can change its bytes at any time, also after a probe read them
 //! and without changing its size or times (through a shared mapping whose page is already
 //! dirty), so no check made before the libraries read a file holds while they read it.
 //! HDF5 also allocates again, for each element of a string variable never written, the
-//! length its fill value claims, which the probe sees only once. In a child, such a file
-//! fails its own conversion or request (an allocation past the bound fails; a crash ends
-//! the child) and nothing else: the daemon, its other conversions and readers go on.
+//! length its fill value claims, which the probe sees only once. In a process of its own,
+//! such a file fails its own conversion or request (an allocation past the bound fails; a
+//! crash ends the process) and nothing else: the daemon, its other conversions and readers
+//! go on. And were a file to make a library run code of its choosing, that code could
+//! reach nothing but the task's own sources and store.
 //!
-//! The probe still reads each file first, with a far smaller bound for its metadata
-//! (128 MiB) and an answer kept per file, so that a file whose metadata alone claims
-//! gigabytes is refused with a reason that says so, before a conversion starts.
+//! The processes: `svcd convert-child` ([`serve`]) never reads a user's file. It receives
+//! each task and forks the task's process, which confines itself, does the task and ends;
+//! a fork is what makes confining each task to its own files possible (a process can narrow
+//! what it may open, never widen it), and it costs far less than starting the program and
+//! its libraries (10 ms and more). A few such processes wait for work from the daemon's
+//! start, and each serves task after task, for every owner ([`ready`]).
 //!
-//! The protocol, on a `SOCK_SEQPACKET` socket that is the child's standard input (messages
-//! tagged by their first byte):
-//! - the daemon sends the request as JSON, in pieces (`r`), the sources' descriptors (`f`,
-//!   at most [`FDS_PER_MESSAGE`] each), and `g` to start;
-//! - during a conversion it answers the child's asks for room (`o`: taken; `n` and the
-//!   reason: refused), sends `s` when the conversion is to stop, and `e` once it read the
-//!   outcome of a conversion it keeps the child after.
+//! The protocol. The daemon sends a `convert-child` process each request on its standard
+//! input, a `SOCK_SEQPACKET` socket (messages tagged by their first byte): the request as
+//! JSON in pieces (`r`), descriptors (`f`, at most [`FDS_PER_MESSAGE`] each: first the
+//! task's socket and the task's pipe, then the sources) and `g` to start. The task's process
+//! talks to the daemon on the task's own socket and pipe only:
+//! - it says what it has to say as JSON lines ([`Said`]) on the pipe, a chunk's bytes after
+//!   its line (what the libraries print goes to standard error, the daemon's log);
+//! - during a conversion the daemon answers its asks for room on the socket (`o`: taken;
+//!   `n` and the reason: refused), and sends `s` when the conversion is to stop.
 //!
-//! The child says what it has to say as JSON lines ([`Said`]) on its standard output (what
-//! the libraries print there goes to standard error), a chunk's bytes after its line.
-//!
-//! A few children are started ahead of their work ([`ready`]), so that starting one is not
-//! on the way of a reader waiting for a chunk, and a child whose task succeeded waits for
-//! the next task on the stores of the same owner ([`Child::keep`]): a process reads the
-//! files of one owner only, so whatever a hostile file left in it that did not end it meets
-//! no other user's files. One whose task failed, or crashed, ends.
+//! Once the task's process ended, the `convert-child` process says how
+//! ([`Said::Ended`]) on its standard output, and waits for the next request. Nothing a task
+//! leaves in its socket or pipe reaches another task.
 //!
 //! Children are used once the program calls [`super::read_sources_apart`] (svcd does, as
 //! it starts); a library embedding this crate without it (the unit tests) runs conversions
@@ -69,6 +72,11 @@ const STOP_GRACE: Duration = Duration::from_secs(30);
 /// The longest a reader's request computes in a child (a read that never returns, from a
 /// stalled network file system, uses no processor time).
 const ON_DEMAND_SECONDS: u64 = 120;
+
+/// How long a `convert-child` process may take to say how a task's process ended, after
+/// the task's pipe closed or its outcome was read; past that it is killed, and the task's
+/// process with it.
+const ENDED_WAIT: Duration = Duration::from_secs(5);
 
 /// What a child is asked for.
 #[derive(Serialize, Deserialize)]
@@ -122,6 +130,12 @@ enum Said {
     Chunk(Option<u64>),
     /// The task failed, for this reason.
     Failed(String),
+    /// The task's process ended (said by the `convert-child` process that forked it): its
+    /// exit code, or the signal that ended it.
+    Ended {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
 }
 
 /// Converts `sources` into `dir`, as [`super::convert_file`] (one source, neither combined
@@ -139,7 +153,6 @@ enum Said {
 )]
 pub(crate) fn convert(
     sources: &[Source],
-    owner: &str,
     aggregation: Option<&Aggregation>,
     reduction: Option<&Reduction>,
     dir: &Path,
@@ -175,7 +188,7 @@ pub(crate) fn convert(
         allowance: reserve.allowance.is_some(),
         millis_left,
     };
-    let mut child = Child::start(sources, chunking, compressor, memory, task, owner)?;
+    let mut child = Child::start(sources, chunking, compressor, memory, task)?;
     loop {
         match child.next(stop, STOP_GRACE)? {
             Said::Take(bytes) => {
@@ -185,16 +198,19 @@ pub(crate) fn convert(
                 };
                 child.reply(taken)?;
             }
-            Said::Converted { complete: true } => {
-                // Done with the socket: the child reads its next request from it.
-                if child.send(b'e', &[], &[]).is_ok() {
-                    child.keep();
-                }
-                return Ok(Written::Complete);
+            Said::Converted { complete } => {
+                child.done();
+                return Ok(if complete {
+                    Written::Complete
+                } else {
+                    Written::Interrupted
+                });
             }
-            Said::Converted { complete: false } => return Ok(Written::Interrupted),
-            Said::Failed(reason) => return Err(reason),
-            Said::Layout(_) | Said::Chunk(_) => return Err(child.confused()),
+            Said::Failed(reason) => {
+                child.done();
+                return Err(reason);
+            }
+            _ => return Err(child.confused()),
         }
     }
 }
@@ -235,7 +251,6 @@ fn convert_here(
 /// As [`super::layout_on_demand`], or how the child ended.
 pub(crate) fn layout(
     source: &Source,
-    owner: &str,
     chunking: &Chunking,
     compressor: Compressor,
     memory: u64,
@@ -251,16 +266,14 @@ pub(crate) fn layout(
         compressor,
         memory,
         Task::Layout,
-        owner,
     )?;
-    match child.next(&on_demand_stop(), Duration::ZERO)? {
-        Said::Layout(documents) => {
-            child.keep();
-            Ok(documents)
-        }
+    let documents = match child.next(&on_demand_stop(), Duration::ZERO)? {
+        Said::Layout(documents) => Ok(documents),
         Said::Failed(reason) => Err(reason),
-        _ => Err(child.confused()),
-    }
+        _ => return Err(child.confused()),
+    };
+    child.done();
+    documents
 }
 
 /// Chunk `index` of array `array` of the store converted from `source`, as
@@ -275,7 +288,6 @@ pub(crate) fn layout(
 )]
 pub(crate) fn chunk(
     source: &Source,
-    owner: &str,
     chunking: &Chunking,
     compressor: Compressor,
     array: &str,
@@ -302,26 +314,23 @@ pub(crate) fn chunk(
         compressor,
         memory,
         task,
-        owner,
     )?;
-    match child.next(&on_demand_stop(), Duration::ZERO)? {
-        Said::Chunk(None) => {
-            child.keep();
-            Ok(None)
-        }
+    let chunk = match child.next(&on_demand_stop(), Duration::ZERO)? {
+        Said::Chunk(None) => Ok(None),
         Said::Chunk(Some(len)) => {
-            // Read as it comes: a child that claims more than it sends costs nothing.
+            // Read as it comes: a process that claims more than it sends costs nothing.
             let mut bytes = Vec::new();
             let read = (&mut child.said).take(len).read_to_end(&mut bytes);
             if read.is_err() || bytes.len() as u64 != len {
                 return Err(child.ended());
             }
-            child.keep();
             Ok(Some(bytes))
         }
         Said::Failed(reason) => Err(reason),
-        _ => Err(child.confused()),
-    }
+        _ => return Err(child.confused()),
+    };
+    child.done();
+    chunk
 }
 
 /// A request's bound in time: [`ON_DEMAND_SECONDS`] from now (its child, which has nothing
@@ -330,37 +339,17 @@ fn on_demand_stop() -> Stop {
     Stop::default().until(Instant::now() + Duration::from_secs(ON_DEMAND_SECONDS))
 }
 
-/// A child process, killed (and waited for) when dropped before it ended.
-struct Child {
+/// A `convert-child` process ([`serve`]), which forks a process for each task it is sent;
+/// killed (and waited for) when dropped, and the task's process with it.
+pub(super) struct Forker {
     process: std::process::Child,
+    /// Its standard input: requests are sent there.
     socket: OwnedFd,
+    /// Its standard output: how each task's process ended ([`Said::Ended`]).
     said: std::io::BufReader<std::process::ChildStdout>,
-    /// The first source's path, for messages.
-    shown: String,
-    /// The bound of its address space, for messages.
-    memory: u64,
-    /// When it was told to stop.
-    told_to_stop: Option<Instant>,
-    /// Whose stores it does tasks for.
-    owner: String,
-    /// Tasks it was given.
-    tasks: usize,
 }
 
-/// Children that did a task (a conversion, or a reader's request) and wait for the next on
-/// the stores of the same owner, the most recently used last: starting one, and the
-/// libraries' first reads in it, cost more than converting a small file or computing a
-/// chunk. Each reads the files of one owner only, so whatever a file left in a process (a
-/// hostile file's damage that did not end it) meets only the same owner's files.
-static WAITING: Mutex<Vec<Child>> = Mutex::new(Vec::new());
-
-/// The most children left waiting, all owners together.
-const MOST_WAITING: usize = 4;
-
-/// Tasks one child does at most: what the libraries keep of each file adds up in it.
-const TASKS_PER_CHILD: usize = 256;
-
-impl Drop for Child {
+impl Drop for Forker {
     fn drop(&mut self) {
         if !matches!(self.process.try_wait(), Ok(Some(_))) {
             let _ = self.process.kill();
@@ -370,39 +359,57 @@ impl Drop for Child {
     }
 }
 
+/// A task's process: what the daemon keeps of it while it runs. Dropped before
+/// [`Child::done`], it is killed, with the `convert-child` process that forked it.
+struct Child {
+    /// The process that forked it; given back to [`ready`] once this one ended.
+    forker: Option<Forker>,
+    /// The daemon's end of the task's socket.
+    socket: OwnedFd,
+    /// The task's pipe, on which it says what it has to say.
+    said: std::io::BufReader<std::fs::File>,
+    /// The first source's path, for messages.
+    shown: String,
+    /// The bound of its address space, for messages.
+    memory: u64,
+    /// When it was told to stop.
+    told_to_stop: Option<Instant>,
+}
+
+/// How a task's process ended: its exit code, or the signal that ended it.
+type Ending = (Option<i32>, Option<i32>);
+
 impl Child {
-    /// A child for `task` on `sources` of a store of `owner`, sent the request: one that did
-    /// an earlier task on the same owner's stores and waits for the next ([`Child::keep`]),
-    /// or a new one.
+    /// A process for `task` on `sources`, forked by a waiting `convert-child` process, sent
+    /// the request.
     fn start(
         sources: &[Source],
         chunking: &Chunking,
         compressor: Compressor,
         memory: u64,
         task: Task,
-        owner: &str,
     ) -> Result<Child, String> {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
         let failed =
             |e: &dyn std::fmt::Display| format!("cannot start a conversion's process: {e}");
-        let mut child = match Child::waiting(owner, memory) {
-            Some(child) => child,
-            None => {
-                let (process, socket, said) = ready::take().map_err(|e| failed(&e))?;
-                Child {
-                    process,
-                    socket,
-                    said,
-                    shown: String::new(),
-                    memory,
-                    told_to_stop: None,
-                    owner: owner.to_string(),
-                    tasks: 0,
-                }
-            }
+        let forker = ready::take().map_err(|e| failed(&e))?;
+        let (socket, its_socket) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| failed(&e))?;
+        let (said, its_said) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| failed(&e))?;
+        let mut child = Child {
+            forker: Some(forker),
+            socket,
+            said: std::io::BufReader::new(std::fs::File::from(said)),
+            shown: shown(sources),
+            memory,
+            told_to_stop: None,
         };
-        // A waiting child has the same bound and was not told to stop (`Child::keep`).
-        child.shown = shown(sources);
-        child.tasks += 1;
         let request = Request {
             sources: sources
                 .iter()
@@ -414,61 +421,51 @@ impl Child {
             task,
         };
         let text = serde_json::to_vec(&request).map_err(|e| failed(&e))?;
+        let to = &child.forker.as_ref().expect("just set").socket;
         let sent = text
             .chunks(REQUEST_PIECE)
-            .try_for_each(|piece| child.send(b'r', piece, &[]))
+            .try_for_each(|piece| send(to, b'r', piece, &[]))
             .and_then(|()| {
-                let fds: Vec<RawFd> = sources.iter().map(|s| s.file.as_raw_fd()).collect();
+                let fds: Vec<RawFd> = [its_socket.as_raw_fd(), its_said.as_raw_fd()]
+                    .into_iter()
+                    .chain(sources.iter().map(|s| s.file.as_raw_fd()))
+                    .collect();
                 fds.chunks(FDS_PER_MESSAGE)
-                    .try_for_each(|fds| child.send(b'f', &[], fds))
+                    .try_for_each(|fds| send(to, b'f', &[], fds))
             })
-            .and_then(|()| child.send(b'g', &[], &[]));
+            .and_then(|()| send(to, b'g', &[], &[]));
+        // The task's process has its own ends now: the pipe closes when it ends.
+        drop((its_socket, its_said));
         match sent {
             Ok(()) => Ok(child),
             // One that ended before it read all says why as it is waited for; one that
             // lives is killed as it drops.
-            Err(e) => match child.process.try_wait() {
-                Ok(Some(_)) => Err(child.ended()),
+            Err(e) => match child.forker.as_mut().map(|f| f.process.try_wait()) {
+                Some(Ok(Some(_))) => Err(child.ended()),
                 _ => Err(failed(&e)),
             },
         }
     }
 
-    /// Sends a message tagged `tag` with `body` and descriptors `fds`.
-    fn send(&self, tag: u8, body: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
-        use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
-        let rights = [ControlMessage::ScmRights(fds)];
-        let control: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
-        sendmsg::<UnixAddr>(
-            self.socket.as_raw_fd(),
-            &[std::io::IoSlice::new(&[tag]), std::io::IoSlice::new(body)],
-            control,
-            MsgFlags::MSG_NOSIGNAL,
-            None,
-        )?;
-        Ok(())
-    }
-
-    /// Answers the child's ask for room.
+    /// Answers the process's ask for room.
     fn reply(&self, taken: Result<(), String>) -> Result<(), String> {
         let sent = match taken {
-            Ok(()) => self.send(b'o', &[], &[]),
-            Err(reason) => self.send(b'n', reason.as_bytes(), &[]),
+            Ok(()) => send(&self.socket, b'o', &[], &[]),
+            Err(reason) => send(&self.socket, b'n', reason.as_bytes(), &[]),
         };
         sent.map_err(|e| format!("a conversion's process ended: {e}"))
     }
 
-    /// What the child says next; passes `stop` on to it when requested, and kills it when
-    /// it does not stop within `grace`.
+    /// What the process says next; passes `stop` on to it when requested, and kills it
+    /// when it does not stop within `grace`.
     ///
     /// # Errors
-    /// How the child ended, when it ended without saying more; that it did not stop.
+    /// How the process ended, when it ended without saying more; that it did not stop.
     fn next(&mut self, stop: &Stop, grace: Duration) -> Result<Said, String> {
         loop {
             if stop.requested() {
                 match self.told_to_stop {
-                    // A reader's request has nothing to leave in order: ended at once, and
-                    // told nothing it would find in its next request.
+                    // A reader's request has nothing to leave in order: ended at once.
                     None if grace.is_zero() => {
                         return Err(format!(
                             "{}: computing it took longer than its time, and its process \
@@ -478,7 +475,7 @@ impl Child {
                     }
                     None => {
                         // One that cannot hear it is ending anyway: its end tells.
-                        let _ = self.send(b's', &[], &[]);
+                        let _ = send(&self.socket, b's', &[], &[]);
                         self.told_to_stop = Some(Instant::now());
                     }
                     Some(told) if told.elapsed() >= grace => {
@@ -502,17 +499,51 @@ impl Child {
             if read == 0 || !line.ends_with('\n') {
                 return Err(self.ended());
             }
-            return serde_json::from_str(&line).map_err(|_| self.confused());
+            return match serde_json::from_str(&line) {
+                // Only the process that forked it says how it ended.
+                Ok(Said::Ended { .. }) | Err(_) => Err(self.confused()),
+                Ok(said) => Ok(said),
+            };
         }
     }
 
-    /// Why the child ended without an answer: a crash (a source the libraries cannot
+    /// Done with a process whose outcome was read: the `convert-child` process that forked
+    /// it goes back to waiting for work once it said that this one ended.
+    fn done(mut self) {
+        let _ = self.ending();
+    }
+
+    /// How the process ended, as the `convert-child` process that forked it says within
+    /// [`ENDED_WAIT`] (which then goes back to waiting for work), or as that process itself
+    /// ended (when it did, or did not say in time: it is killed then).
+    fn ending(&mut self) -> Result<Ending, String> {
+        let Some(mut forker) = self.forker.take() else {
+            return Err("a conversion's process ended".into());
+        };
+        let said_in_time = !forker.said.buffer().is_empty()
+            || probe::readable_within(forker.said.get_ref().as_fd(), ENDED_WAIT);
+        let mut line = String::new();
+        if said_in_time
+            && forker.said.read_line(&mut line).is_ok()
+            && let Ok(Said::Ended { code, signal }) = serde_json::from_str(&line)
+        {
+            ready::give_back(forker);
+            return Ok((code, signal));
+        }
+        use std::os::unix::process::ExitStatusExt;
+        if !matches!(forker.process.try_wait(), Ok(Some(_))) {
+            let _ = forker.process.kill();
+        }
+        let status = forker.process.wait().map_err(|e| e.to_string())?;
+        Ok((status.code(), status.signal()))
+    }
+
+    /// Why the process ended without an answer: a crash (a source the libraries cannot
     /// read), its bound, or someone killed it.
     fn ended(&mut self) -> String {
-        use std::os::unix::process::ExitStatusExt;
-        let status = match self.process.wait() {
-            Ok(status) => status,
-            Err(e) => return format!("{}: a conversion's process ended: {e}", self.shown),
+        let (code, signal) = match self.ending() {
+            Ok(ending) => ending,
+            Err(e) => return format!("{}: {e}", self.shown),
         };
         let bound = if self.memory == 0 {
             String::new()
@@ -522,7 +553,7 @@ impl Child {
                 self.memory >> 20
             )
         };
-        match status.signal() {
+        match signal {
             Some(libc::SIGKILL) => format!(
                 "{}: the conversion's process was killed (SIGKILL: out of memory, or from \
                  outside)",
@@ -557,140 +588,199 @@ impl Child {
                 probe::signal_name(signal)
             ),
             None => format!(
-                "{}: the conversion's process ended ({status}) without an answer{bound}; the \
-                 daemon's log says why",
-                self.shown
+                "{}: the conversion's process ended (exit status {}) without an answer{bound}; \
+                 the daemon's log says why",
+                self.shown,
+                code.map_or_else(|| "unknown".into(), |code| code.to_string())
             ),
         }
     }
 
-    /// What a child that said something out of place is taken to mean.
+    /// What a process that said something out of place is taken to mean.
     fn confused(&self) -> String {
         format!(
             "{}: a conversion's process answered out of place",
             self.shown
         )
     }
-
-    /// A child left waiting by [`Child::keep`] for the stores of `owner`, still alive, that
-    /// did tasks bounded by `memory` (a conversion's, or a reader's request's: a child that
-    /// converted may hold more than a request may take).
-    fn waiting(owner: &str, memory: u64) -> Option<Child> {
-        let mut waiting = WAITING.lock().unwrap_or_else(|e| e.into_inner());
-        let at = waiting
-            .iter()
-            .rposition(|child| child.owner == owner && child.memory == memory)?;
-        let mut child = waiting.remove(at);
-        drop(waiting);
-        matches!(child.process.try_wait(), Ok(None)).then_some(child)
-    }
-
-    /// Leaves a child whose answer was read whole waiting for the next task on the same
-    /// owner's stores, unless it did [`TASKS_PER_CHILD`] already; the one waiting longest
-    /// ends when more than [`MOST_WAITING`] would wait.
-    fn keep(self) {
-        // One told to stop may find that in its socket still.
-        if self.tasks >= TASKS_PER_CHILD || self.told_to_stop.is_some() {
-            return;
-        }
-        let ended = {
-            let mut waiting = WAITING.lock().unwrap_or_else(|e| e.into_inner());
-            waiting.push(self);
-            (waiting.len() > MOST_WAITING).then(|| waiting.remove(0))
-        };
-        // Killed and waited for outside the lock.
-        drop(ended);
-        ready::refill();
-    }
 }
 
-/// The child's side (`svcd convert-child`): reads the request on standard input (a socket),
-/// does it, and says the outcome on standard output.
+/// Sends on `socket` a message tagged `tag` with `body` and descriptors `fds`.
+fn send(socket: &OwnedFd, tag: u8, body: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
+    let rights = [ControlMessage::ScmRights(fds)];
+    let control: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
+    sendmsg::<UnixAddr>(
+        socket.as_raw_fd(),
+        &[std::io::IoSlice::new(&[tag]), std::io::IoSlice::new(body)],
+        control,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    Ok(())
+}
+
+/// The `convert-child` process: reads each request on standard input (a socket), forks the
+/// task's process, and says on standard output how it ended ([`Said::Ended`]). It never
+/// reads a source: what a task leaves in its process ends with it.
 ///
 /// # Errors
-/// When the socket or standard output fail, or the request cannot be read.
+/// When the socket or standard output fail, or a request cannot be read.
 pub fn serve() -> std::io::Result<()> {
     // Ends with the daemon's thread that started it (one that lives as long as the daemon,
-    // see `ready`): a conversion left running by a daemon that was killed would write into
-    // the store its next run writes again. (One whose daemon ended before this finds the
-    // request's socket closed.)
+    // see `ready`), and its task's process with it: a conversion left running by a daemon
+    // that was killed would write into the store its next run writes again. (One whose
+    // daemon ended before this finds the request's socket closed.)
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
     probe::ignore_outside_stops()?;
-    // The first the kernel ends when memory runs out, before the daemon.
+    // The first the kernel ends when memory runs out, before the daemon (and so are the
+    // tasks' processes, which inherit it).
     let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
     probe::close_inherited();
     // A crash is an outcome: no core dump of each hostile file.
     nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)?;
-    let said = Arc::new(Mutex::new(std::io::BufWriter::new(std::fs::File::from(
-        nix::unistd::dup(std::io::stdout())?,
-    ))));
+    let mut said =
+        std::io::BufWriter::new(std::fs::File::from(nix::unistd::dup(std::io::stdout())?));
     nix::unistd::dup2_stdout(std::io::stderr())?;
-    let socket = std::io::stdin().as_raw_fd();
-    // Tasks follow one another until one fails or the daemon closes the socket (it keeps
-    // the child waiting for the next task on the same owner's stores, see `Child::keep`).
-    loop {
-        // A child started ahead, or left waiting, whose daemon is done with it ends quietly.
-        let Some((request, fds)) = receive_request(socket)? else {
-            return Ok(());
-        };
+    let requests = std::io::stdin().as_raw_fd();
+    super::warm_up();
+    // A process started ahead, or left waiting, whose daemon is done with it ends quietly.
+    while let Some((request, fds)) = receive_request(requests)? {
         let request: Request = serde_json::from_slice(&request)
             .map_err(|e| std::io::Error::other(format!("an unreadable request: {e}")))?;
-        if fds.len() != request.sources.len() {
+        if fds.len() != request.sources.len() + 2 {
             return Err(std::io::Error::other("a request with too few descriptors"));
         }
-        let sources: Vec<Source> = request
-            .sources
-            .into_iter()
-            .zip(fds)
-            .map(|((path, opened), fd)| Source {
-                path,
-                file: std::fs::File::from(fd),
-                opened,
-            })
-            .collect();
-        let memory = request.memory;
-        if memory > 0 {
-            // The hard limit too: what the process runs cannot raise it again.
-            let resource = nix::sys::resource::Resource::RLIMIT_AS;
-            let (_, hard) = nix::sys::resource::getrlimit(resource)?;
-            let bound = memory.min(hard);
-            nix::sys::resource::setrlimit(resource, bound, bound)?;
+        let mut fds = fds.into_iter();
+        let (Some(socket), Some(pipe)) = (fds.next(), fds.next()) else {
+            unreachable!("counted above");
+        };
+        // Forking is sound in a process of one thread only (the listening thread of a
+        // conversion runs in the task's process).
+        let threads = std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count);
+        if threads != 1 {
+            return Err(std::io::Error::other(format!(
+                "{threads} threads: a conversion's process forks from one"
+            )));
         }
-        // The peak of resident memory (VmHWM) is this task's.
-        let _ = std::fs::write("/proc/self/clear_refs", "5");
-        let (outcome, listening) = run(
+        let forker = nix::unistd::getpid();
+        // SAFETY: this process runs one thread (checked above), so the fork's copy of it
+        // finds no lock held by another thread.
+        #[allow(unsafe_code)]
+        let forked = unsafe { nix::unistd::fork() }?;
+        let task = match forked {
+            nix::unistd::ForkResult::Child => {
+                // The task's process has no business with the requests, nor with how
+                // tasks end.
+                drop(said);
+                let _ = nix::unistd::close(requests);
+                let code = task(forker, request, fds.collect(), &socket, pipe);
+                // SAFETY: ends the process at once, as a fork's child should: no exit
+                // handlers of the libraries, no buffers of the parent's flushed twice.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::_exit(code)
+                }
+            }
+            nix::unistd::ForkResult::Parent { child } => child,
+        };
+        drop((fds, socket, pipe));
+        let (code, signal) = loop {
+            match nix::sys::wait::waitpid(task, None) {
+                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => break (Some(code), None),
+                Ok(nix::sys::wait::WaitStatus::Signaled(_, signal, _)) => {
+                    break (None, Some(signal as i32));
+                }
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        };
+        say(&mut said, &Said::Ended { code, signal })?;
+    }
+    Ok(())
+}
+
+/// The task's process, forked by `forker`: bounds and confines itself, does the task, and
+/// says its outcome on `pipe`. Its exit code.
+fn task(
+    forker: nix::unistd::Pid,
+    request: Request,
+    fds: Vec<OwnedFd>,
+    socket: &OwnedFd,
+    pipe: OwnedFd,
+) -> i32 {
+    // Ends with the process that forked it, which the daemon kills to end a task.
+    if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
+        || nix::unistd::getppid() != forker
+    {
+        return 1;
+    }
+    let said = Arc::new(Mutex::new(std::io::BufWriter::new(std::fs::File::from(
+        pipe,
+    ))));
+    let sources: Vec<Source> = request
+        .sources
+        .into_iter()
+        .zip(fds)
+        .map(|((path, opened), fd)| Source {
+            path,
+            file: std::fs::File::from(fd),
+            opened,
+        })
+        .collect();
+    let memory = request.memory;
+    // Read as the task fails: the process may open no file then.
+    let status = std::fs::File::open("/proc/self/status").ok();
+    let outcome = bound_and_confine(&sources, memory, &request.task).and_then(|()| {
+        run(
             &sources,
             request.chunking,
             request.compressor,
             request.task,
-            socket,
+            socket.as_raw_fd(),
             &said,
-        );
-        {
-            let mut said = said.lock().unwrap_or_else(|e| e.into_inner());
-            match outcome {
-                Ok((outcome, bytes)) => {
-                    say(&mut *said, &outcome)?;
-                    said.write_all(&bytes)?;
-                    said.flush()?;
-                }
-                Err(reason) => {
-                    return say(&mut *said, &Said::Failed(reason + &near_bound(memory)));
-                }
-            }
-        }
-        // The daemon's `e`, or its closing the socket, ends the listening.
-        if let Some(listening) = listening {
-            let _ = listening.join();
-        }
-    }
+        )
+    });
+    let mut said = said.lock().unwrap_or_else(|e| e.into_inner());
+    let told = match outcome {
+        Ok((outcome, bytes)) => say(&mut *said, &outcome)
+            .and_then(|()| said.write_all(&bytes))
+            .and_then(|()| said.flush()),
+        Err(reason) => say(
+            &mut *said,
+            &Said::Failed(reason + &near_bound(memory, status)),
+        ),
+    };
+    i32::from(told.is_err())
 }
 
-/// What a task gives: what to say and the bytes that follow, or why it failed.
-type Outcome = Result<(Said, Vec<u8>), String>;
+/// Bounds this process's address space by `memory` bytes (0: no bound) and confines it to
+/// `sources` and, for a conversion, its store's directory (created here).
+fn bound_and_confine(sources: &[Source], memory: u64, task: &Task) -> Result<(), String> {
+    if memory > 0 {
+        // The hard limit too: what the process runs cannot raise it again.
+        let resource = nix::sys::resource::Resource::RLIMIT_AS;
+        nix::sys::resource::getrlimit(resource)
+            .and_then(|(_, hard)| {
+                let bound = memory.min(hard);
+                nix::sys::resource::setrlimit(resource, bound, bound)
+            })
+            .map_err(|e| format!("cannot bound a conversion's process: {e}"))?;
+    }
+    let store = match task {
+        Task::Convert { dir, .. } => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            Some(dir.as_path())
+        }
+        Task::Layout | Task::Chunk { .. } => None,
+    };
+    let files: Vec<&std::fs::File> = sources.iter().map(|source| &source.file).collect();
+    super::confine::confine(&files, store)
+}
 
-/// Does `task` on `sources`: its outcome, and for a conversion the thread that listens to
-/// the daemon meanwhile ([`listen`]).
+/// Does `task` on `sources`: what to say, and the bytes that follow, or why it failed. A
+/// conversion listens to the daemon meanwhile, on a thread of its own ([`listen`]).
 fn run(
     sources: &[Source],
     chunking: Chunking,
@@ -698,8 +788,8 @@ fn run(
     task: Task,
     socket: RawFd,
     said: &Arc<Mutex<std::io::BufWriter<std::fs::File>>>,
-) -> (Outcome, Option<std::thread::JoinHandle<()>>) {
-    let outcome = match task {
+) -> Result<(Said, Vec<u8>), String> {
+    match task {
         Task::Convert {
             aggregation,
             reduction,
@@ -715,7 +805,7 @@ fn run(
                 None => Stop::default(),
             };
             let (granted, answers) = std::sync::mpsc::channel();
-            let listening = listen(socket, stop.clone(), granted);
+            listen(socket, stop.clone(), granted);
             let asked: Arc<dyn Take> = Arc::new(Asked {
                 said: Arc::clone(said),
                 answers: Mutex::new(answers),
@@ -724,7 +814,7 @@ fn run(
                 bytes: reserve,
                 allowance: allowance.then_some(asked),
             };
-            let converted = unwound(sources, || {
+            unwound(sources, || {
                 convert_here(
                     sources,
                     aggregation.as_ref(),
@@ -739,8 +829,7 @@ fn run(
             .map(|written| {
                 let complete = written == Written::Complete;
                 (Said::Converted { complete }, Vec::new())
-            });
-            return (converted, Some(listening));
+            })
         }
         Task::Layout => unwound(sources, || {
             super::layout_on_demand(&sources[0], &chunking, compressor)
@@ -766,18 +855,21 @@ fn run(
             Some(bytes) => (Said::Chunk(Some(bytes.len() as u64)), bytes),
             None => (Said::Chunk(None), Vec::new()),
         }),
-    };
-    (outcome, None)
+    }
 }
 
 /// What to add to a failure's reason when the process's resident memory came near its
-/// bound of `memory` bytes of address space during the task (more than three quarters of
-/// it; the peak is reset as each task begins): the library reports an allocation past the
-/// bound as any other error ("HDF error"), and what it allocates for a file's claims, it
-/// fills.
-fn near_bound(memory: u64) -> String {
-    let peak = std::fs::read_to_string("/proc/self/status")
-        .ok()
+/// bound of `memory` bytes of address space (more than three quarters of it; `status` is
+/// its `/proc/self/status`, opened before it was confined): the library reports an
+/// allocation past the bound as any other error ("HDF error"), and what it allocates for a
+/// file's claims, it fills.
+fn near_bound(memory: u64, status: Option<std::fs::File>) -> String {
+    let peak = status
+        .and_then(|mut status| {
+            let mut text = String::new();
+            status.read_to_string(&mut text).ok()?;
+            Some(text)
+        })
         .and_then(|status| {
             let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
@@ -854,13 +946,8 @@ impl Take for Asked {
 
 /// Reads the rest of what the daemon sends during a conversion, on a thread of its own:
 /// answers to asks for room go to `granted`; a stop, or the socket closing (the daemon
-/// ended), requests `stop`; `e` (the daemon read the outcome and keeps the child waiting)
-/// ends the thread, so that the next request is read by the child's main thread.
-fn listen(
-    socket: RawFd,
-    stop: Stop,
-    granted: std::sync::mpsc::Sender<Result<(), String>>,
-) -> std::thread::JoinHandle<()> {
+/// ended), requests `stop`. It ends with the process.
+fn listen(socket: RawFd, stop: Stop, granted: std::sync::mpsc::Sender<Result<(), String>>) {
     std::thread::spawn(move || {
         let mut message = vec![0u8; REQUEST_PIECE + 1];
         loop {
@@ -875,13 +962,12 @@ fn listen(
                         let reason = String::from_utf8_lossy(&message[1..len]).into_owned();
                         let _ = granted.send(Err(reason));
                     }
-                    b'e' => return,
                     _ => stop.request(),
                 },
             }
         }
         stop.request();
-    })
+    });
 }
 
 /// The request's JSON and the sources' descriptors, up to the `g` that ends them; `None`
@@ -926,47 +1012,46 @@ fn receive_request(socket: RawFd) -> std::io::Result<Option<(Vec<u8>, Vec<OwnedF
     }
 }
 
-/// Children started ahead of their work, waiting for their first request: starting one
-/// (the program and its libraries loaded, 10 ms and more) is then not on the way of a
-/// reader waiting for a chunk computed on request. Every child is started by one thread,
-/// which lives as long as the daemon: a child ends when the thread that started it ends
-/// (`PR_SET_PDEATHSIG`), and one started by a thread of a pool that ends idle threads would
-/// end in the middle of a later task.
+/// The `convert-child` processes waiting for work: [`STARTED_AHEAD`] from the daemon's start
+/// (starting one, the program and its libraries loaded, takes 10 ms and more, which is then
+/// not on the way of a reader waiting for a chunk computed on request), and those given
+/// back after a task, up to [`MOST_WAITING`]. Any serves any owner: it reads no source.
+///
+/// Every one is started by one thread, which lives as long as the daemon: a child ends when
+/// the thread that started it ends (`PR_SET_PDEATHSIG`), and one started by a thread of a
+/// pool that ends idle threads would end in the middle of a later task.
 pub(super) mod ready {
     use std::sync::Mutex;
     use std::sync::mpsc::{Sender, channel};
 
-    use super::{SUBCOMMAND, probe};
+    use super::{Forker, SUBCOMMAND, probe};
 
-    /// A started child: its process, the daemon's end of its socket, and its output.
-    pub(super) type Started = (
-        std::process::Child,
-        std::os::fd::OwnedFd,
-        std::io::BufReader<std::process::ChildStdout>,
-    );
+    /// Processes started ahead of their first request.
+    const STARTED_AHEAD: usize = 2;
 
-    /// Children kept waiting for their first request.
-    const WAITING: usize = 2;
+    /// The most processes left waiting: each is some 20 MiB, and more than the workers
+    /// and readers at once use is of no use.
+    const MOST_WAITING: usize = 4;
 
-    static READY: Mutex<Vec<Started>> = Mutex::new(Vec::new());
+    static WAITING: Mutex<Vec<Forker>> = Mutex::new(Vec::new());
 
-    /// What the starting thread is asked for: a child now, on this channel, or to fill
-    /// [`READY`] (`None`).
-    type Wanted = Option<Sender<std::io::Result<Started>>>;
+    /// What the starting thread is asked for: a process now, on this channel, or to start
+    /// [`STARTED_AHEAD`] (`None`).
+    type Wanted = Option<Sender<std::io::Result<Forker>>>;
 
-    /// A started child: a waiting one, or one the starting thread starts now. Another is
-    /// started to take its place once its task is done ([`refill`]): started now, it would
-    /// take the processor from the task (10 ms and more, on a machine of two cores).
+    /// A waiting process, or one the starting thread starts now. Another is started to take
+    /// its place once its task is done ([`refill`], from [`Forker`]'s drop): started now,
+    /// it would take the processor from the task (10 ms and more, on a machine of two
+    /// cores).
     ///
     /// # Errors
     /// When no process can be started.
-    pub(super) fn take() -> std::io::Result<Started> {
-        {
-            let mut ready = READY.lock().unwrap_or_else(|e| e.into_inner());
-            while let Some(mut started) = ready.pop() {
-                if matches!(started.0.try_wait(), Ok(None)) {
-                    return Ok(started);
-                }
+    pub(super) fn take() -> std::io::Result<Forker> {
+        loop {
+            let waiting = WAITING.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let Some(mut forker) = waiting else { break };
+            if matches!(forker.process.try_wait(), Ok(None)) {
+                return Ok(forker);
             }
         }
         let (sent, started) = channel();
@@ -980,12 +1065,36 @@ pub(super) mod ready {
             .unwrap_or_else(|_| Err(std::io::Error::other("the thread that starts them ended")))
     }
 
-    /// Has the starting thread fill [`READY`], in the background.
+    /// Leaves `forker`, which said that its task's process ended, waiting for the next task;
+    /// it ends when [`MOST_WAITING`] wait already.
+    pub(super) fn give_back(forker: Forker) {
+        let mut waiting = WAITING.lock().unwrap_or_else(|e| e.into_inner());
+        if waiting.len() < MOST_WAITING {
+            waiting.push(forker);
+            return;
+        }
+        drop(waiting);
+        // Killed and waited for outside the lock.
+        drop(forker);
+    }
+
+    /// Has the starting thread start processes until [`STARTED_AHEAD`] wait, in the
+    /// background.
     pub(crate) fn refill() {
         let _ = starter().send(None);
     }
 
-    /// The channel to the thread that starts children, started with the first use.
+    /// Starts a `convert-child` process.
+    fn start() -> std::io::Result<Forker> {
+        let (process, socket, said) = probe::spawn(SUBCOMMAND)?;
+        Ok(Forker {
+            process,
+            socket,
+            said,
+        })
+    }
+
+    /// The channel to the thread that starts processes, started with the first use.
     fn starter() -> &'static Sender<Wanted> {
         static STARTER: std::sync::OnceLock<Sender<Wanted>> = std::sync::OnceLock::new();
         STARTER.get_or_init(|| {
@@ -995,15 +1104,17 @@ pub(super) mod ready {
                 .spawn(move || {
                     for wanted in wants {
                         if let Some(sent) = wanted {
-                            let _ = sent.send(probe::spawn(SUBCOMMAND));
+                            let _ = sent.send(start());
                             continue;
                         }
-                        while READY.lock().unwrap_or_else(|e| e.into_inner()).len() < WAITING {
-                            match probe::spawn(SUBCOMMAND) {
-                                Ok(started) => READY
+                        while WAITING.lock().unwrap_or_else(|e| e.into_inner()).len()
+                            < STARTED_AHEAD
+                        {
+                            match start() {
+                                Ok(forker) => WAITING
                                     .lock()
                                     .unwrap_or_else(|e| e.into_inner())
-                                    .push(started),
+                                    .push(forker),
                                 Err(e) => {
                                     tracing::warn!("cannot start a conversion's process: {e}");
                                     break;

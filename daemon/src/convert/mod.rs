@@ -6,6 +6,7 @@
 
 pub(crate) mod child;
 pub(crate) mod combine;
+pub(crate) mod confine;
 pub(crate) mod external;
 pub(crate) mod metadata;
 pub(crate) mod plan;
@@ -65,7 +66,35 @@ pub fn read_sources_apart() {
 /// daemon serving calls it as it starts.
 pub fn start_conversion_processes() {
     if apart() {
+        tracing::info!("{}", confine::report());
         child::ready::refill();
+    }
+}
+
+/// Has what a task or a probe sets up on first use set up now: the NetCDF and HDF5
+/// libraries (on a file in memory; none is written) and the seccomp filters
+/// ([`confine::prepare`]). Each costs milliseconds, which a process that forks one process
+/// per task ([`child::serve`]) or per batch of files ([`probe::serve`]) then pays once, not
+/// in each. Starts no thread (a process that forks must have one: the Zarr codecs'
+/// configuration, which starts the thread pool of its codecs, is left to each task).
+pub(crate) fn warm_up() {
+    confine::prepare();
+    let created = netcdf::create_with(
+        "/svcd-libraries-warm-up.nc",
+        netcdf::Options::NETCDF4 | netcdf::Options::DISKLESS,
+    );
+    let Ok(mut file) = created else {
+        return;
+    };
+    let mut write_and_read = || -> Result<(), netcdf::Error> {
+        file.add_dimension("x", 4)?;
+        let mut variable = file.add_variable::<f32>("v", &["x"])?;
+        variable.put_values(&[1f32, 2., 3., 4.], ..)?;
+        variable.get_values::<f32, _>(..).map(drop)
+    };
+    let written = write_and_read();
+    if let Err(e) = written {
+        tracing::debug!("warming the NetCDF library up: {e}");
     }
 }
 

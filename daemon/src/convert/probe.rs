@@ -20,11 +20,15 @@
 //! The probe is handed the daemon's own descriptor of each file (over a socket,
 //! `SCM_RIGHTS`), so it reads the file the daemon opened and checked, whatever its path names
 //! now; it closes every descriptor it inherited (HDF5 opens files without `O_CLOEXEC`) and
-//! dumps no core. What it found is kept by the file's device, inode, size, modification and
-//! change times, so a file is probed once until it changes (a store's chunks computed on
-//! request open its source each time). A probe that took too long or was killed from
-//! outside (`SIGKILL`) fails the conversion without an answer kept; one whose libraries
-//! failed reads no other file.
+//! dumps no core. It is handed the files of one conversion (up to [`FILES_PER_PROBE`]) at
+//! once, and reads them in a process forked for them alone ([`read_files`]), each file
+//! bounded as above, the process confined to those files ([`super::confine`]): what a
+//! hostile file does to the libraries ends with that process, and reaches no other file of
+//! another conversion or user, nor the daemon's. What it found is kept
+//! by the file's device, inode, size, modification and change times, so a file is probed
+//! once until it changes (a store's chunks computed on request open its source each time). A
+//! probe that took too long or was killed from outside (`SIGKILL`) fails the conversion
+//! without an answer kept.
 //!
 //! The daemon itself never reads a source with the libraries: a conversion, and each chunk
 //! or document a reader has computed, reads them in a bounded process of its own
@@ -32,8 +36,9 @@
 //! or times, through a shared mapping), or a string fill value HDF5 gives each element never
 //! written, costs that process, not the daemon.
 //!
-//! Up to [`IDLE_PROBES`] probes wait for the next sources once they answered (each reads at
-//! most [`FILES_PER_PROBE`] files): starting one costs more than reading a small file.
+//! Up to [`IDLE_PROBES`] probes wait for the next sources once they answered (each is handed
+//! at most [`FILES_PER_PROBE`] files): starting one costs more than reading a small file,
+//! forking one far less.
 //!
 //! Probing is on once the program calls [`super::read_sources_apart`] (svcd does, as it
 //! starts); a library embedding this crate without it (the unit tests) reads sources
@@ -41,7 +46,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::{Condvar, Mutex};
 
 use super::Source;
@@ -61,8 +66,8 @@ pub(crate) const PROBE_SECONDS: u64 = 60;
 /// returns, from a device or a stalled network file system, uses no processor time).
 pub(crate) const PROBE_WAIT_SECONDS: u64 = 2 * PROBE_SECONDS;
 
-/// Files one probe process reads before it ends: what the libraries keep of each file adds
-/// up in it.
+/// Files one probe process is handed before another takes over (and a conversion's sources
+/// probed with one place among [`PROBES_AT_ONCE`]).
 const FILES_PER_PROBE: usize = 64;
 
 /// Probes reading at once, all conversions and requests together: each may take
@@ -181,9 +186,6 @@ struct Probe {
     answers: std::io::BufReader<std::process::ChildStdout>,
     /// Files it was handed.
     files: usize,
-    /// Whether it may read more files: not once it ended, nor after the libraries failed in
-    /// it, whose state after such a failure is not known.
-    sound: bool,
 }
 
 /// Probes waiting for their next files: starting one takes longer (15 ms) than reading a
@@ -215,21 +217,24 @@ fn probe(files: &[&Source], stop: Option<&Stop>) -> Result<Vec<Result<(), String
         .pop()
         .and_then(|mut probe| probe.alive().then_some(probe));
     let mut probe = match waiting {
-        Some(probe) => probe,
-        None => start()?,
+        Some(probe) if probe.files + files.len() <= FILES_PER_PROBE => probe,
+        _ => start()?,
     };
+    probe.files += files.len();
+    let fds: Vec<RawFd> = files.iter().map(|file| file.file.as_raw_fd()).collect();
+    let handed = probe.hand(&fds);
     let mut answers = Vec::with_capacity(files.len());
     for file in files {
-        if probe.files >= FILES_PER_PROBE || !probe.sound {
-            probe = start()?;
-        }
-        probe.files += 1;
-        let answer = match probe.ask(file.file.as_raw_fd(), stop)? {
+        let answer = if handed.is_ok() {
+            probe.answer(stop)?
+        } else {
+            // A probe that ended before it was handed the files says why as it is waited
+            // for.
+            probe.ended()?
+        };
+        let answer = match answer {
             Answer::Read(read) => read,
-            Answer::Ended(reason) => {
-                probe.sound = false;
-                Err(reason)
-            }
+            Answer::Ended(reason) => Err(reason),
             // Not the file's answer, which the next conversion asks again.
             Answer::Stalled(reason) => {
                 return Err(format!("{}: {reason}", file.path.display()));
@@ -242,7 +247,7 @@ fn probe(files: &[&Source], stop: Option<&Stop>) -> Result<Vec<Result<(), String
         }
     }
     let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-    if idle.len() < IDLE_PROBES && probe.sound && probe.files < FILES_PER_PROBE {
+    if idle.len() < IDLE_PROBES && probe.alive() && probe.files < FILES_PER_PROBE {
         idle.push(probe);
     }
     Ok(answers)
@@ -268,12 +273,12 @@ fn start() -> Result<Probe, String> {
         socket: Some(ours),
         answers,
         files: 0,
-        sound: true,
     })
 }
 
 /// Starts this program with `subcommand`, its standard input a `SOCK_SEQPACKET` socket whose
-/// other end is returned, its standard output a pipe, read through the returned reader.
+/// other end is returned, its standard output a pipe, read through the returned reader, and
+/// of the daemon's environment only [`crate::config::children_environment`].
 pub(super) fn spawn(
     subcommand: &str,
 ) -> std::io::Result<(
@@ -290,6 +295,8 @@ pub(super) fn spawn(
     )?;
     let mut child = std::process::Command::new("/proc/self/exe")
         .arg(subcommand)
+        .env_clear()
+        .envs(crate::config::children_environment())
         .stdin(std::process::Stdio::from(theirs))
         .stdout(std::process::Stdio::piped())
         .spawn()?;
@@ -303,44 +310,56 @@ impl Probe {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Hands the probe the file of descriptor `fd` and reads its answer.
-    fn ask(&mut self, fd: RawFd, stop: Option<&Stop>) -> Result<Answer, String> {
+    /// Hands the probe the files of descriptors `fds` (at most [`FILES_PER_PROBE`]), in one
+    /// message: it answers for each in order ([`Probe::answer`]), up to the first it does not
+    /// answer `ok` for.
+    fn hand(&mut self, fds: &[RawFd]) -> nix::Result<usize> {
         use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
         let socket = self.socket.as_ref().expect("open until dropped");
-        let sent = sendmsg::<UnixAddr>(
+        sendmsg::<UnixAddr>(
             socket.as_raw_fd(),
             &[std::io::IoSlice::new(&[0])],
-            &[ControlMessage::ScmRights(&[fd])],
+            &[ControlMessage::ScmRights(fds)],
             MsgFlags::MSG_NOSIGNAL,
             None,
-        );
+        )
+    }
+
+    /// Reads the probe's answer for the next file it was handed.
+    fn answer(&mut self, stop: Option<&Stop>) -> Result<Answer, String> {
         let mut line = String::new();
         // A probe that ended before or as it read the file answers nothing.
-        let read = match sent {
-            Ok(_) if self.answers_in_time(stop)? => self.answers.read_line(&mut line).unwrap_or(0),
+        if !self.answers_in_time(stop)? {
             // Killed as the caller drops it.
-            Ok(_) => {
-                return Ok(Answer::Stalled(format!(
-                    "reading its metadata took more than {PROBE_WAIT_SECONDS} s"
-                )));
-            }
-            Err(_) => 0,
-        };
+            return Ok(Answer::Stalled(format!(
+                "reading its metadata took more than {PROBE_WAIT_SECONDS} s"
+            )));
+        }
+        let read = self.answers.read_line(&mut line).unwrap_or(0);
         if read == 0 {
             return self.ended();
         }
         Ok(Answer::Read(match line.trim_end().split_once(' ') {
             None if line.trim_end() == "ok" => Ok(()),
+            // The process that read the file ended without an answer.
+            Some(("signal", signal)) => {
+                let signal = signal
+                    .parse()
+                    .map_err(|_| format!("a probe of sources answered {line:?}"))?;
+                return Ok(Self::killed(signal));
+            }
+            Some(("ended", how)) => {
+                return Err(format!(
+                    "a probe of sources ended ({how}); the daemon's log says why"
+                ));
+            }
             Some(("refused", reason)) => Err(reason.to_string()),
-            Some(("failed", reason)) => {
-                self.sound = false;
-                Err(format!(
-                    "the NetCDF library cannot read its metadata within the {} MiB and \
+            Some(("failed", reason)) => Err(format!(
+                "the NetCDF library cannot read its metadata within the {} MiB and \
                      {PROBE_SECONDS} s of processor time that a file's metadata may take (a \
                      damaged file, or one that claims more than it holds): {reason}",
-                    PROBE_BYTES >> 20
-                ))
-            }
+                PROBE_BYTES >> 20
+            )),
             _ => return Err(format!("a probe of sources answered {line:?}")),
         }))
     }
@@ -381,19 +400,28 @@ impl Probe {
             .wait()
             .map_err(|e| format!("a probe of sources ended: {e}"))?;
         match status.signal() {
-            Some(libc::SIGXCPU) => Ok(Answer::Ended(format!(
-                "reading its metadata took more than {PROBE_SECONDS} s of processor time"
-            ))),
-            Some(libc::SIGKILL) => Ok(Answer::Stalled(
-                "the probe reading its metadata was killed (SIGKILL: out of memory?)".into(),
+            Some(signal) => Ok(Self::killed(signal)),
+            None => Err(format!(
+                "a probe of sources ended ({status}); the daemon's log says why"
             )),
-            Some(signal) => Ok(Answer::Ended(format!(
+        }
+    }
+
+    /// What a probe's process killed by `signal` as it read a file says of the file: a
+    /// signal of its own doing (a crash, its processor time) refuses it, one from someone
+    /// else does not.
+    fn killed(signal: i32) -> Answer {
+        match signal {
+            libc::SIGXCPU => Answer::Ended(format!(
+                "reading its metadata took more than {PROBE_SECONDS} s of processor time"
+            )),
+            libc::SIGKILL => Answer::Stalled(
+                "the probe reading its metadata was killed (SIGKILL: out of memory?)".into(),
+            ),
+            signal => Answer::Ended(format!(
                 "the NetCDF library failed reading its metadata (signal {signal}, {}): the file \
                  is damaged, or claims more than it holds",
                 signal_name(signal)
-            ))),
-            None => Err(format!(
-                "a probe of sources ended ({status}); the daemon's log says why"
             )),
         }
     }
@@ -415,10 +443,12 @@ pub(super) fn signal_name(signal: i32) -> &'static str {
     nix::sys::signal::Signal::try_from(signal).map_or("unknown", nix::sys::signal::Signal::as_str)
 }
 
-/// The probe's side (`svcd probe-sources`): reads each file whose descriptor comes on
-/// standard input (a socket), and answers a line for each on standard output: `ok`,
-/// `refused <reason>` (as the daemon refuses it), or `failed <reason>` (the libraries
-/// failed). Ends when the socket closes.
+/// The probe's side (`svcd probe-sources`): has each batch of files whose descriptors come
+/// on standard input (a socket, one message each) read by a process forked for it
+/// ([`read_files`]), and answers a line for each file on standard output, up to the first
+/// that is not `ok`: `ok`, `refused <reason>` (as the daemon refuses it), `failed <reason>`
+/// (the libraries failed), or, when that process ended without an answer, `signal <number>`
+/// or `ended <how>`. Ends when the socket closes. It never reads a file itself.
 ///
 /// # Errors
 /// When the socket or standard output fail.
@@ -435,31 +465,127 @@ pub fn serve() -> std::io::Result<()> {
     let mut output =
         std::io::BufWriter::new(std::fs::File::from(nix::unistd::dup(std::io::stdout())?));
     nix::unistd::dup2_stdout(std::io::stderr())?;
-    let input = std::io::stdin();
-    while let Some(fd) = receive(input.as_raw_fd())? {
-        bound()?;
-        let opened = std::path::PathBuf::from(format!("/proc/self/fd/{fd}"));
-        let answer = std::panic::catch_unwind(|| read_metadata(&opened)).unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("a panic");
-            Err(Refused::Library(what.to_string()))
-        });
-        let _ = nix::unistd::close(fd);
-        match answer {
-            Ok(()) => writeln!(output, "ok")?,
-            Err(Refused::Daemon(reason)) => {
-                writeln!(output, "refused {}", reason.replace('\n', " "))?;
+    let input = std::io::stdin().as_raw_fd();
+    super::warm_up();
+    while let Some(files) = receive(input)? {
+        let (answers, its_answers) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let prober = nix::unistd::getpid();
+        // SAFETY: this process runs one thread (it starts none), so the fork's copy of it
+        // finds no lock held by another thread.
+        #[allow(unsafe_code)]
+        let forked = unsafe { nix::unistd::fork() }?;
+        let reader = match forked {
+            nix::unistd::ForkResult::Child => {
+                drop((output, answers));
+                let _ = nix::unistd::close(input);
+                let code = read_files(prober, &files, its_answers);
+                // SAFETY: ends the process at once, as a fork's child should: no exit
+                // handlers of the libraries, no buffers of the parent's flushed twice.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::_exit(code)
+                }
             }
-            Err(Refused::Library(reason)) => {
-                writeln!(output, "failed {}", reason.replace('\n', " "))?;
+            nix::unistd::ForkResult::Parent { child } => child,
+        };
+        let count = files.len();
+        drop((its_answers, files));
+        // Passed on as they come, up to the first that is not `ok` (an answer is a line of a
+        // few hundred bytes: one longer is cut).
+        let mut answers = std::io::BufReader::new(std::fs::File::from(answers));
+        let (mut answered, mut refused) = (0, None);
+        while answered < count && refused.is_none() {
+            let mut line = String::new();
+            let _ = std::io::Read::take(&mut answers, 1 << 16).read_line(&mut line);
+            if !line.ends_with('\n') {
+                break;
             }
+            output.write_all(line.as_bytes())?;
+            output.flush()?;
+            answered += 1;
+            refused = (line != "ok\n").then_some(line);
         }
-        output.flush()?;
+        let ended = loop {
+            match nix::sys::wait::waitpid(reader, None) {
+                Ok(
+                    status @ (nix::sys::wait::WaitStatus::Exited(..)
+                    | nix::sys::wait::WaitStatus::Signaled(..)),
+                ) => break status,
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        };
+        // One that ended before it answered for every file, and answered `ok` so far: why,
+        // as the answer for the file it was reading.
+        if answered < count && refused.is_none() {
+            match ended {
+                nix::sys::wait::WaitStatus::Signaled(_, signal, _) => {
+                    writeln!(output, "signal {}", signal as i32)?;
+                }
+                _ => writeln!(output, "ended {ended:?}")?,
+            }
+            output.flush()?;
+        }
     }
     Ok(())
+}
+
+/// The process that reads a batch of files, forked by `prober`: confines itself to
+/// `files`, and reads the metadata of each in turn, bounded ([`bound`]), writing its
+/// answer, a line, to `answers`, up to the first that is not `ok`. Its exit code.
+fn read_files(
+    prober: nix::unistd::Pid,
+    files: &[std::fs::File],
+    answers: std::os::fd::OwnedFd,
+) -> i32 {
+    // Ends with the probe, which the daemon kills when a file takes too long.
+    if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
+        || nix::unistd::getppid() != prober
+    {
+        return 1;
+    }
+    let mut answers = std::fs::File::from(answers);
+    let statm = std::fs::File::open("/proc/self/statm");
+    let confined = super::confine::confine(&files.iter().collect::<Vec<_>>(), None);
+    for file in files {
+        let read = confined
+            .clone()
+            .map_err(Refused::Library)
+            .and_then(|()| {
+                statm
+                    .as_ref()
+                    .map_err(|e| Refused::Library(format!("cannot bound the probe: {e}")))
+                    .and_then(|statm| bound(statm).map_err(|e| Refused::Library(e.to_string())))
+            })
+            .and_then(|()| {
+                let opened =
+                    std::path::PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+                std::panic::catch_unwind(|| read_metadata(&opened)).unwrap_or_else(|panic| {
+                    let what = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("a panic");
+                    Err(Refused::Library(what.to_string()))
+                })
+            });
+        let written = match &read {
+            Ok(()) => writeln!(answers, "ok"),
+            Err(Refused::Daemon(reason)) => {
+                writeln!(answers, "refused {}", reason.replace('\n', " "))
+            }
+            Err(Refused::Library(reason)) => {
+                writeln!(answers, "failed {}", reason.replace('\n', " "))
+            }
+        };
+        if written.is_err() {
+            return 1;
+        }
+        if read.is_err() {
+            break;
+        }
+    }
+    0
 }
 
 /// Blocks the signals that stop a service or a terminal's jobs (`SIGTERM`, `SIGINT`,
@@ -509,11 +635,12 @@ enum Refused {
     Library(String),
 }
 
-/// The next descriptor sent on `socket`; `None` once it is closed.
-fn receive(socket: RawFd) -> std::io::Result<Option<RawFd>> {
+/// The descriptors of the next batch of files sent on `socket` (at most
+/// [`FILES_PER_PROBE`], in one message); `None` once it is closed.
+fn receive(socket: RawFd) -> std::io::Result<Option<Vec<std::fs::File>>> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     let mut byte = [0u8; 1];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let mut space = nix::cmsg_space!([RawFd; FILES_PER_PROBE]);
     let mut iov = [std::io::IoSliceMut::new(&mut byte)];
     let message = recvmsg::<()>(
         socket,
@@ -524,23 +651,35 @@ fn receive(socket: RawFd) -> std::io::Result<Option<RawFd>> {
     if message.bytes == 0 {
         return Ok(None);
     }
+    let mut files = Vec::new();
     for cmsg in message.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(fds) = cmsg
-            && let Some(&fd) = fds.first()
-        {
-            return Ok(Some(fd));
+        if let ControlMessageOwned::ScmRights(fds) = cmsg {
+            // SAFETY: the kernel made these descriptors for this process, and nothing else
+            // owns them.
+            #[allow(unsafe_code)]
+            files.extend(
+                fds.into_iter().map(|fd| {
+                    std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+                }),
+            );
         }
     }
-    Err(std::io::Error::other("a message without a descriptor"))
+    if files.is_empty() {
+        return Err(std::io::Error::other("a message without a descriptor"));
+    }
+    Ok(Some(files))
 }
 
 /// Bounds what the next file may take: [`PROBE_BYTES`] more address space than the process
-/// has now, and [`PROBE_SECONDS`] more processor time than it used.
-fn bound() -> std::io::Result<()> {
+/// has now (read from `statm`, its `/proc/self/statm`, opened before it was confined), and
+/// [`PROBE_SECONDS`] more processor time than it used.
+fn bound(statm: &std::fs::File) -> std::io::Result<()> {
     use nix::sys::resource::{Resource, UsageWho, getrlimit, getrusage, setrlimit};
     let failed =
         |e: &dyn std::fmt::Display| std::io::Error::other(format!("cannot bound the probe: {e}"));
-    let statm = std::fs::read_to_string("/proc/self/statm").map_err(|e| failed(&e))?;
+    let mut text = [0u8; 256];
+    let len = std::os::unix::fs::FileExt::read_at(statm, &mut text, 0).map_err(|e| failed(&e))?;
+    let statm = String::from_utf8_lossy(&text[..len]);
     let pages: u64 = statm
         .split_whitespace()
         .next()

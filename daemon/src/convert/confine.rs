@@ -1,0 +1,363 @@
+//! What a process that reads users' files may do: the files it is given, and nothing else.
+//!
+//! The NetCDF and HDF5 libraries read users' files in processes of their own
+//! ([`super::child`], [`super::probe`]), which bounds what a hostile file can take (memory,
+//! time) and what its crash ends. [`confine`] also bounds what such a file could do if it
+//! made a library run code of its choosing: the process (a fork for this one task, see
+//! [`super::child::serve`]) then runs as the daemon's user still, but
+//! - opens only its sources (each named by its descriptor, as the libraries reopen them
+//!   through `/proc/self/fd`) and, for a conversion, what lies below its store's directory
+//!   (Landlock): not the daemon's database, token key or configuration, another user's store
+//!   or file, nor `/proc`;
+//! - starts no program, no process (threads only), opens no socket, traces and signals no
+//!   process outside its own (Landlock's scopes; seccomp);
+//! - gains no privilege (`PR_SET_NO_NEW_PRIVS`);
+//! - has none of the daemon's environment ([`crate::config::children_environment`]), which
+//!   may hold the cold tier's credentials.
+//!
+//! What it can still do is what its task is for: write its store's keys, and answer the
+//! daemon on its own socket and pipe. A forged answer reaches only its own store, or the
+//! request of the same reader, whose file it is.
+//!
+//! Landlock is applied as far as the kernel supports it (Linux 5.13 and later; the network
+//! and scopes from 6.7 and 6.12): the daemon logs at start how far ([`report`]). Seccomp
+//! (Linux 3.5) is required: a task that cannot install its filter fails.
+
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope,
+};
+use seccompiler::{
+    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+};
+
+/// The newest Landlock ABI whose rights this code asks for; the kernel enforces those it
+/// knows.
+const NEWEST: ABI = ABI::V6;
+
+/// Confines the calling thread, and the threads and processes it starts after, to reading
+/// the files `sources` and, when `store` is given, reading and writing below the directory
+/// `store` (which must exist), as the module says.
+///
+/// # Errors
+/// When a restriction the kernel supports cannot be applied.
+pub(super) fn confine(sources: &[&std::fs::File], store: Option<&Path>) -> Result<(), String> {
+    let failed = |e: &dyn std::fmt::Display| format!("cannot confine the process: {e}");
+    let mut ruleset = Ruleset::default()
+        .handle_access(AccessFs::from_all(NEWEST))
+        .and_then(|ruleset| ruleset.handle_access(AccessNet::from_all(NEWEST)))
+        .and_then(|ruleset| ruleset.scope(Scope::from_all(NEWEST)))
+        .and_then(Ruleset::create)
+        .map_err(|e| failed(&e))?;
+    for source in sources {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(source.as_fd(), AccessFs::ReadFile))
+            .map_err(|e| failed(&e))?;
+    }
+    if let Some(store) = store {
+        let below = PathFd::new(store).map_err(|e| failed(&e))?;
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(below, store_access()))
+            .map_err(|e| failed(&e))?;
+    }
+    // Filters HDF5 loads for a source's compressed variables.
+    for dir in crate::config::hdf5_plugin_dirs() {
+        if let Ok(plugins) = PathFd::new(dir) {
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(
+                    plugins,
+                    AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute,
+                ))
+                .map_err(|e| failed(&e))?;
+        }
+    }
+    // No new privileges first: the filter below requires it without CAP_SYS_ADMIN.
+    ruleset.restrict_self().map_err(|e| failed(&e))?;
+    for filter in prepare().as_ref().map_err(|e| failed(e))? {
+        seccompiler::apply_filter(filter).map_err(|e| failed(&e))?;
+    }
+    Ok(())
+}
+
+/// The seccomp filters of [`confine`], compiled once per process: a process that forks one
+/// per task compiles them before it forks ([`super::warm_up`]).
+pub(super) fn prepare() -> &'static Result<Vec<seccompiler::BpfProgram>, String> {
+    static FILTERS: std::sync::OnceLock<Result<Vec<seccompiler::BpfProgram>, String>> =
+        std::sync::OnceLock::new();
+    FILTERS.get_or_init(|| filters().map_err(|e| e.to_string()))
+}
+
+/// What a conversion may do below its store's directory: create, write, rename and remove
+/// its keys and their directories (and read them), not execute them, nor make devices,
+/// sockets, pipes or links.
+fn store_access() -> BitFlags<AccessFs> {
+    AccessFs::ReadFile
+        | AccessFs::ReadDir
+        | AccessFs::WriteFile
+        | AccessFs::Truncate
+        | AccessFs::MakeReg
+        | AccessFs::MakeDir
+        | AccessFs::RemoveFile
+        | AccessFs::RemoveDir
+}
+
+/// The seccomp filters: system calls a task never makes answer `EPERM`; `clone3`, whose
+/// flags a filter cannot read, answers `ENOSYS`, upon which the C library starts threads
+/// with `clone`, whose flags it can.
+fn filters() -> Result<Vec<seccompiler::BpfProgram>, seccompiler::Error> {
+    let arch = std::env::consts::ARCH.try_into()?;
+    let always = || Vec::new();
+    let mut denied: std::collections::BTreeMap<i64, Vec<SeccompRule>> = [
+        // Programs and processes: a thread is all a task starts.
+        libc::SYS_execve,
+        libc::SYS_execveat,
+        // The network, and the daemon's own sockets.
+        libc::SYS_socket,
+        // Other processes, and the kernel's surface a task has no use for.
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_open,
+        libc::SYS_pidfd_getfd,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_io_uring_setup,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_personality,
+    ]
+    .into_iter()
+    .map(|call| (call, always()))
+    .collect();
+    // A new process (no CLONE_THREAD).
+    denied.insert(
+        libc::SYS_clone,
+        vec![SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
+            0,
+        )?])?],
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        denied.insert(libc::SYS_fork, always());
+        denied.insert(libc::SYS_vfork, always());
+    }
+    // Another process's limits (0: its own).
+    denied.insert(
+        libc::SYS_prlimit64,
+        vec![SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            0,
+        )?])?],
+    );
+    let denied = SeccompFilter::new(
+        denied,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )?;
+    let clone3 = SeccompFilter::new(
+        [(libc::SYS_clone3, always())].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )?;
+    Ok(vec![denied.try_into()?, clone3.try_into()?])
+}
+
+/// How far this kernel confines the processes that read users' files, for the daemon's log
+/// as it starts: Landlock's ABI, or that it has none (then only seccomp, the environment
+/// and the bounds of memory and time apply).
+#[must_use]
+pub(crate) fn report() -> String {
+    // SAFETY: asks the kernel for Landlock's ABI version; no pointer is read or written.
+    #[allow(unsafe_code)]
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    match abi {
+        abi if abi >= 6 => format!(
+            "the processes that read users' files are confined (Landlock ABI {abi}: files, \
+             network and scopes; seccomp)"
+        ),
+        abi if abi >= 1 => format!(
+            "the processes that read users' files are confined in part (Landlock ABI {abi}, \
+             6 or later confines the network and signals; seccomp)"
+        ),
+        _ => "the processes that read users' files are not confined to their files: this \
+              kernel has no Landlock (Linux 5.13 or later, with landlock in its lsm= list); \
+              seccomp applies"
+            .into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    use super::confine;
+
+    /// Set, to the test's directory, in the process that [`a_confined_process_reads_its_sources_and_writes_its_store_only`]
+    /// starts to be confined.
+    const CONFINED: &str = "SVCD_CONFINE_TEST_DIR";
+
+    #[test]
+    fn a_confined_process_reads_its_sources_and_writes_its_store_only() {
+        #[expect(clippy::disallowed_methods, reason = "set by the test itself")]
+        if let Some(dir) = std::env::var_os(CONFINED) {
+            confined(std::path::Path::new(&dir));
+            return;
+        }
+        // Confinement is for the process's life: done in a process of its own, this test
+        // binary started again for this test alone.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("source.nc"), b"the source's bytes").unwrap();
+        std::fs::write(dir.path().join("beside.nc"), b"another user's file").unwrap();
+        std::fs::create_dir(dir.path().join("store")).unwrap();
+        std::fs::create_dir(dir.path().join("other-store")).unwrap();
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "convert::confine::tests::a_confined_process_reads_its_sources_and_writes_its_store_only",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CONFINED, dir.path())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{said}");
+        assert!(said.contains("confined as it should be"), "{said}");
+        // What it wrote is below its store, and nothing else changed.
+        assert_eq!(
+            std::fs::read(dir.path().join("store/tas/0.0")).unwrap(),
+            b"a chunk"
+        );
+        assert!(
+            std::fs::read_dir(dir.path().join("other-store"))
+                .unwrap()
+                .next()
+                .is_none()
+        );
+    }
+
+    /// The confined side: every check a hostile file's code would try.
+    fn confined(dir: &std::path::Path) {
+        let denied = |what: &str, result: std::io::Result<()>| {
+            let e = result.expect_err(what);
+            assert!(
+                matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)),
+                "{what}: {e}"
+            );
+        };
+        let source = std::fs::File::open(dir.join("source.nc")).unwrap();
+        let parent = nix::unistd::getppid();
+        confine(&[&source], Some(&dir.join("store"))).unwrap();
+
+        // Its source, reopened by its descriptor as the libraries do.
+        let mut text = String::new();
+        std::fs::File::open(format!("/proc/self/fd/{}", source.as_raw_fd()))
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "the source's bytes");
+        // Its store: a key written through a temporary file and a rename, and removed.
+        std::fs::create_dir_all(dir.join("store/tas")).unwrap();
+        std::fs::write(dir.join("store/tas/.0.0.partial"), b"a chunk").unwrap();
+        std::fs::rename(
+            dir.join("store/tas/.0.0.partial"),
+            dir.join("store/tas/0.0"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("store/tas/scratch"), b"").unwrap();
+        std::fs::remove_file(dir.join("store/tas/scratch")).unwrap();
+
+        // Any other file, also beside its source, or below another store.
+        denied(
+            "a file beside the source",
+            std::fs::read(dir.join("beside.nc")).map(drop),
+        );
+        denied("the listing beside", std::fs::read_dir(dir).map(drop));
+        denied("/etc/passwd", std::fs::read("/etc/passwd").map(drop));
+        denied(
+            "its own /proc",
+            std::fs::read("/proc/self/environ").map(drop),
+        );
+        denied(
+            "another store",
+            std::fs::write(dir.join("other-store/0.0"), b"forged"),
+        );
+        denied(
+            "a link out of its store",
+            std::os::unix::fs::symlink("/etc/passwd", dir.join("store/link")),
+        );
+        // No network, no program, no process; threads still.
+        denied(
+            "a TCP connection",
+            std::net::TcpStream::connect("127.0.0.1:9").map(drop),
+        );
+        denied(
+            "a local socket",
+            std::os::unix::net::UnixDatagram::unbound().map(drop),
+        );
+        denied(
+            "a program",
+            std::process::Command::new("/bin/true").status().map(drop),
+        );
+        // SAFETY: the test's process may fork; a child, had it been made, ends at once.
+        #[allow(unsafe_code)]
+        let forked = unsafe { libc::fork() };
+        if forked == 0 {
+            // SAFETY: ends the child a fork made, were it made.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::_exit(0)
+            };
+        }
+        assert_eq!(forked, -1, "a process was forked");
+        assert_eq!(std::thread::spawn(|| 6 * 7).join().unwrap(), 42);
+        // Nor the process that started it, signalled or bounded.
+        denied(
+            "a signal to the parent",
+            nix::sys::signal::kill(parent, None).map_err(std::io::Error::from),
+        );
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: writes the parent's limit into a local, were it allowed.
+        #[allow(unsafe_code)]
+        let read = unsafe {
+            libc::prlimit(
+                parent.as_raw(),
+                libc::RLIMIT_CORE,
+                std::ptr::null(),
+                &raw mut limit,
+            )
+        };
+        assert_eq!(read, -1, "the parent's limits were read");
+        println!("confined as it should be");
+    }
+}
