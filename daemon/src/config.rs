@@ -258,17 +258,6 @@ pub(crate) fn children_environment() -> Vec<(&'static str, std::ffi::OsString)> 
         .collect()
 }
 
-/// The directories HDF5 loads filters from (`HDF5_PLUGIN_PATH`, separated by `:`).
-pub(crate) fn hdf5_plugin_dirs() -> Vec<PathBuf> {
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "this module reads the environment"
-    )]
-    std::env::var_os("HDF5_PLUGIN_PATH")
-        .map(|dirs| std::env::split_paths(&dirs).collect())
-        .unwrap_or_default()
-}
-
 /// The login name, as Python's `getpass.getuser` finds it (pins record who set them): the
 /// first non-empty of `LOGNAME`, `USER`, `LNAME`, `USERNAME`, else the password database
 /// entry of the real uid, else `unknown`.

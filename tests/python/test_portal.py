@@ -116,6 +116,32 @@ def test_xarray_reads_every_value_of_the_source(portal, decode_times):
         assert np.isnan(served["pr"].values[1, 2, 3])
 
 
+@pytest.mark.parametrize("compression", ["zstd", "bzip2"])
+def test_a_source_compressed_by_a_filter_plugin_converts_with_every_value(daemon, compression, tmp_path):
+    """HDF5 loads the filter of a zstd or bzip2 variable from a plugin (`HDF5_PLUGIN_PATH`,
+    here netCDF4's, which it sets as it is imported), as it reads the first chunk: in the
+    conversion's confined process, which could open neither the plugin nor the libraries it
+    needs, so they are loaded before it is forked."""
+    import os
+
+    import netCDF4
+
+    assert os.path.isdir(os.environ["HDF5_PLUGIN_PATH"]), "set by netCDF4"
+    source = tmp_path / f"{compression}.nc"
+    with netCDF4.Dataset(source, "w") as nc:
+        nc.createDimension("time", 10)
+        nc.createDimension("x", 50)
+        variable = nc.createVariable("tas", "f4", ("time", "x"), compression=compression)
+        variable[:] = np.arange(500, dtype="f4").reshape(10, 50)
+    with netCDF4.Dataset(source) as nc:
+        assert nc["tas"].filters()[compression]
+    with daemon_of_its_own(daemon, tmp_path, tmp_path) as (convert, headers):
+        url, status = convert(source)
+        assert status == {"status": 0, "reason": ""}
+        base = url.split("/data-portal/")[0]
+        assert_ready_with_every_value(base, headers, url, source)
+
+
 def test_raw_values_and_encoding_are_the_sources(portal):
     source, url, headers = portal
     served = xr.open_zarr(url, storage_options={"headers": headers}, decode_cf=False)

@@ -15,7 +15,7 @@
 //! such a file fails its own conversion or request (an allocation past the bound fails; a
 //! crash ends the process) and nothing else: the daemon, its other conversions and readers
 //! go on. And were a file to make a library run code of its choosing, that code could
-//! reach nothing but the task's own sources and store.
+//! reach little but the task's own sources and store ([`super::confine`] says what).
 //!
 //! The processes: `svcd convert-child` ([`serve`]) never reads a user's file. It receives
 //! each task and forks the task's process, which confines itself, does the task and ends;
@@ -142,7 +142,8 @@ enum Said {
 /// nor reduced) or [`super::convert_sources`] do, in a child process whose address space
 /// is bounded by `memory` bytes (0: no bound); each file it writes is taken from
 /// `reserve`'s allowance here, in the daemon. A `stop` is passed on to the child, which is
-/// killed when it does not stop within [`STOP_GRACE`].
+/// killed when it does not stop within [`STOP_GRACE`]. The sources are probed first, with
+/// the answers kept for `owner`, whose store it is ([`probe::check`]).
 ///
 /// # Errors
 /// A reason for the store's failed status: the conversion's, or how its process ended (a
@@ -153,6 +154,7 @@ enum Said {
 )]
 pub(crate) fn convert(
     sources: &[Source],
+    owner: &str,
     aggregation: Option<&Aggregation>,
     reduction: Option<&Reduction>,
     dir: &Path,
@@ -175,7 +177,7 @@ pub(crate) fn convert(
         );
     }
     // Every source's metadata read first, in a few probes rather than one per source.
-    probe::check(&sources.iter().collect::<Vec<_>>(), Some(stop))?;
+    probe::check(&sources.iter().collect::<Vec<_>>(), owner, Some(stop))?;
     let millis_left = stop
         .deadline()
         .map(|deadline| deadline.saturating_duration_since(Instant::now()))
@@ -245,12 +247,14 @@ fn convert_here(
 
 /// The metadata documents of the store converted from `source` with `chunking` and
 /// `compressor`, as [`super::layout_on_demand`] gives them, computed in a child process
-/// bounded by `memory` bytes, within [`ON_DEMAND_SECONDS`].
+/// bounded by `memory` bytes, within [`ON_DEMAND_SECONDS`], once the source was probed for
+/// `owner`.
 ///
 /// # Errors
 /// As [`super::layout_on_demand`], or how the child ended.
 pub(crate) fn layout(
     source: &Source,
+    owner: &str,
     chunking: &Chunking,
     compressor: Compressor,
     memory: u64,
@@ -259,7 +263,7 @@ pub(crate) fn layout(
         return super::layout_on_demand(source, chunking, compressor)
             .map(|layout| layout.documents);
     }
-    probe::check(&[source], None)?;
+    probe::check(&[source], owner, None)?;
     let mut child = Child::start(
         std::slice::from_ref(source),
         chunking,
@@ -278,7 +282,7 @@ pub(crate) fn layout(
 
 /// Chunk `index` of array `array` of the store converted from `source`, as
 /// [`super::chunk_on_demand`] gives it, computed in a child process bounded by `memory`
-/// bytes, within [`ON_DEMAND_SECONDS`].
+/// bytes, within [`ON_DEMAND_SECONDS`], once the source was probed for `owner`.
 ///
 /// # Errors
 /// As [`super::chunk_on_demand`], or how the child ended.
@@ -288,6 +292,7 @@ pub(crate) fn layout(
 )]
 pub(crate) fn chunk(
     source: &Source,
+    owner: &str,
     chunking: &Chunking,
     compressor: Compressor,
     array: &str,
@@ -301,7 +306,7 @@ pub(crate) fn chunk(
             source, chunking, compressor, array, index, zarray, most_bytes,
         );
     }
-    probe::check(&[source], None)?;
+    probe::check(&[source], owner, None)?;
     let task = Task::Chunk {
         array: array.to_string(),
         index: index.to_vec(),

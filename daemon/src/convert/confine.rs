@@ -1,23 +1,28 @@
-//! What a process that reads users' files may do: the files it is given, and nothing else.
+//! What a process that reads users' files may do: read the files it is given, and little
+//! else.
 //!
 //! The NetCDF and HDF5 libraries read users' files in processes of their own
 //! ([`super::child`], [`super::probe`]), which bounds what a hostile file can take (memory,
 //! time) and what its crash ends. [`confine`] also bounds what such a file could do if it
-//! made a library run code of its choosing: the process (a fork for this one task, see
-//! [`super::child::serve`]) then runs as the daemon's user still, but
+//! made a library run code of its choosing: the process (a fork for this one task, or this
+//! batch of one conversion's files) then runs as the daemon's user still, but
 //! - opens only its sources (each named by its descriptor, as the libraries reopen them
 //!   through `/proc/self/fd`) and, for a conversion, what lies below its store's directory
 //!   (Landlock): not the daemon's database, token key or configuration, another user's store
 //!   or file, nor `/proc`;
-//! - starts no program, no process (threads only), opens no socket, traces and signals no
-//!   process outside its own (Landlock's scopes; seccomp);
-//! - gains no privilege (`PR_SET_NO_NEW_PRIVS`);
+//! - starts no program, no process (threads only), opens no socket, traces, signals,
+//!   renices or bounds no process outside its own, makes no System V IPC object and watches
+//!   no file (Landlock's scopes; seccomp);
+//! - gains no privilege (`PR_SET_NO_NEW_PRIVS`), and keeps no capability but
+//!   `CAP_DAC_READ_SEARCH`;
 //! - has none of the daemon's environment ([`crate::config::children_environment`]), which
-//!   may hold the cold tier's credentials.
+//!   may hold the cold tier's credentials (and the daemon is not dumpable, so its `/proc`
+//!   entries are not for its children to read either, on a kernel without Landlock).
 //!
-//! What it can still do is what its task is for: write its store's keys, and answer the
-//! daemon on its own socket and pipe. A forged answer reaches only its own store, or the
-//! request of the same reader, whose file it is.
+//! What it can still do: write what it likes below its store (the owner's allowance is
+//! asked for by the task itself), answer the daemon on its own socket and pipe (a forged
+//! answer reaches only its own store, or the request of the same reader, whose file it is),
+//! write to the daemon's log (its standard error), and `stat` any path.
 //!
 //! Landlock is applied as far as the kernel supports it (Linux 5.13 and later; the network
 //! and scopes from 6.7 and 6.12): the daemon logs at start how far ([`report`]). Seccomp
@@ -63,8 +68,9 @@ pub(super) fn confine(sources: &[&std::fs::File], store: Option<&Path>) -> Resul
             .add_rule(PathBeneath::new(below, store_access()))
             .map_err(|e| failed(&e))?;
     }
-    // Filters HDF5 loads for a source's compressed variables.
-    for dir in crate::config::hdf5_plugin_dirs() {
+    // Filters HDF5 loads for a source's compressed variables (loaded already, see
+    // `prepare`: HDF5 lists them again).
+    for dir in plugin_dirs() {
         if let Ok(plugins) = PathFd::new(dir) {
             ruleset = ruleset
                 .add_rule(PathBeneath::new(
@@ -76,18 +82,99 @@ pub(super) fn confine(sources: &[&std::fs::File], store: Option<&Path>) -> Resul
     }
     // No new privileges first: the filter below requires it without CAP_SYS_ADMIN.
     ruleset.restrict_self().map_err(|e| failed(&e))?;
-    for filter in prepare().as_ref().map_err(|e| failed(e))? {
+    drop_capabilities().map_err(|e| failed(&e))?;
+    for filter in filters_compiled().as_ref().map_err(|e| failed(e))? {
         seccompiler::apply_filter(filter).map_err(|e| failed(&e))?;
     }
     Ok(())
 }
 
-/// The seccomp filters of [`confine`], compiled once per process: a process that forks one
-/// per task compiles them before it forks ([`super::warm_up`]).
-pub(super) fn prepare() -> &'static Result<Vec<seccompiler::BpfProgram>, String> {
+/// Drops every capability but `CAP_DAC_READ_SEARCH`, which a daemon running as root (or
+/// given capabilities, as the mount's drop-in does) needs to open again a source it opened
+/// by the same means; a daemon of its own user has none to drop.
+fn drop_capabilities() -> Result<(), caps::errors::CapsError> {
+    use caps::{CapSet, Capability};
+    let kept: caps::CapsHashSet = caps::read(None, CapSet::Permitted)?
+        .into_iter()
+        .filter(|&capability| capability == Capability::CAP_DAC_READ_SEARCH)
+        .collect();
+    caps::clear(None, CapSet::Ambient)?;
+    caps::clear(None, CapSet::Inheritable)?;
+    caps::set(None, CapSet::Effective, &kept)?;
+    caps::set(None, CapSet::Permitted, &kept)
+}
+
+/// Has what [`confine`] sets up once per process set up now, in a process that forks one
+/// process per task: the seccomp filters compiled, and every filter plugin HDF5 may load
+/// (from `HDF5_PLUGIN_PATH`, or its own directory) loaded, with the libraries they use: a
+/// confined process could open neither them nor the loader's cache, and HDF5 loads a
+/// plugin only as it reads a compressed chunk. HDF5 looks for a plugin by loading each
+/// file of its directories by its path, which then finds the one loaded.
+pub(super) fn prepare() {
+    let _ = filters_compiled();
+    let _ = plugin_dirs();
+}
+
+/// The seccomp filters of [`confine`], compiled once per process.
+fn filters_compiled() -> &'static Result<Vec<seccompiler::BpfProgram>, String> {
     static FILTERS: std::sync::OnceLock<Result<Vec<seccompiler::BpfProgram>, String>> =
         std::sync::OnceLock::new();
     FILTERS.get_or_init(|| filters().map_err(|e| e.to_string()))
+}
+
+/// The directories HDF5 loads filter plugins from, as it reports them, each plugin in them
+/// loaded (once per process).
+fn plugin_dirs() -> &'static [std::path::PathBuf] {
+    static DIRS: std::sync::OnceLock<Vec<std::path::PathBuf>> = std::sync::OnceLock::new();
+    DIRS.get_or_init(|| {
+        use std::os::unix::ffi::OsStrExt;
+        let mut count: std::ffi::c_uint = 0;
+        // SAFETY: HDF5 writes the count of its plugin directories into `count`.
+        #[allow(unsafe_code)]
+        if unsafe { hdf5_metno_sys::h5pl::H5PLsize(&raw mut count) } < 0 {
+            return Vec::new();
+        }
+        let mut dirs = Vec::new();
+        for index in 0..count {
+            // SAFETY: with no buffer, HDF5 only says the length of directory `index`.
+            #[allow(unsafe_code)]
+            let len = unsafe { hdf5_metno_sys::h5pl::H5PLget(index, std::ptr::null_mut(), 0) };
+            let Ok(len) = usize::try_from(len) else {
+                continue;
+            };
+            let mut name = vec![0u8; len + 1];
+            // SAFETY: HDF5 writes at most `name.len()` bytes, its last a NUL.
+            #[allow(unsafe_code)]
+            let written = unsafe {
+                hdf5_metno_sys::h5pl::H5PLget(index, name.as_mut_ptr().cast(), name.len())
+            };
+            if written < 0 {
+                continue;
+            }
+            name.truncate(len);
+            let dir = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&name));
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                // As HDF5 names it: the directory, a slash, the file's name.
+                let mut path = name.clone();
+                path.push(b'/');
+                path.extend_from_slice(entry.file_name().as_bytes());
+                let Ok(path) = std::ffi::CString::new(path) else {
+                    continue;
+                };
+                // SAFETY: loads a library the administrator put where HDF5 loads filters
+                // from, as HDF5 would; it stays loaded for the life of the process.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+                }
+            }
+            dirs.push(dir);
+        }
+        dirs
+    })
 }
 
 /// What a conversion may do below its store's directory: create, write, rename and remove
@@ -136,6 +223,17 @@ fn filters() -> Result<Vec<seccompiler::BpfProgram>, seccompiler::Error> {
         libc::SYS_add_key,
         libc::SYS_request_key,
         libc::SYS_personality,
+        // Other processes' priority, and what outlives the process (System V IPC) or watches
+        // the file system.
+        libc::SYS_setpriority,
+        libc::SYS_ioprio_set,
+        libc::SYS_shmget,
+        libc::SYS_msgget,
+        libc::SYS_semget,
+        libc::SYS_inotify_init,
+        libc::SYS_inotify_init1,
+        libc::SYS_fanotify_init,
+        libc::SYS_syslog,
     ]
     .into_iter()
     .map(|call| (call, always()))
@@ -155,16 +253,24 @@ fn filters() -> Result<Vec<seccompiler::BpfProgram>, seccompiler::Error> {
         denied.insert(libc::SYS_fork, always());
         denied.insert(libc::SYS_vfork, always());
     }
-    // Another process's limits (0: its own).
-    denied.insert(
+    // Another process's limits or scheduling (0: its own).
+    for call in [
         libc::SYS_prlimit64,
-        vec![SeccompRule::new(vec![SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            0,
-        )?])?],
-    );
+        libc::SYS_sched_setaffinity,
+        libc::SYS_sched_setscheduler,
+        libc::SYS_sched_setparam,
+        libc::SYS_sched_setattr,
+    ] {
+        denied.insert(
+            call,
+            vec![SeccompRule::new(vec![SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Ne,
+                0,
+            )?])?],
+        );
+    }
     let denied = SeccompFilter::new(
         denied,
         SeccompAction::Allow,
@@ -358,6 +464,28 @@ mod tests {
             )
         };
         assert_eq!(read, -1, "the parent's limits were read");
+        // SAFETY: asks for the parent's priority to change; no memory is passed.
+        #[allow(unsafe_code)]
+        let reniced =
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, parent.as_raw().cast_unsigned(), 19) };
+        assert_eq!(reniced, -1, "the parent was reniced");
+        // SAFETY: asks for a System V shared memory segment, and a watch; no memory passed.
+        #[allow(unsafe_code)]
+        let (shared, watch) = unsafe {
+            (
+                libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600),
+                libc::inotify_init1(0),
+            )
+        };
+        assert_eq!((shared, watch), (-1, -1), "System V IPC, or a watch");
+        // No capability but the one that opens its sources again (a test run as root has
+        // them all before).
+        let kept = caps::read(None, caps::CapSet::Effective).unwrap();
+        assert!(
+            kept.iter()
+                .all(|&capability| capability == caps::Capability::CAP_DAC_READ_SEARCH),
+            "{kept:?}"
+        );
         println!("confined as it should be");
     }
 }

@@ -66,19 +66,24 @@ pub fn read_sources_apart() {
 /// daemon serving calls it as it starts.
 pub fn start_conversion_processes() {
     if apart() {
+        // Its memory, environment (the cold tier's credentials) and descriptors are then
+        // not for a process of the same user to read through /proc (a child reading a
+        // hostile file, on a kernel without Landlock); nor is a core dump written.
+        if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+            tracing::warn!("cannot make the daemon's process undumpable: {e}");
+        }
         tracing::info!("{}", confine::report());
         child::ready::refill();
     }
 }
 
 /// Has what a task or a probe sets up on first use set up now: the NetCDF and HDF5
-/// libraries (on a file in memory; none is written) and the seccomp filters
-/// ([`confine::prepare`]). Each costs milliseconds, which a process that forks one process
+/// libraries (on a file in memory; none is written), the seccomp filters and HDF5's filter
+/// plugins ([`confine::prepare`]). Each costs milliseconds, which a process that forks one process
 /// per task ([`child::serve`]) or per batch of files ([`probe::serve`]) then pays once, not
 /// in each. Starts no thread (a process that forks must have one: the Zarr codecs'
 /// configuration, which starts the thread pool of its codecs, is left to each task).
 pub(crate) fn warm_up() {
-    confine::prepare();
     let created = netcdf::create_with(
         "/svcd-libraries-warm-up.nc",
         netcdf::Options::NETCDF4 | netcdf::Options::DISKLESS,
@@ -96,6 +101,8 @@ pub(crate) fn warm_up() {
     if let Err(e) = written {
         tracing::debug!("warming the NetCDF library up: {e}");
     }
+    drop(file);
+    confine::prepare();
 }
 
 /// Whether [`read_sources_apart`] was called.

@@ -23,12 +23,13 @@
 //! dumps no core. It is handed the files of one conversion (up to [`FILES_PER_PROBE`]) at
 //! once, and reads them in a process forked for them alone ([`read_files`]), each file
 //! bounded as above, the process confined to those files ([`super::confine`]): what a
-//! hostile file does to the libraries ends with that process, and reaches no other file of
-//! another conversion or user, nor the daemon's. What it found is kept
-//! by the file's device, inode, size, modification and change times, so a file is probed
-//! once until it changes (a store's chunks computed on request open its source each time). A
-//! probe that took too long or was killed from outside (`SIGKILL`) fails the conversion
-//! without an answer kept.
+//! hostile file does to the libraries ends with that process, and reaches no file of
+//! another conversion or user, nor the daemon's; it could forge the answers for the files
+//! after it in its batch, which are kept for that owner only. What it found is kept by the
+//! owner and the file's device, inode, size, modification and change times, so a file is
+//! probed once per owner until it changes (a store's chunks computed on request open its
+//! source each time). A probe that took too long or was killed from outside (`SIGKILL`)
+//! fails the conversion without an answer kept.
 //!
 //! The daemon itself never reads a source with the libraries: a conversion, and each chunk
 //! or document a reader has computed, reads them in a bounded process of its own
@@ -80,11 +81,14 @@ const MOST_KNOWN: usize = 1 << 16;
 /// The subcommand of `svcd` that runs [`serve`].
 pub const SUBCOMMAND: &str = "probe-sources";
 
-/// What identifies a file's contents (`Source::now`): its device and inode, and its
-/// [`super::Version`].
-type Key = (u64, u64, super::Version);
+/// Whose answer, on what: the owner of the stores whose sources were probed, and what
+/// identifies a file's contents (`Source::now`: its device and inode, and its
+/// [`super::Version`]). Answers are kept per owner: one process reads a batch of an owner's
+/// files, and a hostile file among them could forge the answers for the files after it,
+/// which then must not refuse, or pass, the same file for anyone else.
+type Key = (String, (u64, u64, super::Version));
 
-/// Probe answers by file.
+/// Probe answers by owner and file.
 fn known() -> &'static Mutex<HashMap<Key, Result<(), String>>> {
     static KNOWN: std::sync::OnceLock<Mutex<HashMap<Key, Result<(), String>>>> =
         std::sync::OnceLock::new();
@@ -100,15 +104,15 @@ fn known() -> &'static Mutex<HashMap<Key, Result<(), String>>> {
 /// # Errors
 /// A sentence naming the file: the probe met an error reading its metadata, or crashed, or
 /// ran out of time, or the file changed while it was read; or no probe could be started.
-pub(crate) fn check(sources: &[&Source], stop: Option<&Stop>) -> Result<(), String> {
+pub(crate) fn check(sources: &[&Source], owner: &str, stop: Option<&Stop>) -> Result<(), String> {
     if !super::apart() {
         return Ok(());
     }
     let refused = |source: &Source, reason: &str| format!("{}: {reason}", source.path.display());
     let keys = sources
         .iter()
-        .map(|source| source.now())
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|source| Ok((owner.to_string(), source.now()?)))
+        .collect::<Result<Vec<_>, String>>()?;
     let mut unknown = Vec::new();
     {
         let known = known().lock().unwrap_or_else(|e| e.into_inner());
@@ -127,15 +131,15 @@ pub(crate) fn check(sources: &[&Source], stop: Option<&Stop>) -> Result<(), Stri
         if known.len() + answers.len() > MOST_KNOWN {
             known.clear();
         }
-        for (&(source, probed), answer) in batch.iter().zip(answers) {
+        for ((source, probed), answer) in batch.iter().zip(answers) {
             // Kept only when the file is still what was probed.
-            if source.now()? != probed {
+            if source.now()? != probed.1 {
                 return Err(refused(
                     source,
                     "changed while its metadata was read; convert it again once it is written",
                 ));
             }
-            known.insert(probed, answer.clone());
+            known.insert(probed.clone(), answer.clone());
             answer.map_err(|reason| refused(source, &reason))?;
         }
     }
@@ -370,6 +374,10 @@ impl Probe {
     /// When `stop` is requested meanwhile (the probe is then dropped, and killed).
     fn answers_in_time(&self, stop: Option<&Stop>) -> Result<bool, String> {
         use std::os::fd::AsFd;
+        // The answers of a batch come together: the next may have been read already.
+        if !self.answers.buffer().is_empty() {
+            return Ok(true);
+        }
         let deadline =
             std::time::Instant::now() + std::time::Duration::from_secs(PROBE_WAIT_SECONDS);
         loop {
@@ -505,6 +513,9 @@ pub fn serve() -> std::io::Result<()> {
             answered += 1;
             refused = (line != "ok\n").then_some(line);
         }
+        // It has nothing left to do: one that lingers would hold up the next batch, which
+        // may be another owner's.
+        let _ = nix::sys::signal::kill(reader, nix::sys::signal::Signal::SIGKILL);
         let ended = loop {
             match nix::sys::wait::waitpid(reader, None) {
                 Ok(
@@ -546,11 +557,13 @@ fn read_files(
     }
     let mut answers = std::fs::File::from(answers);
     let statm = std::fs::File::open("/proc/self/statm");
-    let confined = super::confine::confine(&files.iter().collect::<Vec<_>>(), None);
+    // Says nothing of the files: no answer, which fails this conversion only.
+    if let Err(e) = super::confine::confine(&files.iter().collect::<Vec<_>>(), None) {
+        eprintln!("svcd {SUBCOMMAND}: {e}");
+        return 2;
+    }
     for file in files {
-        let read = confined
-            .clone()
-            .map_err(Refused::Library)
+        let read = Ok(())
             .and_then(|()| {
                 statm
                     .as_ref()

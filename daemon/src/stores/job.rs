@@ -93,6 +93,7 @@ impl Handler for ConvertJob {
         let converted = self.stores.open_sources(&record).and_then(|sources| {
             convert::child::convert(
                 &sources,
+                &record.owner,
                 record.aggregation.as_ref(),
                 record.reduction.as_ref(),
                 &dir,

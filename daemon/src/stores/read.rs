@@ -549,6 +549,7 @@ impl Stores {
         self.on_demand(record, |source| {
             let documents = convert::child::layout(
                 source,
+                &record.owner,
                 &record.chunking,
                 self.config.compressor,
                 self.config.on_demand_memory(),
@@ -581,6 +582,7 @@ impl Stores {
         self.on_demand(record, |source| {
             convert::child::chunk(
                 source,
+                &record.owner,
                 &record.chunking,
                 self.config.compressor,
                 array,
