@@ -513,9 +513,16 @@ impl Child {
     }
 
     /// Done with a process whose outcome was read: the `convert-child` process that forked
-    /// it goes back to waiting for work once it said that this one ended.
+    /// it goes back to waiting for work once it said that this one ended, which is waited
+    /// for on a thread of its own, so that the outcome (a reader's chunk) is not held up by
+    /// the process's exit.
     fn done(mut self) {
-        let _ = self.ending();
+        let waited = std::thread::Builder::new()
+            .name("svcd-task-ended".into())
+            .spawn(move || drop(self.ending()));
+        if let Err(e) = waited {
+            tracing::warn!("cannot wait for a conversion's process to end: {e}");
+        }
     }
 
     /// How the process ended, as the `convert-child` process that forked it says within
@@ -648,7 +655,9 @@ pub fn serve() -> std::io::Result<()> {
         std::io::BufWriter::new(std::fs::File::from(nix::unistd::dup(std::io::stdout())?));
     nix::unistd::dup2_stdout(std::io::stderr())?;
     let requests = std::io::stdin().as_raw_fd();
-    super::warm_up();
+    // Not for its tasks to read or write through /proc, on a kernel without Landlock.
+    nix::sys::prctl::set_dumpable(false)?;
+    super::warm_up(true);
     // A process started ahead, or left waiting, whose daemon is done with it ends quietly.
     while let Some((request, fds)) = receive_request(requests)? {
         let request: Request = serde_json::from_slice(&request)
@@ -660,14 +669,8 @@ pub fn serve() -> std::io::Result<()> {
         let (Some(socket), Some(pipe)) = (fds.next(), fds.next()) else {
             unreachable!("counted above");
         };
-        // Forking is sound in a process of one thread only (the listening thread of a
-        // conversion runs in the task's process).
-        let threads = std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count);
-        if threads != 1 {
-            return Err(std::io::Error::other(format!(
-                "{threads} threads: a conversion's process forks from one"
-            )));
-        }
+        // The listening thread of a conversion runs in the task's process.
+        super::one_thread()?;
         let forker = nix::unistd::getpid();
         // SAFETY: this process runs one thread (checked above), so the fork's copy of it
         // finds no lock held by another thread.

@@ -86,7 +86,34 @@ pub(super) fn confine(sources: &[&std::fs::File], store: Option<&Path>) -> Resul
     for filter in filters_compiled().as_ref().map_err(|e| failed(e))? {
         seccompiler::apply_filter(filter).map_err(|e| failed(&e))?;
     }
-    Ok(())
+    let own = signals_to_others(nix::unistd::getpid()).map_err(|e| failed(&e))?;
+    seccompiler::apply_filter(&own).map_err(|e| failed(&e))
+}
+
+/// The filter that denies a signal to a thread of another process than `own` (`tgkill`,
+/// `rt_tgsigqueueinfo`): compiled in each process, which knows its own.
+fn signals_to_others(own: nix::unistd::Pid) -> Result<seccompiler::BpfProgram, seccompiler::Error> {
+    let other = || -> Result<Vec<SeccompRule>, seccompiler::Error> {
+        Ok(vec![SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            u64::from(own.as_raw().cast_unsigned()),
+        )?])?])
+    };
+    SeccompFilter::new(
+        [
+            (libc::SYS_tgkill, other()?),
+            (libc::SYS_rt_tgsigqueueinfo, other()?),
+        ]
+        .into_iter()
+        .collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        std::env::consts::ARCH.try_into()?,
+    )?
+    .try_into()
+    .map_err(seccompiler::Error::Backend)
 }
 
 /// Drops every capability but `CAP_DAC_READ_SEARCH`, which a daemon running as root (or
@@ -98,7 +125,8 @@ fn drop_capabilities() -> Result<(), caps::errors::CapsError> {
         .into_iter()
         .filter(|&capability| capability == Capability::CAP_DAC_READ_SEARCH)
         .collect();
-    caps::clear(None, CapSet::Ambient)?;
+    // Ambient capabilities came with Linux 4.3: none to clear before.
+    let _ = caps::clear(None, CapSet::Ambient);
     caps::clear(None, CapSet::Inheritable)?;
     caps::set(None, CapSet::Effective, &kept)?;
     caps::set(None, CapSet::Permitted, &kept)
@@ -110,9 +138,11 @@ fn drop_capabilities() -> Result<(), caps::errors::CapsError> {
 /// confined process could open neither them nor the loader's cache, and HDF5 loads a
 /// plugin only as it reads a compressed chunk. HDF5 looks for a plugin by loading each
 /// file of its directories by its path, which then finds the one loaded.
-pub(super) fn prepare() {
+pub(super) fn prepare(plugins: bool) {
     let _ = filters_compiled();
-    let _ = plugin_dirs();
+    if plugins {
+        let _ = plugin_dirs();
+    }
 }
 
 /// The seccomp filters of [`confine`], compiled once per process.
@@ -157,6 +187,12 @@ fn plugin_dirs() -> &'static [std::path::PathBuf] {
                 continue;
             };
             for entry in entries.flatten() {
+                // The files HDF5 tries: named `lib...`, not directories.
+                if !entry.file_name().as_bytes().starts_with(b"lib")
+                    || entry.file_type().is_ok_and(|kind| kind.is_dir())
+                {
+                    continue;
+                }
                 // As HDF5 names it: the directory, a slash, the file's name.
                 let mut path = name.clone();
                 path.push(b'/');
@@ -167,8 +203,20 @@ fn plugin_dirs() -> &'static [std::path::PathBuf] {
                 // SAFETY: loads a library the administrator put where HDF5 loads filters
                 // from, as HDF5 would; it stays loaded for the life of the process.
                 #[allow(unsafe_code)]
-                unsafe {
-                    libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+                let loaded =
+                    unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+                if loaded.is_null() {
+                    // SAFETY: the loader's message of the call above (or none), copied at once.
+                    #[allow(unsafe_code)]
+                    let why = unsafe {
+                        let why = libc::dlerror();
+                        (!why.is_null()).then(|| std::ffi::CStr::from_ptr(why).to_string_lossy())
+                    };
+                    tracing::warn!(
+                        "cannot load the HDF5 filter plugin {}: {} (sources it decodes will fail)",
+                        path.to_string_lossy(),
+                        why.unwrap_or_default()
+                    );
                 }
             }
             dirs.push(dir);
@@ -230,10 +278,14 @@ fn filters() -> Result<Vec<seccompiler::BpfProgram>, seccompiler::Error> {
         libc::SYS_shmget,
         libc::SYS_msgget,
         libc::SYS_semget,
-        libc::SYS_inotify_init,
         libc::SYS_inotify_init1,
         libc::SYS_fanotify_init,
         libc::SYS_syslog,
+        // Signals to other processes (a process signals itself, or a thread of its own, with
+        // `tgkill`, bounded below); Landlock's scopes bound them too, from Linux 6.12.
+        libc::SYS_kill,
+        libc::SYS_tkill,
+        libc::SYS_rt_sigqueueinfo,
     ]
     .into_iter()
     .map(|call| (call, always()))
@@ -252,6 +304,7 @@ fn filters() -> Result<Vec<seccompiler::BpfProgram>, seccompiler::Error> {
     {
         denied.insert(libc::SYS_fork, always());
         denied.insert(libc::SYS_vfork, always());
+        denied.insert(libc::SYS_inotify_init, always());
     }
     // Another process's limits or scheduling (0: its own).
     for call in [
@@ -449,6 +502,28 @@ mod tests {
             "a signal to the parent",
             nix::sys::signal::kill(parent, None).map_err(std::io::Error::from),
         );
+        denied(
+            "a signal to every process",
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(-1), None)
+                .map_err(std::io::Error::from),
+        );
+        // SAFETY: asks for a signal 0 (none is sent) to the parent's main thread.
+        #[allow(unsafe_code)]
+        let to_parent =
+            unsafe { libc::syscall(libc::SYS_tgkill, parent.as_raw(), parent.as_raw(), 0) };
+        assert_eq!(to_parent, -1, "a signal to the parent's thread");
+        // Its own threads it may signal (as `abort` does).
+        // SAFETY: signal 0 (none is sent) to this process's own thread.
+        #[allow(unsafe_code)]
+        let to_self = unsafe {
+            libc::syscall(
+                libc::SYS_tgkill,
+                std::process::id(),
+                nix::unistd::gettid().as_raw(),
+                0,
+            )
+        };
+        assert_eq!(to_self, 0, "a signal to its own thread");
         let mut limit = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,

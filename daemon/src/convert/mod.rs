@@ -59,6 +59,27 @@ static APART: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new
 /// the daemon's process reads them.
 pub fn read_sources_apart() {
     APART.store(true, std::sync::atomic::Ordering::Relaxed);
+    // Its memory, environment (the cold tier's credentials) and descriptors are then not
+    // for a process of the same user to read through /proc (a child reading a hostile file,
+    // on a kernel without Landlock); nor is a core dump written.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!("cannot make the daemon's process undumpable: {e}");
+    }
+}
+
+/// Fails unless this process runs one thread: forking is sound then only (the fork's copy
+/// of the thread finds no lock held by another).
+///
+/// # Errors
+/// How many threads run.
+pub(crate) fn one_thread() -> std::io::Result<()> {
+    let threads = std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count);
+    if threads == 1 {
+        return Ok(());
+    }
+    Err(std::io::Error::other(format!(
+        "{threads} threads: a process that forks runs one"
+    )))
 }
 
 /// Starts the processes that wait for their first conversion or request
@@ -66,24 +87,19 @@ pub fn read_sources_apart() {
 /// daemon serving calls it as it starts.
 pub fn start_conversion_processes() {
     if apart() {
-        // Its memory, environment (the cold tier's credentials) and descriptors are then
-        // not for a process of the same user to read through /proc (a child reading a
-        // hostile file, on a kernel without Landlock); nor is a core dump written.
-        if let Err(e) = nix::sys::prctl::set_dumpable(false) {
-            tracing::warn!("cannot make the daemon's process undumpable: {e}");
-        }
         tracing::info!("{}", confine::report());
         child::ready::refill();
     }
 }
 
 /// Has what a task or a probe sets up on first use set up now: the NetCDF and HDF5
-/// libraries (on a file in memory; none is written), the seccomp filters and HDF5's filter
-/// plugins ([`confine::prepare`]). Each costs milliseconds, which a process that forks one process
+/// libraries (on a file in memory; none is written), the seccomp filters and, with
+/// `plugins` (a conversion's, not a probe's, which reads no data), HDF5's filter plugins
+/// ([`confine::prepare`]). Each costs milliseconds, which a process that forks one process
 /// per task ([`child::serve`]) or per batch of files ([`probe::serve`]) then pays once, not
 /// in each. Starts no thread (a process that forks must have one: the Zarr codecs'
 /// configuration, which starts the thread pool of its codecs, is left to each task).
-pub(crate) fn warm_up() {
+pub(crate) fn warm_up(plugins: bool) {
     let created = netcdf::create_with(
         "/svcd-libraries-warm-up.nc",
         netcdf::Options::NETCDF4 | netcdf::Options::DISKLESS,
@@ -102,7 +118,7 @@ pub(crate) fn warm_up() {
         tracing::debug!("warming the NetCDF library up: {e}");
     }
     drop(file);
-    confine::prepare();
+    confine::prepare(plugins);
 }
 
 /// Whether [`read_sources_apart`] was called.

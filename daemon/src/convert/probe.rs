@@ -126,7 +126,15 @@ pub(crate) fn check(sources: &[&Source], owner: &str, stop: Option<&Stop>) -> Re
     }
     for batch in unknown.chunks(FILES_PER_PROBE) {
         let files: Vec<&Source> = batch.iter().map(|&(source, _)| source).collect();
-        let answers = probe(&files, stop)?;
+        let mut answers = probe(&files, stop)?;
+        // A refusal of a file after the first of its batch may have been forged by a file
+        // before it, in the same process: it is kept once the file alone is refused too.
+        if answers.len() > 1 && answers.last().is_some_and(Result::is_err) {
+            let last = answers.len() - 1;
+            answers[last] = probe(&files[last..=last], stop)?
+                .pop()
+                .unwrap_or_else(|| Err("the probe gave no answer".into()));
+        }
         let mut known = known().lock().unwrap_or_else(|e| e.into_inner());
         if known.len() + answers.len() > MOST_KNOWN {
             known.clear();
@@ -474,8 +482,11 @@ pub fn serve() -> std::io::Result<()> {
         std::io::BufWriter::new(std::fs::File::from(nix::unistd::dup(std::io::stdout())?));
     nix::unistd::dup2_stdout(std::io::stderr())?;
     let input = std::io::stdin().as_raw_fd();
-    super::warm_up();
+    // Not for its readers to read through /proc, on a kernel without Landlock.
+    nix::sys::prctl::set_dumpable(false)?;
+    super::warm_up(false);
     while let Some(files) = receive(input)? {
+        super::one_thread()?;
         let (answers, its_answers) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let prober = nix::unistd::getpid();
         // SAFETY: this process runs one thread (it starts none), so the fork's copy of it
@@ -511,7 +522,8 @@ pub fn serve() -> std::io::Result<()> {
             output.write_all(line.as_bytes())?;
             output.flush()?;
             answered += 1;
-            refused = (line != "ok\n").then_some(line);
+            // As the daemon reads it.
+            refused = (line.trim_end() != "ok").then_some(line);
         }
         // It has nothing left to do: one that lingers would hold up the next batch, which
         // may be another owner's.
