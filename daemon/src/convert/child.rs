@@ -669,60 +669,24 @@ pub fn serve() -> std::io::Result<()> {
         let (Some(socket), Some(pipe)) = (fds.next(), fds.next()) else {
             unreachable!("counted above");
         };
-        // The listening thread of a conversion runs in the task's process.
-        super::one_thread()?;
-        let forker = nix::unistd::getpid();
-        // SAFETY: this process runs one thread (checked above), so the fork's copy of it
-        // finds no lock held by another thread.
-        #[allow(unsafe_code)]
-        let forked = unsafe { nix::unistd::fork() }?;
-        let task = match forked {
-            nix::unistd::ForkResult::Child => {
-                // The task's process has no business with the requests, nor with how
-                // tasks end.
-                drop(said);
-                let _ = nix::unistd::close(requests);
-                let code = task(forker, request, fds.collect(), &socket, pipe);
-                // SAFETY: ends the process at once, as a fork's child should: no exit
-                // handlers of the libraries, no buffers of the parent's flushed twice.
-                #[allow(unsafe_code)]
-                unsafe {
-                    libc::_exit(code)
-                }
-            }
-            nix::unistd::ForkResult::Parent { child } => child,
-        };
-        drop((fds, socket, pipe));
-        let (code, signal) = loop {
-            match nix::sys::wait::waitpid(task, None) {
-                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => break (Some(code), None),
-                Ok(nix::sys::wait::WaitStatus::Signaled(_, signal, _)) => {
-                    break (None, Some(signal as i32));
-                }
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(e.into()),
-            }
-        };
+        let said_fd = said.get_ref().as_raw_fd();
+        // The listening thread of a conversion runs in the task's process. Its descriptors
+        // go with the closure: closed here as the fork is made.
+        let task = super::fork_task(move || {
+            // The task's process has no business with the requests, nor with how tasks end.
+            let _ = nix::unistd::close(said_fd);
+            let _ = nix::unistd::close(requests);
+            task(request, fds.collect(), &socket, pipe)
+        })?;
+        let (code, signal) = super::reap(task)?;
         say(&mut said, &Said::Ended { code, signal })?;
     }
     Ok(())
 }
 
-/// The task's process, forked by `forker`: bounds and confines itself, does the task, and
-/// says its outcome on `pipe`. Its exit code.
-fn task(
-    forker: nix::unistd::Pid,
-    request: Request,
-    fds: Vec<OwnedFd>,
-    socket: &OwnedFd,
-    pipe: OwnedFd,
-) -> i32 {
-    // Ends with the process that forked it, which the daemon kills to end a task.
-    if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
-        || nix::unistd::getppid() != forker
-    {
-        return 1;
-    }
+/// The task's process: bounds and confines itself, does the task, and says its outcome on
+/// `pipe`. Its exit code.
+fn task(request: Request, fds: Vec<OwnedFd>, socket: &OwnedFd, pipe: OwnedFd) -> i32 {
     let said = Arc::new(Mutex::new(std::io::BufWriter::new(std::fs::File::from(
         pipe,
     ))));
@@ -918,11 +882,7 @@ fn say(out: &mut impl Write, what: &Said) -> std::io::Result<()> {
 /// as an allocation past the bound) as a reason naming `sources`.
 fn unwound<T>(sources: &[Source], run: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("a panic");
+        let what = super::panic_text(&*panic);
         Err(format!(
             "{}: the NetCDF library failed reading it ({what}): a damaged file, or one that \
              claims more than it holds, or more than a conversion may take \

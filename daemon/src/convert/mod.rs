@@ -67,19 +67,65 @@ pub fn read_sources_apart() {
     }
 }
 
-/// Fails unless this process runs one thread: forking is sound then only (the fork's copy
-/// of the thread finds no lock held by another).
+/// Runs `task` in a fork of this process, which must run one thread (checked: the fork's
+/// copy of it then finds no lock held by another), and returns the fork's pid; `task`
+/// first closes what the fork has no business with. The fork ends with this process
+/// (`PR_SET_PDEATHSIG`: the daemon kills a `convert-child` or probe process to end its
+/// task), and as soon as `task` returns, with its exit code: no exit handlers of the
+/// libraries, no buffers of this process flushed twice. Reap it with [`reap`].
 ///
 /// # Errors
-/// How many threads run.
-pub(crate) fn one_thread() -> std::io::Result<()> {
+/// How many threads run, or why the fork failed.
+fn fork_task(task: impl FnOnce() -> i32) -> std::io::Result<nix::unistd::Pid> {
     let threads = std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count);
-    if threads == 1 {
-        return Ok(());
+    if threads != 1 {
+        return Err(std::io::Error::other(format!(
+            "{threads} threads: a process that forks runs one"
+        )));
     }
-    Err(std::io::Error::other(format!(
-        "{threads} threads: a process that forks runs one"
-    )))
+    let parent = nix::unistd::getpid();
+    // SAFETY: this process runs one thread (checked above).
+    #[allow(unsafe_code)]
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => Ok(child),
+        nix::unistd::ForkResult::Child => {
+            let orphaned = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .is_err()
+                || nix::unistd::getppid() != parent;
+            let code = if orphaned { 1 } else { task() };
+            // SAFETY: ends the fork at once, as said above.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::_exit(code)
+            }
+        }
+    }
+}
+
+/// How a process forked by [`fork_task`] ended, once it did: its exit code, or the signal
+/// that ended it.
+///
+/// # Errors
+/// When it cannot be waited for.
+fn reap(fork: nix::unistd::Pid) -> std::io::Result<(Option<i32>, Option<i32>)> {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    loop {
+        match waitpid(fork, None) {
+            Ok(WaitStatus::Exited(_, code)) => return Ok((Some(code), None)),
+            Ok(WaitStatus::Signaled(_, signal, _)) => return Ok((None, Some(signal as i32))),
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// What a panic says (the `netcdf` crate panics on some errors of the library).
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic")
 }
 
 /// Starts the processes that wait for their first conversion or request

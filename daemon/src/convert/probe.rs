@@ -37,9 +37,9 @@
 //! or times, through a shared mapping), or a string fill value HDF5 gives each element never
 //! written, costs that process, not the daemon.
 //!
-//! Up to [`IDLE_PROBES`] probes wait for the next sources once they answered (each is handed
-//! at most [`FILES_PER_PROBE`] files): starting one costs more than reading a small file,
-//! forking one far less.
+//! Up to [`IDLE_PROBES`] probes wait for the next sources once they answered: starting one
+//! costs more than reading a small file, forking one far less. A probe reads no file
+//! itself, so one serves batch after batch, for any owner.
 //!
 //! Probing is on once the program calls [`super::read_sources_apart`] (svcd does, as it
 //! starts); a library embedding this crate without it (the unit tests) reads sources
@@ -67,8 +67,9 @@ pub(crate) const PROBE_SECONDS: u64 = 60;
 /// returns, from a device or a stalled network file system, uses no processor time).
 pub(crate) const PROBE_WAIT_SECONDS: u64 = 2 * PROBE_SECONDS;
 
-/// Files one probe process is handed before another takes over (and a conversion's sources
-/// probed with one place among [`PROBES_AT_ONCE`]).
+/// Files one probe is handed at once, read by one process forked for them (a conversion's
+/// sources are probed in batches of as many, each with one place among
+/// [`PROBES_AT_ONCE`]).
 const FILES_PER_PROBE: usize = 64;
 
 /// Probes reading at once, all conversions and requests together: each may take
@@ -196,8 +197,6 @@ struct Probe {
     child: std::process::Child,
     socket: Option<std::os::fd::OwnedFd>,
     answers: std::io::BufReader<std::process::ChildStdout>,
-    /// Files it was handed.
-    files: usize,
 }
 
 /// Probes waiting for their next files: starting one takes longer (15 ms) than reading a
@@ -218,8 +217,7 @@ impl Drop for Probe {
 }
 
 /// The answers of a probe for `files`, in order, up to the first refused (by its answer, or
-/// by its crash as it read the file). The probe is one left waiting, or a new one; a new one
-/// takes over from one that has read [`FILES_PER_PROBE`] files.
+/// by its crash as it read the file). The probe is one left waiting, or a new one.
 fn probe(files: &[&Source], stop: Option<&Stop>) -> Result<Vec<Result<(), String>>, String> {
     let _place = Place::take(stop)?;
     // One that ended while it waited (killed by someone) would seem to end on the next file.
@@ -229,10 +227,9 @@ fn probe(files: &[&Source], stop: Option<&Stop>) -> Result<Vec<Result<(), String
         .pop()
         .and_then(|mut probe| probe.alive().then_some(probe));
     let mut probe = match waiting {
-        Some(probe) if probe.files + files.len() <= FILES_PER_PROBE => probe,
-        _ => start()?,
+        Some(probe) => probe,
+        None => start()?,
     };
-    probe.files += files.len();
     let fds: Vec<RawFd> = files.iter().map(|file| file.file.as_raw_fd()).collect();
     let handed = probe.hand(&fds);
     let mut answers = Vec::with_capacity(files.len());
@@ -246,7 +243,6 @@ fn probe(files: &[&Source], stop: Option<&Stop>) -> Result<Vec<Result<(), String
         };
         let answer = match answer {
             Answer::Read(read) => read,
-            Answer::Ended(reason) => Err(reason),
             // Not the file's answer, which the next conversion asks again.
             Answer::Stalled(reason) => {
                 return Err(format!("{}: {reason}", file.path.display()));
@@ -259,7 +255,7 @@ fn probe(files: &[&Source], stop: Option<&Stop>) -> Result<Vec<Result<(), String
         }
     }
     let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-    if idle.len() < IDLE_PROBES && probe.alive() && probe.files < FILES_PER_PROBE {
+    if idle.len() < IDLE_PROBES && probe.alive() {
         idle.push(probe);
     }
     Ok(answers)
@@ -267,10 +263,9 @@ fn probe(files: &[&Source], stop: Option<&Stop>) -> Result<Vec<Result<(), String
 
 /// What a probe says of a file.
 enum Answer {
-    /// It read the file: its metadata whole, or the reason it could not.
+    /// It read the file: its metadata whole, or the reason it could not (also when its
+    /// reader crashed on it, or ran out of processor time).
     Read(Result<(), String>),
-    /// It ended as it read the file, for this reason (a crash, or its processor time).
-    Ended(String),
     /// It took too long, or was killed from outside (the kernel out of memory, say): what
     /// happens to the file then may not happen again.
     Stalled(String),
@@ -284,7 +279,6 @@ fn start() -> Result<Probe, String> {
         child,
         socket: Some(ours),
         answers,
-        files: 0,
     })
 }
 
@@ -428,17 +422,17 @@ impl Probe {
     /// else does not.
     fn killed(signal: i32) -> Answer {
         match signal {
-            libc::SIGXCPU => Answer::Ended(format!(
+            libc::SIGXCPU => Answer::Read(Err(format!(
                 "reading its metadata took more than {PROBE_SECONDS} s of processor time"
-            )),
+            ))),
             libc::SIGKILL => Answer::Stalled(
                 "the probe reading its metadata was killed (SIGKILL: out of memory?)".into(),
             ),
-            signal => Answer::Ended(format!(
+            signal => Answer::Read(Err(format!(
                 "the NetCDF library failed reading its metadata (signal {signal}, {}): the file \
                  is damaged, or claims more than it holds",
                 signal_name(signal)
-            )),
+            ))),
         }
     }
 }
@@ -486,29 +480,16 @@ pub fn serve() -> std::io::Result<()> {
     nix::sys::prctl::set_dumpable(false)?;
     super::warm_up(false);
     while let Some(files) = receive(input)? {
-        super::one_thread()?;
         let (answers, its_answers) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-        let prober = nix::unistd::getpid();
-        // SAFETY: this process runs one thread (it starts none), so the fork's copy of it
-        // finds no lock held by another thread.
-        #[allow(unsafe_code)]
-        let forked = unsafe { nix::unistd::fork() }?;
-        let reader = match forked {
-            nix::unistd::ForkResult::Child => {
-                drop((output, answers));
-                let _ = nix::unistd::close(input);
-                let code = read_files(prober, &files, its_answers);
-                // SAFETY: ends the process at once, as a fork's child should: no exit
-                // handlers of the libraries, no buffers of the parent's flushed twice.
-                #[allow(unsafe_code)]
-                unsafe {
-                    libc::_exit(code)
-                }
-            }
-            nix::unistd::ForkResult::Parent { child } => child,
-        };
         let count = files.len();
-        drop((its_answers, files));
+        let (output_fd, answers_fd) = (output.get_ref().as_raw_fd(), answers.as_raw_fd());
+        // The files and the writing end go with the closure: closed here as the fork is made.
+        let reader = super::fork_task(move || {
+            for fd in [output_fd, answers_fd, input] {
+                let _ = nix::unistd::close(fd);
+            }
+            read_files(&files, its_answers)
+        })?;
         // Passed on as they come, up to the first that is not `ok` (an answer is a line of a
         // few hundred bytes: one longer is cut).
         let mut answers = std::io::BufReader::new(std::fs::File::from(answers));
@@ -528,24 +509,17 @@ pub fn serve() -> std::io::Result<()> {
         // It has nothing left to do: one that lingers would hold up the next batch, which
         // may be another owner's.
         let _ = nix::sys::signal::kill(reader, nix::sys::signal::Signal::SIGKILL);
-        let ended = loop {
-            match nix::sys::wait::waitpid(reader, None) {
-                Ok(
-                    status @ (nix::sys::wait::WaitStatus::Exited(..)
-                    | nix::sys::wait::WaitStatus::Signaled(..)),
-                ) => break status,
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(e.into()),
-            }
-        };
+        let ended = super::reap(reader)?;
         // One that ended before it answered for every file, and answered `ok` so far: why,
         // as the answer for the file it was reading.
         if answered < count && refused.is_none() {
             match ended {
-                nix::sys::wait::WaitStatus::Signaled(_, signal, _) => {
-                    writeln!(output, "signal {}", signal as i32)?;
-                }
-                _ => writeln!(output, "ended {ended:?}")?,
+                (_, Some(signal)) => writeln!(output, "signal {signal}")?,
+                (code, None) => writeln!(
+                    output,
+                    "ended with exit status {}",
+                    code.map_or_else(|| "unknown".into(), |code| code.to_string())
+                )?,
             }
             output.flush()?;
         }
@@ -553,20 +527,10 @@ pub fn serve() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The process that reads a batch of files, forked by `prober`: confines itself to
-/// `files`, and reads the metadata of each in turn, bounded ([`bound`]), writing its
-/// answer, a line, to `answers`, up to the first that is not `ok`. Its exit code.
-fn read_files(
-    prober: nix::unistd::Pid,
-    files: &[std::fs::File],
-    answers: std::os::fd::OwnedFd,
-) -> i32 {
-    // Ends with the probe, which the daemon kills when a file takes too long.
-    if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
-        || nix::unistd::getppid() != prober
-    {
-        return 1;
-    }
+/// The process that reads a batch of files: confines itself to `files`, and reads the
+/// metadata of each in turn, bounded ([`bound`]), writing its answer, a line, to
+/// `answers`, up to the first that is not `ok`. Its exit code.
+fn read_files(files: &[std::fs::File], answers: std::os::fd::OwnedFd) -> i32 {
     let mut answers = std::fs::File::from(answers);
     let statm = std::fs::File::open("/proc/self/statm");
     // Says nothing of the files: no answer, which fails this conversion only.
@@ -575,23 +539,15 @@ fn read_files(
         return 2;
     }
     for file in files {
-        let read = Ok(())
-            .and_then(|()| {
-                statm
-                    .as_ref()
-                    .map_err(|e| Refused::Library(format!("cannot bound the probe: {e}")))
-                    .and_then(|statm| bound(statm).map_err(|e| Refused::Library(e.to_string())))
-            })
+        let read = statm
+            .as_ref()
+            .map_err(|e| Refused::Library(format!("cannot bound the probe: {e}")))
+            .and_then(|statm| bound(statm).map_err(|e| Refused::Library(e.to_string())))
             .and_then(|()| {
                 let opened =
                     std::path::PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
                 std::panic::catch_unwind(|| read_metadata(&opened)).unwrap_or_else(|panic| {
-                    let what = panic
-                        .downcast_ref::<String>()
-                        .map(String::as_str)
-                        .or_else(|| panic.downcast_ref::<&str>().copied())
-                        .unwrap_or("a panic");
-                    Err(Refused::Library(what.to_string()))
+                    Err(Refused::Library(super::panic_text(&*panic).to_string()))
                 })
             });
         let written = match &read {
