@@ -58,7 +58,13 @@ async fn serve(config: Config, mount: Option<PathBuf>) -> anyhow::Result<()> {
     tracing::info!(address = %bound, records = stats.records, "listening on {base}/api/svc-nextgen");
     svc_daemon::start_conversion_processes();
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-    svc_http::serve(listener, app, shutdown_signal()).await?;
+    let stopping = Arc::clone(&daemon);
+    let shutdown = async move {
+        shutdown_signal().await;
+        // Before the server drains its requests: readers waiting are answered now.
+        stopping.begin_stop();
+    };
+    svc_http::serve(listener, app, shutdown).await?;
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     control.abort();
     if let Some(session) = mounted

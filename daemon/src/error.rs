@@ -230,6 +230,13 @@ pub enum Error {
         /// How long a client should wait before retrying.
         retry: std::time::Duration,
     },
+    /// The daemon is stopping: a reader's wait (for a conversion, a restore, a chunk
+    /// computed on its request) ended with it. Asked again, the next start answers.
+    #[error("The daemon is stopping; try again in a moment.")]
+    Stopping {
+        /// How long a client should wait before retrying.
+        retry: std::time::Duration,
+    },
     /// Every slot of expensive work stayed taken; `retry` is worth waiting before trying again.
     #[error("The server is busy with other searches; try again in a moment.")]
     Busy {
@@ -344,6 +351,7 @@ impl Error {
             Error::Unavailable { .. }
             | Error::Busy { .. }
             | Error::NotReady { .. }
+            | Error::Stopping { .. }
             | Error::Restoring { .. }
             | Error::CatalogueFull { .. } => ErrorKind::Unavailable,
             Error::StoreFailed { .. } => ErrorKind::Failed,

@@ -198,6 +198,18 @@ impl Daemon {
         self.queue.wait_idle();
     }
 
+    /// Begins the daemon's stop and returns at once: conversions stop at their next chunk
+    /// (and stay queued), the sweep and the cleaning of the cold tier stop, and every reader
+    /// waiting for the daemon's work (a conversion, a restore, a chunk computed on its
+    /// request) is answered [`Error::Stopping`] now, so that the server drains in moments
+    /// ([`Daemon::stop_jobs`] then waits for the workers).
+    pub fn begin_stop(&self) {
+        if let Some((stop, _)) = &*self.sweeper.lock() {
+            stop.request();
+        }
+        self.queue.begin_stop();
+    }
+
     /// Stops the conversion workers, the sweep and the cleaning of the cold tier: running
     /// conversions stop at their next chunk and stay queued for the next start. Blocking (up
     /// to a second for the sweep; a cleaning stops before its next cold-tier call, each

@@ -181,9 +181,10 @@ impl IntoResponse for ApiError {
         let mut response = detail(status, &error.to_string());
         let headers = response.headers_mut();
         let retry = match error {
-            Error::Busy { retry } | Error::NotReady { retry } | Error::Restoring { retry, .. } => {
-                Some(retry)
-            }
+            Error::Busy { retry }
+            | Error::NotReady { retry }
+            | Error::Stopping { retry }
+            | Error::Restoring { retry, .. } => Some(retry),
             // A service the daemon needs (an identity provider): it is asked again at most
             // this often.
             Error::Unavailable { .. } => Some(svc_daemon::SERVICE_RETRY),

@@ -468,6 +468,21 @@ def assert_ready_with_every_value(base, headers, url, source):
         np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
 
 
+def assert_ready_after_a_restart(daemon, data, env, base, headers, url, source):
+    """A daemon started again on `data` with `env` (the one of `base` stopped) brings the
+    store at `url` to ready with every value of `tas` in `source`."""
+    from conftest import serve
+
+    proc, host = serve(daemon.binary, data, env)
+    try:
+        url = url.replace(base, f"{host}/api/svc-nextgen")
+        base = f"{host}/api/svc-nextgen"
+        assert_ready_with_every_value(base, headers, url, source)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def test_a_conversion_killed_midway_resumes_after_a_restart(daemon, tmp_path):
     """`kill -9` while a store is being written: after a restart the queued job runs again
     and the store ends ready with every value, and no chunk read ever answered 404."""
@@ -507,8 +522,6 @@ def test_a_service_stop_that_signals_every_process_leaves_the_conversion_queued(
     import os
     import signal
 
-    from conftest import serve
-
     # NetCDF-3 read as long time series (each chunk gathered from every time step): slow
     # enough for the stop to come midway.
     options = {"access_pattern": "time_series", "chunk_size": 1}
@@ -528,14 +541,41 @@ def test_a_service_stop_that_signals_every_process_leaves_the_conversion_queued(
     chunks = math.prod(-(-n // c) for n, c in zip(zarray["shape"], zarray["chunks"]))
     written = [p for p in store_dir.iterdir() if not p.name.startswith(".")]
     assert len(written) < chunks, f"stopped too late: all {chunks} chunks already written"
-    proc, host = serve(daemon.binary, data, env)
-    try:
-        url = url.replace(base, f"{host}/api/svc-nextgen")
-        base = f"{host}/api/svc-nextgen"
-        assert_ready_with_every_value(base, headers, url, source)
-    finally:
+    assert_ready_after_a_restart(daemon, data, env, base, headers, url, source)
+
+
+def test_a_daemon_stop_ends_the_waits_of_readers_at_once(daemon, tmp_path):
+    """A reader may wait up to 25 minutes for a chunk (`timeout`); a daemon told to stop
+    (SIGTERM, as systemd does, which kills what is left after 60 s) answers it at once,
+    503 with a `Retry-After`, instead of draining it: the stop takes seconds, the conversion
+    stays queued, and after a restart the store ends ready with every value."""
+    import math
+
+    # Aggregated (of one source), so the chunk is never computed on the request: the reader
+    # waits for the conversion, which is slow (NetCDF-3 read as long time series).
+    options = {"access_pattern": "time_series", "chunk_size": 1, "aggregate": "concat"}
+    proc, base, env, headers, url, store_dir, source = a_long_conversion_begun(daemon, tmp_path, "NETCDF3_64BIT_OFFSET", options)
+    data = tmp_path / "svcd"
+    zarray = json.loads((store_dir / ".zarray").read_text())
+    last = ".".join(str(-(-n // c) - 1) for n, c in zip(zarray["shape"], zarray["chunks"]))
+    chunks = math.prod(-(-n // c) for n, c in zip(zarray["shape"], zarray["chunks"]))
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        waiting = [pool.submit(requests.get, f"{url}/tas/{last}", headers=headers, params={"timeout": 1500}, timeout=600) for _ in range(2)]
+        time.sleep(1)
+        assert not any(w.done() for w in waiting), [w.result().text for w in waiting if w.done()]
+        stopped_at = time.monotonic()
         proc.terminate()
-        proc.wait(timeout=30)
+        assert proc.wait(timeout=120) == 0, (data / "svcd.log").read_text()[-3000:]
+        took = time.monotonic() - stopped_at
+        answers = [w.result() for w in waiting]
+    written = [p for p in store_dir.iterdir() if not p.name.startswith(".")]
+    assert len(written) < chunks, f"stopped too late: all {chunks} chunks already written"
+    assert took < 10, f"the stop took {took:.1f} s"
+    for answer in answers:
+        assert answer.status_code == 503, answer.text
+        assert "stopping" in answer.json()["detail"], answer.text
+        assert int(answer.headers["Retry-After"]) >= 1
+    assert_ready_after_a_restart(daemon, data, env, base, headers, url, source)
 
 
 def test_a_conversions_process_is_confined_and_has_none_of_the_daemons_environment(daemon, tmp_path):

@@ -247,8 +247,8 @@ fn convert_here(
 
 /// The metadata documents of the store converted from `source` with `chunking` and
 /// `compressor`, as [`super::layout_on_demand`] gives them, computed in a child process
-/// bounded by `memory` bytes, within [`ON_DEMAND_SECONDS`], once the source was probed for
-/// `owner`.
+/// bounded by `memory` bytes, within [`ON_DEMAND_SECONDS`] and until the daemon is `stopping`,
+/// once the source was probed for `owner`.
 ///
 /// # Errors
 /// As [`super::layout_on_demand`], or how the child ended.
@@ -258,12 +258,14 @@ pub(crate) fn layout(
     chunking: &Chunking,
     compressor: Compressor,
     memory: u64,
+    stopping: &Stop,
 ) -> Result<Map<String, Value>, String> {
     if !super::apart() {
         return super::layout_on_demand(source, chunking, compressor)
             .map(|layout| layout.documents);
     }
-    probe::check(&[source], owner, None)?;
+    let stop = on_demand_stop(stopping);
+    probe::check(&[source], owner, Some(&stop))?;
     let mut child = Child::start(
         std::slice::from_ref(source),
         chunking,
@@ -271,7 +273,7 @@ pub(crate) fn layout(
         memory,
         Task::Layout,
     )?;
-    let documents = match child.next(&on_demand_stop(), Duration::ZERO)? {
+    let documents = match child.next(&stop, Duration::ZERO)? {
         Said::Layout(documents) => Ok(documents),
         Said::Failed(reason) => Err(reason),
         _ => return Err(child.confused()),
@@ -282,7 +284,8 @@ pub(crate) fn layout(
 
 /// Chunk `index` of array `array` of the store converted from `source`, as
 /// [`super::chunk_on_demand`] gives it, computed in a child process bounded by `memory`
-/// bytes, within [`ON_DEMAND_SECONDS`], once the source was probed for `owner`.
+/// bytes, within [`ON_DEMAND_SECONDS`] and until the daemon is `stopping`, once the source
+/// was probed for `owner`.
 ///
 /// # Errors
 /// As [`super::chunk_on_demand`], or how the child ended.
@@ -300,13 +303,15 @@ pub(crate) fn chunk(
     zarray: &Value,
     most_bytes: u64,
     memory: u64,
+    stopping: &Stop,
 ) -> Result<Option<Vec<u8>>, String> {
     if !super::apart() {
         return super::chunk_on_demand(
             source, chunking, compressor, array, index, zarray, most_bytes,
         );
     }
-    probe::check(&[source], owner, None)?;
+    let stop = on_demand_stop(stopping);
+    probe::check(&[source], owner, Some(&stop))?;
     let task = Task::Chunk {
         array: array.to_string(),
         index: index.to_vec(),
@@ -320,7 +325,7 @@ pub(crate) fn chunk(
         memory,
         task,
     )?;
-    let chunk = match child.next(&on_demand_stop(), Duration::ZERO)? {
+    let chunk = match child.next(&stop, Duration::ZERO)? {
         Said::Chunk(None) => Ok(None),
         Said::Chunk(Some(len)) => {
             // Read as it comes: a process that claims more than it sends costs nothing.
@@ -338,10 +343,10 @@ pub(crate) fn chunk(
     chunk
 }
 
-/// A request's bound in time: [`ON_DEMAND_SECONDS`] from now (its child, which has nothing
-/// to leave in order, is killed then).
-fn on_demand_stop() -> Stop {
-    Stop::default().until(Instant::now() + Duration::from_secs(ON_DEMAND_SECONDS))
+/// A request's bound: [`ON_DEMAND_SECONDS`] from now, or the daemon's `stopping` (its
+/// child, which has nothing to leave in order, is killed then).
+fn on_demand_stop(stopping: &Stop) -> Stop {
+    stopping.until(Instant::now() + Duration::from_secs(ON_DEMAND_SECONDS))
 }
 
 /// A `convert-child` process ([`serve`]), which forks a process for each task it is sent;
@@ -472,11 +477,12 @@ impl Child {
                 match self.told_to_stop {
                     // A reader's request has nothing to leave in order: ended at once.
                     None if grace.is_zero() => {
-                        return Err(format!(
-                            "{}: computing it took longer than its time, and its process \
-                             was killed",
-                            self.shown
-                        ));
+                        let why = if stop.stopping() {
+                            "the daemon is stopping"
+                        } else {
+                            "computing it took longer than its time"
+                        };
+                        return Err(format!("{}: {why}, and its process was killed", self.shown));
                     }
                     None => {
                         // One that cannot hear it is ending anyway: its end tells.

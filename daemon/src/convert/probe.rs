@@ -99,8 +99,8 @@ fn known() -> &'static Mutex<HashMap<Key, Result<(), String>>> {
 /// Fails, with a refused file's reason (its path first), unless a probe read the metadata
 /// of every one of `sources` as they are now; probes those it has not read yet, in order, a
 /// few dozen per process, until one is refused. Passes everything when probing is off
-/// ([`super::read_sources_apart`]). A conversion's `stop` ends the wait for a probe, and for its
-/// answers.
+/// ([`super::read_sources_apart`]). A `stop` (a conversion's, or a reader's request's) ends
+/// the wait for a probe, and for its answers.
 ///
 /// # Errors
 /// A sentence naming the file: the probe met an error reading its metadata, or crashed, or

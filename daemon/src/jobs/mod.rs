@@ -448,12 +448,25 @@ impl Queue {
         Ok(())
     }
 
-    /// Asks handlers to stop, lets every worker finish its current job (or be interrupted)
-    /// and joins them. Jobs not finished stay queued for the next start.
-    pub fn stop(&self) {
+    /// The daemon's stop, as handlers see it: requested once the queue begins to stop
+    /// ([`Queue::begin_stop`]). What waits for the daemon's work (a reader waiting for a
+    /// conversion or a restore) watches it too, and ends its wait then.
+    pub fn stopping(&self) -> Stop {
+        self.stop.clone()
+    }
+
+    /// Asks handlers to stop and workers to take no further job, and returns at once
+    /// ([`Queue::stop`] then waits for them).
+    pub fn begin_stop(&self) {
         self.state.lock().stopping = true;
         self.stop.request();
         self.wake.notify_all();
+    }
+
+    /// Asks handlers to stop, lets every worker finish its current job (or be interrupted)
+    /// and joins them. Jobs not finished stay queued for the next start.
+    pub fn stop(&self) {
+        self.begin_stop();
         for handle in self.workers.lock().drain(..) {
             if handle.join().is_err() {
                 tracing::error!("a job worker panicked outside its job");

@@ -309,6 +309,8 @@ pub struct Stores {
     records: parking_lot::Mutex<()>,
     /// Chunks and metadata being computed on demand.
     on_demand: read::OnDemand,
+    /// The daemon's stop ([`Queue::stopping`]): readers' waits end with it.
+    stopping: crate::jobs::Stop,
     /// Key listings, blob manifests and the cold tier.
     pub(crate) tier: Arc<crate::tier::Tier>,
     /// What each owner's stores take: what their records count, and what their conversions
@@ -344,6 +346,7 @@ impl Stores {
         share_key: &std::path::Path,
         tier: Arc<crate::tier::Tier>,
     ) -> Result<Self> {
+        let stopping = queue.stopping();
         let stores = Stores {
             db,
             queue,
@@ -367,6 +370,7 @@ impl Stores {
             ),
             records: parking_lot::Mutex::default(),
             on_demand: read::OnDemand::default(),
+            stopping,
             tier,
             ledger: Arc::default(),
         };

@@ -11,6 +11,11 @@
 //! conversion writes every chunk itself). When that cannot be done, the chunk is waited for,
 //! up to the caller's bound, then answered with [`Error::NotReady`] (503 with `Retry-After`):
 //! never with a 404, which clients would silently turn into fill values.
+//!
+//! Every wait (for a conversion, a restore, a chunk computed on the request) ends when the
+//! daemon begins to stop ([`crate::jobs::Queue::begin_stop`]), answered with
+//! [`Error::Stopping`]: a reader may wait up to 25 minutes, and a stop that drained it would
+//! outlast systemd's patience (`TimeoutStopSec`), which then kills the daemon.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +30,7 @@ use super::{Status, StoreRecord, Stores};
 use crate::auth::Caller;
 use crate::convert;
 use crate::error::{Error, Fault, Missing, Result};
+use crate::jobs::Stop;
 use crate::tier::Asked;
 
 /// How often a reader looks for metadata or a chunk that is being written: soon at first (a
@@ -235,7 +241,8 @@ impl Stores {
     /// [`Error::NotFound`] for a store the caller may not read, a gone store or a key the
     /// store does not have; [`Error::InvalidParameter`] for a malformed key;
     /// [`Error::StoreFailed`] when its conversion failed; [`Error::NotReady`] when the key is
-    /// not written within `wait`; an I/O error reading the hot tier.
+    /// not written within `wait`; [`Error::Stopping`] when the daemon stops while this waits;
+    /// an I/O error reading the hot tier.
     pub fn read(
         &self,
         caller: Option<&Caller>,
@@ -298,7 +305,7 @@ impl Stores {
                     break (Arc::new(served), record.status);
                 }
             }
-            pause(deadline, &mut interval)?;
+            pause(deadline, &mut interval, &self.stopping)?;
             record = self.current(&record)?;
         };
         let (served, status) = served;
@@ -383,7 +390,10 @@ impl Stores {
                         // within the caller's bound). A chunk of a complete store that is in
                         // no blob and not on the hot tier was never written: it is missing.
                         let left = deadline.saturating_duration_since(Instant::now());
-                        if self.tier.restore_for_read(token, key, left, asked)? {
+                        if self
+                            .tier
+                            .restore_for_read(token, key, left, asked, &self.stopping)?
+                        {
                             continue;
                         }
                         // Not archived now: a restore may have renamed it into place since
@@ -429,7 +439,7 @@ impl Stores {
                             return Ok(chunk(Bytes::from(bytes), None));
                         }
                     }
-                    pause(deadline, &mut interval)?;
+                    pause(deadline, &mut interval, &self.stopping)?;
                 }
             }
         }
@@ -553,6 +563,7 @@ impl Stores {
                 &record.chunking,
                 self.config.compressor,
                 self.config.on_demand_memory(),
+                &self.stopping,
             )?;
             Ok(Some(Served {
                 file: None,
@@ -590,6 +601,7 @@ impl Stores {
                 zarray,
                 ON_DEMAND_MAX_BYTES,
                 self.config.on_demand_memory(),
+                &self.stopping,
             )
         })
     }
@@ -818,8 +830,11 @@ impl Drop for OnDemandSlot<'_> {
 }
 
 /// Waits one poll interval, doubling `interval` up to [`POLL`], or fails once `deadline` has
-/// passed.
-fn pause(deadline: Instant, interval: &mut Duration) -> Result<()> {
+/// passed or the daemon is `stopping`.
+fn pause(deadline: Instant, interval: &mut Duration, stopping: &Stop) -> Result<()> {
+    if stopping.stopping() {
+        return Err(Error::Stopping { retry: RETRY });
+    }
     if Instant::now() >= deadline {
         return Err(Error::NotReady { retry: RETRY });
     }

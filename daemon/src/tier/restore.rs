@@ -6,8 +6,9 @@
 //! readers in turn; see [`crate::FairPool`]; a reader who joins a restore not started yet
 //! queues it in its own turn too, and the first turn to come runs it); every reader of any
 //! key of that instance (the first too) waits for it, each up to its own bound (an HTTP
-//! request's `timeout`, the mount's `read_timeout_seconds`), so a slow cold tier never holds
-//! a reader forever: the restore goes on, and the next read finds the key. A failed restore
+//! request's `timeout`, the mount's `read_timeout_seconds`) or until the daemon begins to
+//! stop, so a slow cold tier never holds a reader forever: the restore goes on, and the next
+//! read finds the key. A failed restore
 //! is reported to every reader waiting for it, and the next reader tries again.
 
 use std::collections::HashSet;
@@ -24,9 +25,13 @@ use super::{
     Asked, Flight, MOST_FAILURES_KEPT, State, Tier, now, partial_path, remove_file, tier_error,
 };
 use crate::error::{Error, Result};
+use crate::jobs::Stop;
 
 /// How long a reader that gave up waiting is told to wait before asking again.
 const RETRY: Duration = Duration::from_secs(5);
+
+/// How often a reader waiting for a restore looks whether the daemon stops.
+const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// The error of a read whose blob `instance` could not be restored, for `reason`.
 fn restore_failed(instance: &str, reason: &str) -> Error {
@@ -42,12 +47,14 @@ fn restore_failed(instance: &str, reason: &str) -> Error {
 impl Tier {
     /// Makes `key` of the store `token` readable from the hot tier again if its blob
     /// instance is archived: restores the instance (or joins the restore under way) and
-    /// waits for it up to `wait`, for a reader that asked at `asked`. `false` when the key is
-    /// not in an archived instance (its hot copy is simply not there). Blocking.
+    /// waits for it up to `wait`, for a reader that asked at `asked`, or until the daemon is
+    /// `stopping`. `false` when the key is not in an archived instance (its hot copy is
+    /// simply not there). Blocking.
     ///
     /// # Errors
     /// [`Error::Restoring`] when the restore takes longer than `wait` (it goes on), or when
-    /// it failed (the reason is logged and given). A failed restore is the answer of every
+    /// it failed (the reason is logged and given); [`Error::Stopping`] when the daemon stops
+    /// first. A failed restore is the answer of every
     /// reader that asked before it failed (one that tried without waiting and comes back to
     /// wait does not run it again); a reader that asks after starts anew.
     pub(crate) fn restore_for_read(
@@ -56,6 +63,7 @@ impl Tier {
         key: &str,
         wait: Duration,
         asked: &Asked,
+        stopping: &Stop,
     ) -> Result<bool> {
         if !self.is_archived(token) {
             return Ok(false);
@@ -70,19 +78,20 @@ impl Tier {
             Some(state) if matches!(state.state, State::Archived | State::Restoring) => {}
             _ => return Ok(false),
         }
-        self.restore_waiting(token, &instance, wait, asked)?;
+        self.restore_waiting(token, &instance, wait, asked, stopping)?;
         Ok(true)
     }
 
     /// Restores `instance` of `token`, or joins the restore under way, and waits up to
-    /// `wait`; a restore of it that failed after `asked` is the answer (see
-    /// [`Tier::restore_for_read`]).
+    /// `wait` or until the daemon is `stopping`; a restore of it that failed after `asked` is
+    /// the answer (see [`Tier::restore_for_read`]).
     pub(crate) fn restore_waiting(
         self: &Arc<Self>,
         token: Uuid,
         instance: &str,
         wait: Duration,
         asked: &Asked,
+        stopping: &Stop,
     ) -> Result<()> {
         let id = (token, instance.to_string());
         let (flight, queue) = {
@@ -124,7 +133,17 @@ impl Tier {
         let deadline = Instant::now() + wait;
         let mut outcome = flight.outcome.lock();
         while outcome.is_none() {
-            if flight.done.wait_until(&mut outcome, deadline).timed_out() && outcome.is_none() {
+            if stopping.stopping() {
+                // The restore goes on as long as the process does; one cut short is
+                // restored again (its state stays `restoring`, read as `archived`).
+                return Err(Error::Stopping { retry: RETRY });
+            }
+            // In slices, to see the daemon's stop (nothing notifies a flight of it).
+            let until = deadline.min(Instant::now() + STOP_CHECK);
+            if flight.done.wait_until(&mut outcome, until).timed_out()
+                && outcome.is_none()
+                && Instant::now() >= deadline
+            {
                 return Err(Error::Restoring {
                     detail: format!(
                         "The data is being restored from the cold tier (blob {instance}); \

@@ -10,6 +10,7 @@ use svc_manifests::object_store::{ObjectStoreExt, PutPayload, path::Path as Obje
 use uuid::Uuid;
 
 use super::*;
+use crate::jobs::Stop;
 
 const TOKEN: Uuid = Uuid::from_u128(0x0123_4567_89ab_4def_8123_4567_89ab_cdef);
 /// Chunks of `tas`: 8 time steps of 600 bytes, two per blob instance with the policy below.
@@ -132,7 +133,13 @@ fn assert_restores(fixture: &Fixture, step: usize) {
     assert!(
         fixture
             .tier
-            .restore_for_read(TOKEN, &key, Duration::from_secs(30), &Asked::now("jane"))
+            .restore_for_read(
+                TOKEN,
+                &key,
+                Duration::from_secs(30),
+                &Asked::now("jane"),
+                &Stop::default()
+            )
             .unwrap()
     );
     assert_eq!(hot(fixture, &key), Some(chunk(step)));
@@ -223,7 +230,8 @@ fn archive_then_restore_gives_back_every_byte() {
             TOKEN,
             "tas/3.0",
             Duration::from_secs(30),
-            &Asked::now("jane")
+            &Asked::now("jane"),
+            &Stop::default()
         )
         .unwrap()
     );
@@ -240,7 +248,13 @@ fn archive_then_restore_gives_back_every_byte() {
     // A key in no blob, or of a hot instance, restores nothing.
     assert!(
         !tier
-            .restore_for_read(TOKEN, "time/0", Duration::from_secs(1), &Asked::now("jane"))
+            .restore_for_read(
+                TOKEN,
+                "time/0",
+                Duration::from_secs(1),
+                &Asked::now("jane"),
+                &Stop::default()
+            )
             .unwrap()
     );
     assert!(
@@ -249,7 +263,8 @@ fn archive_then_restore_gives_back_every_byte() {
                 TOKEN,
                 "tas/2.0",
                 Duration::from_secs(1),
-                &Asked::now("jane")
+                &Asked::now("jane"),
+                &Stop::default()
             )
             .unwrap()
     );
@@ -275,6 +290,7 @@ fn a_failed_restore_reaches_every_waiter_and_the_next_read_tries_again() {
                         &format!("tas/{}.0", i % 2),
                         Duration::from_secs(30),
                         &Asked::now("jane"),
+                        &Stop::default(),
                     )
                 })
             })
@@ -299,7 +315,8 @@ fn a_failed_restore_reaches_every_waiter_and_the_next_read_tries_again() {
             TOKEN,
             "tas/1.0",
             Duration::from_secs(30),
-            &Asked::now("jane")
+            &Asked::now("jane"),
+            &Stop::default()
         )
         .unwrap()
     );
@@ -339,6 +356,7 @@ fn a_hostile_cold_object_with_a_matching_checksum_restores_nothing() {
             "tas/0.0",
             Duration::from_secs(30),
             &Asked::now("jane"),
+            &Stop::default(),
         )
         .unwrap_err();
     assert!(
@@ -426,7 +444,8 @@ fn repair_rolls_an_interrupted_restore_back_to_archived_without_partial_files() 
                 TOKEN,
                 "tas/1.0",
                 Duration::from_secs(30),
-                &Asked::now("jane")
+                &Asked::now("jane"),
+                &Stop::default()
             )
             .unwrap()
     );
@@ -759,7 +778,8 @@ fn a_start_lists_only_stores_marked_since_the_last_and_a_full_clean_reaches_ever
             TOKEN,
             "tas/5.0",
             Duration::from_secs(30),
-            &Asked::now("jane")
+            &Asked::now("jane"),
+            &Stop::default()
         )
         .unwrap()
     );
@@ -782,7 +802,7 @@ fn a_reader_gets_the_failure_of_the_restore_it_started_and_a_later_reader_starts
     let asked = Asked::now("jane");
     // Tried without waiting: the restore starts, and the reader goes on.
     let error = tier
-        .restore_for_read(TOKEN, "tas/3.0", Duration::ZERO, &asked)
+        .restore_for_read(TOKEN, "tas/3.0", Duration::ZERO, &asked, &Stop::default())
         .unwrap_err();
     assert!(matches!(error, Error::Restoring { .. }), "{error}");
     let id = (TOKEN, "b_tas_1".to_string());
@@ -793,7 +813,13 @@ fn a_reader_gets_the_failure_of_the_restore_it_started_and_a_later_reader_starts
     std::fs::rename(&hidden, &object).unwrap();
     // The same reader, now waiting: the restore it started failed, and is not run again.
     let error = tier
-        .restore_for_read(TOKEN, "tas/3.0", Duration::from_secs(30), &asked)
+        .restore_for_read(
+            TOKEN,
+            "tas/3.0",
+            Duration::from_secs(30),
+            &asked,
+            &Stop::default(),
+        )
         .unwrap_err();
     assert!(
         error.to_string().contains("could not be restored"),
@@ -1524,11 +1550,10 @@ fn a_cleaning_goes_past_one_silent_store_stops_at_two_and_takes_them_last_next_t
     assert_eq!(clean(&fixture.tier), (false, vec![first, second]));
 }
 
-#[test]
-fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
-    // A real restore, held in the middle of its download from the cold tier (read through
-    // the object store, as from S3, not copied from the local directory): it holds the
-    // store's lock as any restore does.
+/// An archived store whose cold tier, read through the object store (as from S3, not
+/// copied from the local directory), holds the first read of an object's bytes (a restore's
+/// download) until its park is released; the receiver hears when it holds one.
+fn parked() -> (Fixture, Arc<Park>, std::sync::mpsc::Receiver<()>) {
     let (held, holding) = std::sync::mpsc::channel();
     let park = Arc::new(Park {
         armed: true.into(),
@@ -1542,6 +1567,14 @@ fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
             ..FailingUploads::over(&tier.cold)
         });
     });
+    (fixture, park, holding)
+}
+
+#[test]
+fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
+    // A real restore, held in the middle of its download from the cold tier: it holds the
+    // store's lock as any restore does.
+    let (fixture, park, holding) = parked();
     let tier = Arc::clone(&fixture.tier);
     let mut batch = Batch::default();
     mark_for_cleaning(&mut batch, TOKEN);
@@ -1586,6 +1619,46 @@ fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
     assert_eq!(hot(&fixture, "tas/3.0"), Some(chunk(3)));
     assert!(!cold_files(&fixture).contains(&"b_tas_1".to_string()));
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
+}
+
+#[test]
+fn a_reader_waiting_for_a_restore_is_answered_when_the_daemon_stops_and_the_restore_goes_on() {
+    // A restore held in the middle of its download, as a slow cold tier holds it.
+    let (fixture, park, holding) = parked();
+    let tier = Arc::clone(&fixture.tier);
+    let stopping = Stop::default();
+    let reader = std::thread::spawn({
+        let (tier, stopping) = (Arc::clone(&tier), stopping.clone());
+        move || {
+            let asked = Asked::now("jane");
+            let read =
+                tier.restore_for_read(TOKEN, "tas/2.0", Duration::from_secs(20), &asked, &stopping);
+            (read, Instant::now())
+        }
+    });
+    holding
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the restore reads its object");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!reader.is_finished(), "the reader did not wait");
+    let asked_to_stop = Instant::now();
+    stopping.request();
+    let (read, answered) = reader.join().unwrap();
+    assert!(matches!(read, Err(Error::Stopping { .. })), "{read:?}");
+    assert!(
+        answered.duration_since(asked_to_stop) < Duration::from_secs(2),
+        "answered {:?} after the stop",
+        answered.duration_since(asked_to_stop)
+    );
+    // The restore itself goes on, and a reader after it finds the keys hot.
+    park.release.notify_one();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while state(&tier, "b_tas_1").state != State::Hot {
+        assert!(Instant::now() < deadline, "the restore did not finish");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(hot(&fixture, "tas/2.0"), Some(chunk(2)));
+    assert_eq!(hot(&fixture, "tas/3.0"), Some(chunk(3)));
 }
 
 #[test]
