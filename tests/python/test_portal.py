@@ -422,8 +422,9 @@ def test_the_html_summary_escapes_everything(daemon, portal, tmp_path):
     assert stranger.status_code == 404
 
 
-def a_long_conversion_begun(daemon, tmp_path, netcdf_format="NETCDF4", options=None, workers=2):
-    """A daemon of its own (its data in `tmp_path / "svcd"`, `workers` conversions at once)
+def a_long_conversion_begun(daemon, tmp_path, netcdf_format="NETCDF4", options=None, workers=2, stores_on=None, **settings):
+    """A daemon of its own (its data in `tmp_path / "svcd"`, `workers` conversions at once,
+    its stores in the directory `stores_on` if given, with the `SVCD_*` `settings` given)
     converting a 155 MB source of 600 time steps (random values) in `netcdf_format`, with
     conversion `options`, once it wrote a few chunks: the daemon's process, its base URL, the environment it runs with,
     the headers of jane's token, the store's URL, the store's `tas` directory, the source."""
@@ -443,7 +444,9 @@ def a_long_conversion_begun(daemon, tmp_path, netcdf_format="NETCDF4", options=N
         var = nc.createVariable("tas", "f4", ("time", "lat", "lon"))
         for start in range(0, 600, 100):
             var[start:start + 100] = np.random.default_rng(start).random((100, 180, 360), dtype="f4")
-    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data), SVCD_STORES_WORKERS=str(workers))
+    if stores_on is not None:
+        (data / "stores").symlink_to(stores_on)
+    env = dict(os.environ, SVCD_STORES_ALLOWED_ROOTS=str(data), SVCD_STORES_WORKERS=str(workers), **{k: str(v) for k, v in settings.items()})
     proc, host = serve(daemon.binary, data, env)
     base = f"{host}/api/svc-nextgen"
     token = Svcd(base, host, data, daemon.binary).token_file(tmp_path / "jane.json", "jane")
@@ -590,9 +593,7 @@ def test_a_conversions_process_is_confined_and_has_none_of_the_daemons_environme
     proc, base, env, headers, url, store_dir, source = a_long_conversion_begun(daemon, tmp_path, "NETCDF3_64BIT_OFFSET", options)
     data = tmp_path / "svcd"
     try:
-        group = process_group(proc.pid)
-        forkers = [pid for pid in group if b"convert-child" in cmdline(pid) and parent(pid) == proc.pid]
-        [task] = [pid for pid in group if parent(pid) in forkers]
+        forkers, task = conversion_processes(proc.pid)
         status = dict(line.split(":", 1) for line in open(f"/proc/{task}/status").read().splitlines())
         assert status["NoNewPrivs"].strip() == "1", status["NoNewPrivs"]
         assert status["Seccomp"].strip() == "2", status["Seccomp"]
@@ -609,6 +610,89 @@ def test_a_conversions_process_is_confined_and_has_none_of_the_daemons_environme
         of_the_daemon = [path for path in opened if path.startswith(str(data)) and path not in allowed and not path.startswith(str(store_dir.parent))]
         assert not of_the_daemon, of_the_daemon
         assert_ready_with_every_value(base, headers, url, source)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_conversions_process_that_writes_past_the_reserve_is_killed_by_the_daemon(daemon, tmp_path):
+    """A conversion's process looks at the room left on the hot tier itself; one that does
+    not (a file that made the libraries run code of its choosing) is killed by the daemon as
+    soon as the hot tier has less room than the reserve. Here the process is stopped
+    (SIGSTOP), so only the daemon can act, and the file system is filled past the reserve
+    in its store: the store fails with the reserve's reason within seconds, and its data
+    is removed."""
+    import os
+    import signal
+    import subprocess
+
+    tier = tmp_path / "tier"
+    tier.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(tier)], capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.strip()}")
+    try:
+        options = {"access_pattern": "time_series", "chunk_size": 1}
+        proc, base, env, headers, url, store_dir, source = a_long_conversion_begun(
+            daemon, tmp_path, "NETCDF3_64BIT_OFFSET", options, stores_on=tier, SVCD_STORES_HOT_RESERVE_MIB=16, SVCD_STORES_MAX_USER_MIB=0)
+        try:
+            _, task = conversion_processes(proc.pid)
+            os.kill(task, signal.SIGSTOP)
+            room = os.statvfs(tier)
+            left = room.f_bavail * room.f_frsize - (8 << 20)
+            with open(store_dir.parent / "written-past-the-reserve", "wb") as f:
+                while left > 0:
+                    left -= f.write(b"\xff" * min(left, 1 << 20))
+            failed = wait_ready(base, headers, url, timeout=30)
+            assert failed["status"] == 1 and RESERVED in failed["reason"] and "killed" in failed["reason"], failed
+            assert not store_dir.parent.exists(), "the failed store's data is removed"
+            deadline = time.monotonic() + 10
+            while alive(task):
+                assert time.monotonic() < deadline, "the conversion's process was not killed"
+                time.sleep(0.05)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    finally:
+        subprocess.run(["umount", str(tier)], check=False)
+
+
+def test_a_store_that_holds_more_than_its_conversion_took_from_the_allowance_fails(daemon, tmp_path):
+    """A conversion's process takes each file it writes from its owner's allowance first;
+    one that wrote without (a file that made the libraries run code of its choosing) leaves
+    a store that holds more than it took: it fails as its conversion ends, and its data is
+    removed. Here a file is written into the store beside the conversion's."""
+    options = {"access_pattern": "time_series", "chunk_size": 1}
+    proc, base, env, headers, url, store_dir, source = a_long_conversion_begun(daemon, tmp_path, "NETCDF3_64BIT_OFFSET", options)
+    try:
+        (store_dir.parent / "written-without-the-allowance").write_bytes(b"\xff" * (1 << 20))
+        failed = wait_ready(base, headers, url, timeout=300)
+        assert failed["status"] == 1 and "took" in failed["reason"] and "allowance" in failed["reason"], failed
+        assert not store_dir.parent.exists(), "the failed store's data is removed"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_consolidated_metadata_longer_than_a_conversion_writes_is_not_read(daemon, tmp_path):
+    """The daemon reads a store's `.zmetadata`, written by a process that read a user's
+    file, only up to the 256 MiB a conversion may write: a longer one (valid JSON, written
+    over the conversion's) is not served (500) and fails the store as its conversion
+    ends."""
+    options = {"access_pattern": "time_series", "chunk_size": 1}
+    proc, base, env, headers, url, store_dir, source = a_long_conversion_begun(daemon, tmp_path, "NETCDF3_64BIT_OFFSET", options)
+    try:
+        consolidated = store_dir.parent / ".zmetadata"
+        document = json.loads(consolidated.read_text())
+        document["padding"] = "x" * (257 << 20)
+        written = store_dir.parent / "zmetadata.tmp"
+        written.write_text(json.dumps(document))
+        written.rename(consolidated)
+        del document
+        answer = requests.get(f"{url}/.zmetadata", headers=headers, timeout=60)
+        assert answer.status_code == 500, (answer.status_code, len(answer.content))
+        failed = wait_ready(base, headers, url, timeout=300)
+        assert failed["status"] == 1 and "longer than the 268435456 bytes a conversion writes" in failed["reason"], failed
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -1116,6 +1200,24 @@ def process_group(group):
         if int(fields[2]) == group:
             found.append(int(pid))
     return found
+
+
+def alive(pid):
+    """Whether process `pid` runs (not ended, nor a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def conversion_processes(daemon_pid):
+    """The `convert-child` processes of the daemon `daemon_pid`, and the process of the one
+    task they run (forked by one of them)."""
+    group = process_group(daemon_pid)
+    forkers = [pid for pid in group if b"convert-child" in cmdline(pid) and parent(pid) == daemon_pid]
+    [task] = [pid for pid in group if parent(pid) in forkers]
+    return forkers, task
 
 
 def environ(pid):

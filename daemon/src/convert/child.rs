@@ -73,6 +73,11 @@ const STOP_GRACE: Duration = Duration::from_secs(30);
 /// stalled network file system, uses no processor time).
 const ON_DEMAND_SECONDS: u64 = 120;
 
+/// How often the daemon looks at the room left on the file system a conversion's process
+/// writes to ([`super::write::Reserve`]), and kills the process when too little is: what
+/// such a process writes between two looks is what passes the reserve at most.
+const ROOM_CHECK: Duration = Duration::from_millis(100);
+
 /// How long a `convert-child` process may take to say how a task's process ended, after
 /// the task's pipe closed or its outcome was read; past that it is killed, and the task's
 /// process with it.
@@ -141,13 +146,14 @@ enum Said {
 /// Converts `sources` into `dir`, as [`super::convert_file`] (one source, neither combined
 /// nor reduced) or [`super::convert_sources`] do, in a child process whose address space
 /// is bounded by `memory` bytes (0: no bound); each file it writes is taken from
-/// `reserve`'s allowance here, in the daemon. A `stop` is passed on to the child, which is
-/// killed when it does not stop within [`STOP_GRACE`]. The sources are probed first, with
-/// the answers kept for `owner`, whose store it is ([`probe::check`]).
+/// `reserve`'s allowance here, in the daemon, which also kills the child as soon as the file
+/// system has less room than `reserve` keeps ([`ROOM_CHECK`]). A `stop` is passed on to the
+/// child, which is killed when it does not stop within [`STOP_GRACE`]. The sources are
+/// probed first, with the answers kept for `owner`, whose store it is ([`probe::check`]).
 ///
 /// # Errors
 /// A reason for the store's failed status: the conversion's, or how its process ended (a
-/// crash, the bound), or that it could not be started.
+/// crash, the bound), or that it could not be started, or that too little room was left.
 #[expect(
     clippy::too_many_arguments,
     reason = "as convert_sources, with the child's bound"
@@ -191,8 +197,12 @@ pub(crate) fn convert(
         millis_left,
     };
     let mut child = Child::start(sources, chunking, compressor, memory, task)?;
+    // The process looks at the room left itself, but the daemon does not count on what a
+    // process that reads a hostile file does. (The store's directory is made by the process:
+    // the directory of the stores is on the same file system.)
+    let room = || reserve.check(dir.parent().unwrap_or(dir));
     loop {
-        match child.next(stop, STOP_GRACE)? {
+        match child.next(stop, STOP_GRACE, Some(&room))? {
             Said::Take(bytes) => {
                 let taken = match &reserve.allowance {
                     Some(allowance) => allowance.take_on_disk(bytes),
@@ -273,7 +283,7 @@ pub(crate) fn layout(
         memory,
         Task::Layout,
     )?;
-    let documents = match child.next(&stop, Duration::ZERO)? {
+    let documents = match child.next(&stop, Duration::ZERO, None)? {
         Said::Layout(documents) => Ok(documents),
         Said::Failed(reason) => Err(reason),
         _ => return Err(child.confused()),
@@ -325,7 +335,7 @@ pub(crate) fn chunk(
         memory,
         task,
     )?;
-    let chunk = match child.next(&stop, Duration::ZERO)? {
+    let chunk = match child.next(&stop, Duration::ZERO, None)? {
         Said::Chunk(None) => Ok(None),
         Said::Chunk(Some(len)) => {
             // Read as it comes: a process that claims more than it sends costs nothing.
@@ -384,6 +394,8 @@ struct Child {
     memory: u64,
     /// When it was told to stop.
     told_to_stop: Option<Instant>,
+    /// When the room left on the file system it writes to was last looked at.
+    room_checked: Option<Instant>,
 }
 
 /// How a task's process ended: its exit code, or the signal that ended it.
@@ -419,6 +431,7 @@ impl Child {
             shown: shown(sources),
             memory,
             told_to_stop: None,
+            room_checked: None,
         };
         let request = Request {
             sources: sources
@@ -467,12 +480,27 @@ impl Child {
     }
 
     /// What the process says next; passes `stop` on to it when requested, and kills it
-    /// when it does not stop within `grace`.
+    /// when it does not stop within `grace`, or as soon as `room` fails (looked at every
+    /// [`ROOM_CHECK`] while it writes a store).
     ///
     /// # Errors
-    /// How the process ended, when it ended without saying more; that it did not stop.
-    fn next(&mut self, stop: &Stop, grace: Duration) -> Result<Said, String> {
+    /// How the process ended, when it ended without saying more; that it did not stop; why
+    /// `room` failed.
+    fn next(
+        &mut self,
+        stop: &Stop,
+        grace: Duration,
+        room: Option<&dyn Fn() -> Result<(), String>>,
+    ) -> Result<Said, String> {
         loop {
+            if let Some(room) = room
+                && self
+                    .room_checked
+                    .is_none_or(|at| at.elapsed() >= ROOM_CHECK)
+            {
+                self.room_checked = Some(Instant::now());
+                room().map_err(|reason| format!("{reason}; its process was killed"))?;
+            }
             if stop.requested() {
                 match self.told_to_stop {
                     // A reader's request has nothing to leave in order: ended at once.
@@ -500,8 +528,13 @@ impl Child {
                     Some(_) => {}
                 }
             }
+            let slice = if room.is_some() {
+                ROOM_CHECK
+            } else {
+                probe::STOP_CHECK
+            };
             if self.said.buffer().is_empty()
-                && !probe::readable_within(self.said.get_ref().as_fd(), probe::STOP_CHECK)
+                && !probe::readable_within(self.said.get_ref().as_fd(), slice)
             {
                 continue;
             }

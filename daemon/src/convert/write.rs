@@ -49,7 +49,15 @@ pub(crate) fn write_metadata(
         .iter()
         .map(|(key, document)| (key.as_str(), document.to_string()))
         .collect();
-    documents.push((".zmetadata", layout.consolidated().to_string()));
+    let consolidated = layout.consolidated().to_string();
+    if consolidated.len() as u64 > super::metadata::MAX_CONSOLIDATED_BYTES {
+        return Err(format!(
+            "the store's consolidated metadata would take {}, more than a store may hold ({})",
+            mib(consolidated.len() as u64),
+            mib(super::metadata::MAX_CONSOLIDATED_BYTES)
+        ));
+    }
+    documents.push((".zmetadata", consolidated));
     if let Some(allowance) = &reserve.allowance {
         allowance.take_on_disk(store_on_disk(
             documents
@@ -121,7 +129,7 @@ impl Reserve {
     const FILES_BETWEEN: usize = 64;
 
     /// Fails when the file system of `dir` has less room than kept.
-    fn check(&self, dir: &Path) -> Result<(), String> {
+    pub(crate) fn check(&self, dir: &Path) -> Result<(), String> {
         if self.bytes == 0 {
             return Ok(());
         }
@@ -216,6 +224,11 @@ impl Allowance {
     /// `stores` (0: no bound): as many MiB as set, or, `auto`, a quarter of the file system.
     pub(crate) fn most(setting: crate::config::MibOrAuto, stores: &Path) -> u64 {
         setting.bytes(stores, |size| size.map_or(0, |size| size / 4))
+    }
+
+    /// What this conversion has taken so far, in bytes on disk.
+    pub(crate) fn taken(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The allowance of a conversion of a store of `owner` under a bound of `most` bytes.

@@ -104,7 +104,7 @@ impl Handler for ConvertJob {
                 stop,
             )
         });
-        let (status, reason) = match converted {
+        let (mut status, mut reason) = match converted {
             // A conversion that gave up because the daemon is stopping runs again next time.
             Ok(Written::Interrupted) | Err(_) if stop.stopping() => {
                 return Ok(Outcome::Interrupted);
@@ -128,17 +128,35 @@ impl Handler for ConvertJob {
                 (Status::Failed, reason)
             }
         };
+        let (mut keys, mut bytes) = (Vec::new(), 0);
+        if status == Status::Ready {
+            keys = self.stores.listing(&record)?;
+            bytes =
+                convert::write::store_on_disk(keys.iter().map(|(key, size)| (key.as_str(), *size)));
+            // Its process takes each file from the allowance before it writes it; one that
+            // did not (a hostile file may have made the libraries run code of its choosing)
+            // wrote what its owner may not have.
+            if let Some(allowance) = &allowance
+                && bytes > allowance.taken()
+            {
+                self.stores.cache.forget(token);
+                remove_dir(&dir);
+                status = Status::Failed;
+                reason = format!(
+                    "the conversion's process wrote {bytes} bytes but took {} from the owner's \
+                     allowance: it did not convert as the daemon does",
+                    allowance.taken()
+                );
+                (keys, bytes) = (Vec::new(), 0);
+            }
+        }
         tracing::info!(%token, status = u8::from(status), %reason, "conversion finished");
-        let mut bytes = 0;
         if status == Status::Ready {
             // The listing and the manifest are written before the record that says ready, so
             // a ready store always has them; not with it, as that write holds the lock every
             // request takes, and a listing of a million keys takes a while. Until then nothing
             // reads them (only a complete store's are read); a store reloaded or removed
             // meanwhile has a job that follows, whose first step forgets them.
-            let keys = self.stores.listing(&record)?;
-            bytes =
-                convert::write::store_on_disk(keys.iter().map(|(key, size)| (key.as_str(), *size)));
             let mut batch = Batch::default();
             crate::tier::Tier::put_listing(&mut batch, token, &keys);
             self.stores.tier.put_manifest(&mut batch, token);

@@ -346,6 +346,10 @@ impl Stores {
         share_key: &std::path::Path,
         tier: Arc<crate::tier::Tier>,
     ) -> Result<Self> {
+        // Made now, not by the first conversion: the bounds set `auto` are sized from its
+        // file system (`statvfs`), and none would hold until it exists.
+        std::fs::create_dir_all(&root)
+            .map_err(|e| Error::io(format!("create {}", root.display()), e))?;
         let stopping = queue.stopping();
         let stores = Stores {
             db,

@@ -665,10 +665,24 @@ impl Stores {
             Err(e) => return Err(failed(e)),
         };
         let file_identity = FileIdentity::of(&file.metadata().map_err(failed)?);
-        let mut consolidated = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut consolidated).map_err(failed)?;
         let corrupt =
             |reason: String| failed(std::io::Error::new(std::io::ErrorKind::InvalidData, reason));
+        // Written by a process that read a user's file: not trusted to be as long as a
+        // conversion writes it.
+        let most = convert::metadata::MAX_CONSOLIDATED_BYTES;
+        let too_long = || corrupt(format!("longer than the {most} bytes a conversion writes"));
+        if file_identity.size > most {
+            return Err(too_long());
+        }
+        let mut consolidated = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(&mut file, most + 1),
+            &mut consolidated,
+        )
+        .map_err(failed)?;
+        if consolidated.len() as u64 > most {
+            return Err(too_long());
+        }
         let value: Value =
             serde_json::from_slice(&consolidated).map_err(|e| corrupt(e.to_string()))?;
         let Some(Value::Object(documents)) = value.get("metadata").cloned() else {
