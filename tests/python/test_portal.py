@@ -698,6 +698,58 @@ def test_consolidated_metadata_longer_than_a_conversion_writes_is_not_read(daemo
         proc.wait(timeout=30)
 
 
+def test_a_conversion_waits_for_a_process_while_the_machine_has_none_to_spare(daemon, tmp_path):
+    """A `convert-child` process that cannot fork a conversion's process (no process left
+    under a limit: EAGAIN) tries again, and the store converts once one can be had, instead
+    of failing. Here the waiting `convert-child` processes are moved into a cgroup that
+    allows no further process, and the limit is lifted after a while."""
+    import os
+
+    import netCDF4
+
+    cgroup = Path("/sys/fs/cgroup/pids") / f"svcd-test-{os.getpid()}"
+    try:
+        cgroup.mkdir()
+    except OSError as e:
+        pytest.skip(f"no cgroup of the pids controller here: {e}")
+    data = tmp_path / "svcd"
+    data.mkdir()
+    source = data / "tas.nc"
+    with netCDF4.Dataset(source, "w") as nc:
+        nc.createDimension("time", 10)
+        nc.createDimension("lat", 18)
+        var = nc.createVariable("tas", "f4", ("time", "lat"))
+        var[:] = np.random.default_rng(0).random((10, 18), dtype="f4")
+    try:
+        with own_daemon(daemon.binary, tmp_path, data) as (base, headers, convert):
+            deadline = time.monotonic() + 30
+            while len(forkers := [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if b"convert-child" in cmdline(pid) and str(data).encode() in cmdline(parent(pid))]) < 2:
+                assert time.monotonic() < deadline, "no convert-child process started ahead"
+                time.sleep(0.05)
+            (cgroup / "pids.max").write_text(str(len(forkers)))
+            for pid in forkers:
+                (cgroup / "cgroup.procs").write_text(str(pid))
+            assert int((cgroup / "pids.current").read_text()) == len(forkers)
+            url = convert(source)
+            time.sleep(3)
+            status = requests.get(f"{base}/data-portal/zarr-utils/status", params={"url": url}, headers=headers, timeout=10).json()
+            assert status["status"] == 2, status
+            assert "trying again" in (data / "svcd.log").read_text()
+            (cgroup / "pids.max").write_text("max")
+            assert wait_ready(base, headers, url, timeout=120) == {"status": 0, "reason": ""}
+            served = xr.open_zarr(url, storage_options={"headers": headers})
+            with xr.open_dataset(source, engine="netcdf4") as expected:
+                np.testing.assert_array_equal(served["tas"].values, expected["tas"].values)
+    finally:
+        deadline = time.monotonic() + 10
+        while cgroup.exists():
+            try:
+                cgroup.rmdir()
+            except OSError:
+                assert time.monotonic() < deadline, "the cgroup's processes did not end"
+                time.sleep(0.1)
+
+
 def test_a_queued_stores_metadata_and_chunks_computed_on_request_are_the_bytes_its_conversion_writes(daemon, tmp_path):
     """With the one worker busy, a second store of the same owner waits: its `.zmetadata`
     and each of its 24 chunks, asked for now by two readers at once, are computed on

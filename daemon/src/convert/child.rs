@@ -196,7 +196,7 @@ pub(crate) fn convert(
         allowance: reserve.allowance.is_some(),
         millis_left,
     };
-    let mut child = Child::start(sources, chunking, compressor, memory, task)?;
+    let mut child = Child::start(sources, chunking, compressor, memory, task, stop)?;
     // The process looks at the room left itself, but the daemon does not count on what a
     // process that reads a hostile file does. (The store's directory is made by the process:
     // the directory of the stores is on the same file system.)
@@ -282,6 +282,7 @@ pub(crate) fn layout(
         compressor,
         memory,
         Task::Layout,
+        &stop,
     )?;
     let documents = match child.next(&stop, Duration::ZERO, None)? {
         Said::Layout(documents) => Ok(documents),
@@ -334,9 +335,13 @@ pub(crate) fn chunk(
         compressor,
         memory,
         task,
+        &stop,
     )?;
     let chunk = match child.next(&stop, Duration::ZERO, None)? {
         Said::Chunk(None) => Ok(None),
+        // No chunk is larger than the process that made it: one that says so would send
+        // what it never held, and the daemon would hold it.
+        Said::Chunk(Some(len)) if memory > 0 && len > memory => return Err(child.confused()),
         Said::Chunk(Some(len)) => {
             // Read as it comes: a process that claims more than it sends costs nothing.
             let mut bytes = Vec::new();
@@ -403,27 +408,30 @@ type Ending = (Option<i32>, Option<i32>);
 
 impl Child {
     /// A process for `task` on `sources`, forked by a waiting `convert-child` process, sent
-    /// the request.
+    /// the request; what it needs is made [`super::patiently`] (until `stop`).
     fn start(
         sources: &[Source],
         chunking: &Chunking,
         compressor: Compressor,
         memory: u64,
         task: Task,
+        stop: &Stop,
     ) -> Result<Child, String> {
         use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
         let failed =
             |e: &dyn std::fmt::Display| format!("cannot start a conversion's process: {e}");
-        let forker = ready::take().map_err(|e| failed(&e))?;
-        let (socket, its_socket) = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )
+        let (forker, (socket, its_socket), (said, its_said)) = super::patiently(Some(stop), || {
+            let forker = ready::take()?;
+            let socket = socketpair(
+                AddressFamily::Unix,
+                SockType::SeqPacket,
+                None,
+                SockFlag::SOCK_CLOEXEC,
+            )?;
+            let pipe = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+            Ok((forker, socket, pipe))
+        })
         .map_err(|e| failed(&e))?;
-        let (said, its_said) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| failed(&e))?;
         let mut child = Child {
             forker: Some(forker),
             socket,

@@ -67,12 +67,57 @@ pub fn read_sources_apart() {
     }
 }
 
+/// How long starting a process (or what it needs: memory, descriptors) is tried again while
+/// the machine has none to spare ([`patiently`]).
+const START_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `attempt`, tried again while it fails for want of what the machine may soon have again
+/// (`EAGAIN`: no process left under a limit; `ENOMEM`; `EMFILE`, `ENFILE`: no descriptor;
+/// `ENOBUFS`), waiting longer each time (10 ms, doubled up to 1 s), for up to
+/// [`START_PATIENCE`], or until `stop` is requested: a store does not fail because the
+/// machine was out of processes for a moment.
+///
+/// # Errors
+/// `attempt`'s last error.
+fn patiently<T>(
+    stop: Option<&Stop>,
+    mut attempt: impl FnMut() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    use nix::errno::Errno;
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(10);
+    loop {
+        match attempt() {
+            Err(e)
+                if [
+                    Errno::EAGAIN,
+                    Errno::ENOMEM,
+                    Errno::EMFILE,
+                    Errno::ENFILE,
+                    Errno::ENOBUFS,
+                ]
+                .map(|errno| Some(errno as i32))
+                .contains(&e.raw_os_error())
+                    && started.elapsed() + pause < START_PATIENCE
+                    && !stop.is_some_and(Stop::requested) =>
+            {
+                tracing::warn!("{e}; trying again in {} ms", pause.as_millis());
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_secs(1));
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 /// Runs `task` in a fork of this process, which must run one thread (checked: the fork's
 /// copy of it then finds no lock held by another), and returns the fork's pid; `task`
 /// first closes what the fork has no business with. The fork ends with this process
 /// (`PR_SET_PDEATHSIG`: the daemon kills a `convert-child` or probe process to end its
 /// task), and as soon as `task` returns, with its exit code: no exit handlers of the
 /// libraries, no buffers of this process flushed twice. Reap it with [`reap`].
+///
+/// A fork that fails for want of a process or memory is tried again ([`patiently`]).
 ///
 /// # Errors
 /// How many threads run, or why the fork failed.
@@ -86,7 +131,8 @@ fn fork_task(task: impl FnOnce() -> i32) -> std::io::Result<nix::unistd::Pid> {
     let parent = nix::unistd::getpid();
     // SAFETY: this process runs one thread (checked above).
     #[allow(unsafe_code)]
-    match unsafe { nix::unistd::fork() }? {
+    let fork = || unsafe { nix::unistd::fork() }.map_err(std::io::Error::from);
+    match patiently(None, fork)? {
         nix::unistd::ForkResult::Parent { child } => Ok(child),
         nix::unistd::ForkResult::Child => {
             let orphaned = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)

@@ -228,7 +228,7 @@ fn probe(files: &[&Source], stop: Option<&Stop>) -> Result<Vec<Result<(), String
         .and_then(|mut probe| probe.alive().then_some(probe));
     let mut probe = match waiting {
         Some(probe) => probe,
-        None => start()?,
+        None => start(stop)?,
     };
     let fds: Vec<RawFd> = files.iter().map(|file| file.file.as_raw_fd()).collect();
     let handed = probe.hand(&fds);
@@ -271,10 +271,10 @@ enum Answer {
     Stalled(String),
 }
 
-/// A new probe process.
-fn start() -> Result<Probe, String> {
-    let (child, ours, answers) =
-        spawn(SUBCOMMAND).map_err(|e| format!("cannot start a probe of sources: {e}"))?;
+/// A new probe process, started [`super::patiently`] (until `stop`).
+fn start(stop: Option<&Stop>) -> Result<Probe, String> {
+    let (child, ours, answers) = super::patiently(stop, || spawn(SUBCOMMAND))
+        .map_err(|e| format!("cannot start a probe of sources: {e}"))?;
     Ok(Probe {
         child,
         socket: Some(ours),

@@ -1476,3 +1476,37 @@ fn a_file_of_more_variables_than_a_store_holds_is_refused_before_they_are_read()
     let err = convert_lz4(&source, &dir.path().join("s"), &map(1)).unwrap_err();
     assert!(err.contains("more than 100000 variables"), "{err}");
 }
+
+#[test]
+fn what_the_machine_has_none_of_for_a_moment_is_tried_again_and_nothing_else_is() {
+    let errno = |errno: nix::errno::Errno| std::io::Error::from_raw_os_error(errno as i32);
+    // Out of processes twice, then started.
+    let mut tries = 0;
+    let started = patiently(None, || {
+        tries += 1;
+        if tries < 3 {
+            Err(errno(nix::errno::Errno::EAGAIN))
+        } else {
+            Ok(tries)
+        }
+    });
+    assert_eq!(started.unwrap(), 3);
+    // A failure that waiting does not mend is the answer at once.
+    let mut tries = 0;
+    let refused = patiently(None, || -> std::io::Result<()> {
+        tries += 1;
+        Err(errno(nix::errno::Errno::EACCES))
+    });
+    assert_eq!(refused.unwrap_err().raw_os_error(), Some(libc::EACCES));
+    assert_eq!(tries, 1);
+    // Nor is anything tried again once the conversion is to stop.
+    let stop = Stop::default();
+    stop.request();
+    let mut tries = 0;
+    let stopped = patiently(Some(&stop), || -> std::io::Result<()> {
+        tries += 1;
+        Err(errno(nix::errno::Errno::EMFILE))
+    });
+    assert_eq!(stopped.unwrap_err().raw_os_error(), Some(libc::EMFILE));
+    assert_eq!(tries, 1);
+}
