@@ -623,10 +623,12 @@ fn after_a_crash_the_jobs_it_cut_short_run_first_each_alone() {
         ["culprit 2", "bystander 1", "later 0", "removal 0"]
     );
     let recorder = run_all(&queue, &[], 2);
-    assert_eq!(
-        *recorder.seen.lock(),
-        ["culprit", "bystander", "removal", "later"]
-    );
+    let seen = recorder.seen.lock();
+    assert_eq!(seen[..2], ["culprit", "bystander"]);
+    // The two others start together on the two workers, in either order.
+    let mut others = seen[2..].to_vec();
+    others.sort();
+    assert_eq!(others, ["later", "removal"]);
 }
 
 /// Each stored job's subject and crashes, in sequence order.
