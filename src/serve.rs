@@ -59,12 +59,29 @@ async fn serve(config: Config, mount: Option<PathBuf>) -> anyhow::Result<()> {
     svc_daemon::start_conversion_processes();
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     let stopping = Arc::clone(&daemon);
+    let (signalled, signal) = tokio::sync::oneshot::channel();
     let shutdown = async move {
         shutdown_signal().await;
         // Before the server drains its requests: readers waiting are answered now.
         stopping.begin_stop();
+        let _ = signalled.send(());
     };
-    svc_http::serve(listener, app, shutdown).await?;
+    let serving = svc_http::serve(listener, app, shutdown);
+    tokio::pin!(serving);
+    let drained = async {
+        if signal.await.is_ok() {
+            tokio::time::sleep(DRAIN).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = &mut serving => served?,
+        () = drained => tracing::warn!(
+            "requests still open {} s after the stop began were closed",
+            DRAIN.as_secs()
+        ),
+    }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     control.abort();
     if let Some(session) = mounted
@@ -89,6 +106,10 @@ async fn serve(config: Config, mount: Option<PathBuf>) -> anyhow::Result<()> {
     tracing::info!("stopped");
     Ok(())
 }
+
+/// How long the server's open requests may take to finish once a stop began: a client that
+/// sends or reads nothing would otherwise hold the stop past systemd's `TimeoutStopSec`.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Completes on SIGINT or SIGTERM.
 async fn shutdown_signal() {

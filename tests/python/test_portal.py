@@ -581,6 +581,46 @@ def test_a_daemon_stop_ends_the_waits_of_readers_at_once(daemon, tmp_path):
     assert_ready_after_a_restart(daemon, data, env, base, headers, url, source)
 
 
+def test_a_client_that_sends_nothing_does_not_hold_the_daemons_stop(daemon, tmp_path):
+    """A client that opened a request and sends no more (nor reads) would hold the server's
+    drain of its requests, and the stop, past systemd's 60 s: requests still open 10 s after
+    the stop began are closed, and the daemon ends cleanly."""
+    import socket
+
+    from conftest import serve
+
+    data = tmp_path / "svcd"
+    data.mkdir()
+    proc, host = serve(daemon.binary, data)
+    address = host.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((address[0], int(address[1])), timeout=30) as silent:
+        silent.sendall(b"GET /api/svc-nextgen/databrowser/overview HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(0.5)
+        stopped_at = time.monotonic()
+        proc.terminate()
+        assert proc.wait(timeout=60) == 0, (data / "svcd.log").read_text()[-3000:]
+        took = time.monotonic() - stopped_at
+    assert took < 20, f"the stop took {took:.1f} s"
+    assert "still open" in (data / "svcd.log").read_text()
+
+
+def test_a_daemon_whose_stores_link_to_a_hot_tier_not_mounted_yet_starts(daemon, tmp_path):
+    """`stores` may be a link to the hot tier's file system, mounted later: the daemon starts
+    (and makes nothing in its place), and serves its catalogue."""
+    from conftest import serve
+
+    data = tmp_path / "svcd"
+    data.mkdir()
+    (data / "stores").symlink_to(tmp_path / "not-mounted-yet")
+    proc, host = serve(daemon.binary, data)
+    try:
+        assert requests.get(f"{host}/api/svc-nextgen/databrowser/overview", timeout=30).status_code == 200
+        assert (data / "stores").is_symlink() and not (tmp_path / "not-mounted-yet").exists()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+
+
 def test_a_conversions_process_is_confined_and_has_none_of_the_daemons_environment(daemon, tmp_path):
     """The process that converts a store (forked for this conversion by a `convert-child`
     process, which reads no source itself) gains no privilege, runs under a seccomp filter,
@@ -657,15 +697,32 @@ def test_a_conversions_process_that_writes_past_the_reserve_is_killed_by_the_dae
         subprocess.run(["umount", str(tier)], check=False)
 
 
-def test_a_store_that_holds_more_than_its_conversion_took_from_the_allowance_fails(daemon, tmp_path):
+def write_a_file(store):
+    (store / "written-without-the-allowance").write_bytes(b"\xff" * (1 << 20))
+
+
+def write_files_no_reader_asks_for(store):
+    # What the store's listing leaves out: a name no key has, a file being written.
+    (store / b"\xff-not-utf-8".decode("utf-8", "surrogateescape")).write_bytes(b"\xff" * (1 << 19))
+    (store / "tas" / ".0.0.0.partial").write_bytes(b"\xff" * (1 << 19))
+
+
+def make_empty_directories(store):
+    for n in range(300):
+        (store / "empty" / str(n)).mkdir(parents=True)
+
+
+@pytest.mark.parametrize("write", [write_a_file, write_files_no_reader_asks_for, make_empty_directories])
+def test_a_store_that_holds_more_than_its_conversion_took_from_the_allowance_fails(daemon, tmp_path, write):
     """A conversion's process takes each file it writes from its owner's allowance first;
     one that wrote without (a file that made the libraries run code of its choosing) leaves
-    a store that holds more than it took: it fails as its conversion ends, and its data is
-    removed. Here a file is written into the store beside the conversion's."""
+    a store that holds more than it took: it fails once its process ended, and its data is
+    removed. Here files, also ones the store's listing leaves out, or directories, are
+    written into the store beside the conversion's."""
     options = {"access_pattern": "time_series", "chunk_size": 1}
     proc, base, env, headers, url, store_dir, source = a_long_conversion_begun(daemon, tmp_path, "NETCDF3_64BIT_OFFSET", options)
     try:
-        (store_dir.parent / "written-without-the-allowance").write_bytes(b"\xff" * (1 << 20))
+        write(store_dir.parent)
         failed = wait_ready(base, headers, url, timeout=300)
         assert failed["status"] == 1 and "took" in failed["reason"] and "allowance" in failed["reason"], failed
         assert not store_dir.parent.exists(), "the failed store's data is removed"
@@ -676,7 +733,7 @@ def test_a_store_that_holds_more_than_its_conversion_took_from_the_allowance_fai
 
 def test_consolidated_metadata_longer_than_a_conversion_writes_is_not_read(daemon, tmp_path):
     """The daemon reads a store's `.zmetadata`, written by a process that read a user's
-    file, only up to the 256 MiB a conversion may write: a longer one (valid JSON, written
+    file, only up to the 16 MiB a conversion may write: a longer one (valid JSON, written
     over the conversion's) is not served (500) and fails the store as its conversion
     ends."""
     options = {"access_pattern": "time_series", "chunk_size": 1}
@@ -684,7 +741,7 @@ def test_consolidated_metadata_longer_than_a_conversion_writes_is_not_read(daemo
     try:
         consolidated = store_dir.parent / ".zmetadata"
         document = json.loads(consolidated.read_text())
-        document["padding"] = "x" * (257 << 20)
+        document["padding"] = "x" * (17 << 20)
         written = store_dir.parent / "zmetadata.tmp"
         written.write_text(json.dumps(document))
         written.rename(consolidated)
@@ -692,7 +749,7 @@ def test_consolidated_metadata_longer_than_a_conversion_writes_is_not_read(daemo
         answer = requests.get(f"{url}/.zmetadata", headers=headers, timeout=60)
         assert answer.status_code == 500, (answer.status_code, len(answer.content))
         failed = wait_ready(base, headers, url, timeout=300)
-        assert failed["status"] == 1 and "longer than the 268435456 bytes a conversion writes" in failed["reason"], failed
+        assert failed["status"] == 1 and "longer than the 16777216 bytes a conversion writes" in failed["reason"], failed
     finally:
         proc.terminate()
         proc.wait(timeout=30)

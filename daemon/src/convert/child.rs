@@ -211,7 +211,9 @@ pub(crate) fn convert(
                 child.reply(taken)?;
             }
             Said::Converted { complete } => {
-                child.done();
+                // Ended before the store is counted and listed: nothing it writes after goes
+                // unchecked.
+                child.finish();
                 return Ok(if complete {
                     Written::Complete
                 } else {
@@ -219,7 +221,8 @@ pub(crate) fn convert(
                 });
             }
             Said::Failed(reason) => {
-                child.done();
+                // Ended before its store's directory is removed.
+                child.finish();
                 return Err(reason);
             }
             _ => return Err(child.confused()),
@@ -342,15 +345,7 @@ pub(crate) fn chunk(
         // No chunk is larger than the process that made it: one that says so would send
         // what it never held, and the daemon would hold it.
         Said::Chunk(Some(len)) if memory > 0 && len > memory => return Err(child.confused()),
-        Said::Chunk(Some(len)) => {
-            // Read as it comes: a process that claims more than it sends costs nothing.
-            let mut bytes = Vec::new();
-            let read = (&mut child.said).take(len).read_to_end(&mut bytes);
-            if read.is_err() || bytes.len() as u64 != len {
-                return Err(child.ended());
-            }
-            Ok(Some(bytes))
-        }
+        Said::Chunk(Some(len)) => child.bytes(len, &stop).map(Some),
         Said::Failed(reason) => Err(reason),
         _ => return Err(child.confused()),
     };
@@ -570,6 +565,42 @@ impl Child {
         if let Err(e) = waited {
             tracing::warn!("cannot wait for a conversion's process to end: {e}");
         }
+    }
+
+    /// The `len` bytes the process said follow, read as they come (one that claims more than
+    /// it sends costs nothing) until `stop` is requested.
+    ///
+    /// # Errors
+    /// How the process ended, when it sent fewer; that it took longer than its time.
+    fn bytes(&mut self, len: u64, stop: &Stop) -> Result<Vec<u8>, String> {
+        let mut bytes = Vec::new();
+        while (bytes.len() as u64) < len {
+            if stop.requested() {
+                return Err(format!(
+                    "{}: the chunk's bytes did not come in time, and its process was killed",
+                    self.shown
+                ));
+            }
+            if self.said.buffer().is_empty()
+                && !probe::readable_within(self.said.get_ref().as_fd(), probe::STOP_CHECK)
+            {
+                continue;
+            }
+            // What is there now: a read waits for no more.
+            let left = usize::try_from(len - bytes.len() as u64).unwrap_or(usize::MAX);
+            let mut piece = vec![0; left.min(1 << 20)];
+            match self.said.read(&mut piece) {
+                Ok(0) | Err(_) => return Err(self.ended()),
+                Ok(read) => bytes.extend_from_slice(&piece[..read]),
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Done with a process whose outcome was read, once it ended (or was killed, after
+    /// [`ENDED_WAIT`]).
+    fn finish(mut self) {
+        let _ = self.ending();
     }
 
     /// How the process ended, as the `convert-child` process that forked it says within

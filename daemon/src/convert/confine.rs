@@ -286,6 +286,13 @@ fn filters() -> Result<Vec<seccompiler::BpfProgram>, seccompiler::Error> {
         libc::SYS_kill,
         libc::SYS_tkill,
         libc::SYS_rt_sigqueueinfo,
+        // What a store's files take is what they hold (a conversion writes files whole), and
+        // the daemon removes a store it fails: no blocks kept past a file's end, no directory
+        // made unwritable to the daemon run as another user than root.
+        libc::SYS_fallocate,
+        libc::SYS_fchmod,
+        libc::SYS_fchmodat,
+        libc::SYS_fchmodat2,
     ]
     .into_iter()
     .map(|call| (call, always()))
@@ -305,6 +312,7 @@ fn filters() -> Result<Vec<seccompiler::BpfProgram>, seccompiler::Error> {
         denied.insert(libc::SYS_fork, always());
         denied.insert(libc::SYS_vfork, always());
         denied.insert(libc::SYS_inotify_init, always());
+        denied.insert(libc::SYS_chmod, always());
     }
     // Another process's limits or scheduling (0: its own).
     for call in [
@@ -553,6 +561,21 @@ mod tests {
             )
         };
         assert_eq!((shared, watch), (-1, -1), "System V IPC, or a watch");
+        // Blocks past a file's end, and a directory of its store made unwritable.
+        let chunk = std::fs::File::open(dir.join("store/tas/0.0")).unwrap();
+        // SAFETY: asks for blocks for a file of its store; no memory is passed.
+        #[allow(unsafe_code)]
+        let allocated =
+            unsafe { libc::fallocate(chunk.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, 1 << 30) };
+        assert_eq!(allocated, -1, "blocks were allocated past the file's end");
+        use std::os::unix::fs::PermissionsExt;
+        denied(
+            "a chmod",
+            std::fs::set_permissions(
+                dir.join("store/tas"),
+                std::fs::Permissions::from_mode(0o500),
+            ),
+        );
         // No capability but the one that opens its sources again (a test run as root has
         // them all before).
         let kept = caps::read(None, caps::CapSet::Effective).unwrap();

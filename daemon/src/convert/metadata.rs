@@ -616,11 +616,14 @@ const MAX_ATTRIBUTE_TEXT: usize = 16 << 20;
 /// variables each are a hundred million) before it combines them.
 const MAX_METADATA_BYTES: usize = 256 << 20;
 
-/// The longest consolidated metadata (`.zmetadata`) a store may have, in bytes: what
-/// [`MAX_METADATA_BYTES`] lets a conversion hold, written as JSON. A conversion whose metadata
-/// would be longer fails, and the daemon reads no longer one (what is in a store's directory
-/// was written by a process that read a user's file: [`super::child`]).
-pub(crate) const MAX_CONSOLIDATED_BYTES: u64 = 256 << 20;
+/// The longest consolidated metadata (`.zmetadata`) a store may have, in bytes. A
+/// conversion whose metadata would be longer fails, and the daemon reads no longer one (what
+/// is in a store's directory was written by a process that read a user's file:
+/// [`super::child`]). The daemon parses it to serve its documents, which takes up to some
+/// 16 times its length (a list of small numbers, a 32-byte value for each 2 bytes of text):
+/// 16 MiB hold the metadata of 20,000 arrays with their attributes, far more than the
+/// datasets of this field have, and parse within 256 MiB.
+pub(crate) const MAX_CONSOLIDATED_BYTES: u64 = 16 << 20;
 
 /// What one variable's description takes, besides its names and attributes (about what it
 /// takes in memory, and then some for what combining sources does with it): 256 MiB hold a

@@ -175,6 +175,40 @@ pub(crate) fn store_on_disk<'a>(keys: impl Iterator<Item = (&'a str, u64)>) -> u
     bytes.saturating_add(on_disk(0).saturating_mul(directories.len() as u64))
 }
 
+/// What the store in `dir` takes on the hot tier, counted as [`store_on_disk`] counts what
+/// a conversion takes: every file (whatever its name: also one the store's listing leaves
+/// out) in whole blocks of what it holds, and a block for each directory, the store's own
+/// too. Used to check what a conversion's process wrote against what it took (it may have
+/// read a hostile file): anything else in the store (a link, a pipe) is an error.
+///
+/// # Errors
+/// What could not be read, or what no conversion writes.
+pub(crate) fn dir_on_disk(dir: &Path) -> Result<u64, String> {
+    let mut bytes = on_disk(0);
+    let mut directories = vec![dir.to_path_buf()];
+    while let Some(directory) = directories.pop() {
+        let shown = |path: &Path| path.strip_prefix(dir).unwrap_or(path).display().to_string();
+        let failed = |e: std::io::Error| format!("{}/: {e}", shown(&directory));
+        for entry in std::fs::read_dir(&directory).map_err(failed)? {
+            let entry = entry.map_err(failed)?;
+            let kind = entry.file_type().map_err(failed)?;
+            if kind.is_dir() {
+                bytes = bytes.saturating_add(on_disk(0));
+                directories.push(entry.path());
+            } else if kind.is_file() {
+                let len = entry.metadata().map_err(failed)?.len();
+                bytes = bytes.saturating_add(on_disk(len));
+            } else {
+                return Err(format!(
+                    "{} is neither a file nor a directory",
+                    shown(&entry.path())
+                ));
+            }
+        }
+    }
+    Ok(bytes)
+}
+
 /// What each owner's stores take on the hot tier, by owner: what their records count
 /// (`StoreRecord::bytes`, summed when the daemon starts and kept up as records change) and
 /// what their conversions running now have written. Shared by every conversion (see

@@ -135,18 +135,23 @@ impl Handler for ConvertJob {
                 convert::write::store_on_disk(keys.iter().map(|(key, size)| (key.as_str(), *size)));
             // Its process takes each file from the allowance before it writes it; one that
             // did not (a hostile file may have made the libraries run code of its choosing)
-            // wrote what its owner may not have.
-            if let Some(allowance) = &allowance
-                && bytes > allowance.taken()
-            {
+            // wrote what its owner may not have. Counted from the directory, not the
+            // listing, which leaves out what no reader asks for.
+            let wrong = allowance
+                .as_ref()
+                .and_then(|allowance| match convert::write::dir_on_disk(&dir) {
+                    Ok(on_disk) if on_disk > allowance.taken() => Some(format!(
+                        "the conversion's process wrote {on_disk} bytes but took {} from the \
+                         owner's allowance: it did not convert as the daemon does",
+                        allowance.taken()
+                    )),
+                    Ok(_) => None,
+                    Err(e) => Some(format!("the converted store cannot be counted: {e}")),
+                });
+            if let Some(wrong) = wrong {
                 self.stores.cache.forget(token);
                 remove_dir(&dir);
-                status = Status::Failed;
-                reason = format!(
-                    "the conversion's process wrote {bytes} bytes but took {} from the owner's \
-                     allowance: it did not convert as the daemon does",
-                    allowance.taken()
-                );
+                (status, reason) = (Status::Failed, wrong);
                 (keys, bytes) = (Vec::new(), 0);
             }
         }

@@ -347,9 +347,12 @@ impl Stores {
         tier: Arc<crate::tier::Tier>,
     ) -> Result<Self> {
         // Made now, not by the first conversion: the bounds set `auto` are sized from its
-        // file system (`statvfs`), and none would hold until it exists.
-        std::fs::create_dir_all(&root)
-            .map_err(|e| Error::io(format!("create {}", root.display()), e))?;
+        // file system (`statvfs`), and none would hold until it exists. Only when nothing is
+        // there: a link to a hot tier not mounted yet stays as it is.
+        if std::fs::symlink_metadata(&root).is_err() {
+            std::fs::create_dir_all(&root)
+                .map_err(|e| Error::io(format!("create {}", root.display()), e))?;
+        }
         let stopping = queue.stopping();
         let stores = Stores {
             db,

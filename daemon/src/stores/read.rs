@@ -178,6 +178,13 @@ const MAPPED_CHUNK_BYTES: u64 = 1 << 30;
 /// The most weight of metadata kept (see [`ServedWeight`]).
 const KEPT_METADATA_BYTES: u64 = 256 << 20;
 
+/// A `.zmetadata` longer than this is parsed by one reader at a time ([`PARSING`]).
+const LONG_METADATA: u64 = 1 << 20;
+
+/// Held while a long `.zmetadata` is parsed: what parsing takes is bounded by one, not by
+/// the readers at once.
+static PARSING: Mutex<()> = Mutex::new(());
+
 /// Weighs a store's metadata: its `.zmetadata` bytes, and the parsed documents, some
 /// times larger.
 #[derive(Clone)]
@@ -202,13 +209,18 @@ impl quick_cache::Weighter<(Uuid, String), (FileIdentity, Bytes)> for ByLength {
 impl Default for ReadCache {
     fn default() -> Self {
         ReadCache {
-            // The item estimate sizes the cache's tables, and its shards (at most one per 32
-            // items): an item heavier than a shard's share of the weight is never kept, so
-            // few shards, that a store's metadata of some MiB is kept on any machine.
-            metadata: quick_cache::sync::Cache::with_weighter(
-                256,
-                KEPT_METADATA_BYTES,
+            // One shard: an item heavier than a shard's share of the weight is never kept,
+            // and the longest metadata a store may have (16 MiB, weighing 80) is kept.
+            metadata: quick_cache::sync::Cache::with_options(
+                quick_cache::OptionsBuilder::new()
+                    .estimated_items_capacity(256)
+                    .weight_capacity(KEPT_METADATA_BYTES)
+                    .shards(1)
+                    .build()
+                    .expect("every option is set"),
                 ServedWeight,
+                quick_cache::DefaultHashBuilder::default(),
+                quick_cache::sync::DefaultLifecycle::default(),
             ),
             // The item estimate sizes the cache's tables (chunks of 1 MiB and more), and its
             // shards, at most 32: a chunk of up to 32 MiB is kept on any machine.
@@ -674,6 +686,14 @@ impl Stores {
         if file_identity.size > most {
             return Err(too_long());
         }
+        // One long document parsed at a time (each takes many times its length), and the
+        // readers of the same store waiting meanwhile find it kept.
+        let _parsing = (file_identity.size > LONG_METADATA).then(|| PARSING.lock());
+        if let Some(served) = self.cache.metadata.get(&record.token)
+            && served.file == Some(file_identity)
+        {
+            return Ok(Some(served));
+        }
         let mut consolidated = Vec::new();
         std::io::Read::read_to_end(
             &mut std::io::Read::take(&mut file, most + 1),
@@ -685,7 +705,10 @@ impl Stores {
         }
         let value: Value =
             serde_json::from_slice(&consolidated).map_err(|e| corrupt(e.to_string()))?;
-        let Some(Value::Object(documents)) = value.get("metadata").cloned() else {
+        let Value::Object(mut value) = value else {
+            return Err(corrupt("not an object".into()));
+        };
+        let Some(Value::Object(documents)) = value.remove("metadata") else {
             return Err(corrupt("no metadata object".into()));
         };
         let served = Arc::new(Served {
