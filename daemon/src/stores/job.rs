@@ -62,7 +62,9 @@ impl Handler for ConvertJob {
         let dir = self.stores.dir(token);
         // What readers keep of the earlier conversion goes with its files, and so do its
         // listing, manifest and archived blobs.
-        self.stores.tier.forget_store(token)?;
+        if !self.stores.tier.forget_store(token, stop)? {
+            return Ok(Outcome::Interrupted);
+        }
         self.stores.cache.forget(token);
         remove_dir(&dir);
         self.stores.record_files_removed(token, |_| true)?;

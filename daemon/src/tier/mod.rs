@@ -1033,15 +1033,25 @@ impl Tier {
     // ---- a store converted again or removed ---------------------------------------------
 
     /// Forgets the store `token`'s listing, manifest and tier state and deletes its cold
-    /// objects: it is being converted again or removed. Blocking.
+    /// objects: it is being converted again or removed. Blocking: waits for the store's lock
+    /// (a restore or an archive of it under way holds it, and may wait for the cold tier for
+    /// long) until the daemon is `stopping`, and forgets nothing then (`false`).
     ///
     /// # Errors
     /// A write error (then nothing was forgotten). A cold object that cannot be deleted is
     /// logged and removed by the next cleaning (see [`Tier::clean_marked`]).
-    pub(crate) fn forget_store(&self, token: Uuid) -> Result<()> {
+    pub(crate) fn forget_store(&self, token: Uuid, stopping: &crate::jobs::Stop) -> Result<bool> {
         let store_lock = self.store_lock(token);
-        let _exclusive = store_lock.write();
-        self.forget_store_locked(token)
+        let _exclusive = loop {
+            if let Some(exclusive) = store_lock.try_write_for(Duration::from_millis(100)) {
+                break exclusive;
+            }
+            if stopping.stopping() {
+                return Ok(false);
+            }
+        };
+        self.forget_store_locked(token)?;
+        Ok(true)
     }
 
     /// As [`Tier::forget_store`] for a removed store, waiting at most [`COLD_ANSWER_WAIT`]

@@ -68,6 +68,10 @@ impl Tier {
         if !self.is_archived(token) {
             return Ok(false);
         }
+        // No restore is started for a reader of a daemon that stops.
+        if stopping.stopping() {
+            return Err(Error::Stopping { retry: RETRY });
+        }
         let Some(cut) = self.cut(token)? else {
             return Ok(false);
         };

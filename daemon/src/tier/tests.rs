@@ -506,7 +506,7 @@ fn forgetting_a_store_drops_its_listing_manifest_state_and_cold_objects() {
     let fixture = fixture();
     let tier = &fixture.tier;
     archive_all(tier);
-    tier.forget_store(TOKEN).unwrap();
+    assert!(tier.forget_store(TOKEN, &Stop::default()).unwrap());
     assert!(tier.keys(TOKEN).unwrap().is_empty());
     assert!(tier.manifest(TOKEN).unwrap().is_none());
     assert!(tier.state(TOKEN, "b_tas_0").unwrap().is_none());
@@ -786,7 +786,7 @@ fn a_start_lists_only_stores_marked_since_the_last_and_a_full_clean_reaches_ever
     let store = data.join("stores").join(TOKEN.to_string());
     assert_eq!(std::fs::read(store.join("tas/5.0")).unwrap(), chunk(5));
     // Forgetting the store deletes its objects, and leaves it marked for the cleaning.
-    tier.forget_store(TOKEN).unwrap();
+    assert!(tier.forget_store(TOKEN, &Stop::default()).unwrap());
     assert_eq!(tier.marked_for_cleaning().unwrap(), [TOKEN]);
     assert!(tier.clean_marked(&|_| Ok(false), &|| false).unwrap());
     assert!(tier.marked_for_cleaning().unwrap().is_empty());
@@ -1447,7 +1447,7 @@ fn an_object_read_to_be_adopted_is_not_recorded_when_its_blob_changed_meanwhile(
     assert_eq!(state(tier, "b_tas_2").cold_key, other.cold_key);
     assert_eq!(archived(tier), archived_before);
     // The store was converted again meanwhile.
-    tier.forget_store(TOKEN).unwrap();
+    assert!(tier.forget_store(TOKEN, &Stop::default()).unwrap());
     let adopted = tier.adopt(TOKEN, &adoption, &|_| Ok(true), &mut tally);
     assert!(matches!(adopted.unwrap(), Adopted::No));
     assert!(tier.state(TOKEN, "b_tas_2").unwrap().is_none());
@@ -1662,6 +1662,36 @@ fn a_reader_waiting_for_a_restore_is_answered_when_the_daemon_stops_and_the_rest
 }
 
 #[test]
+fn a_store_converted_again_during_a_restore_waits_for_it_until_the_daemon_stops() {
+    let (fixture, park, holding) = parked();
+    let tier = Arc::clone(&fixture.tier);
+    let restore = std::thread::spawn({
+        let tier = Arc::clone(&tier);
+        move || tier.restore_instance(TOKEN, "b_tas_1", None)
+    });
+    holding
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the restore reads its object");
+    let stopping = Stop::default();
+    let forgetting = std::thread::spawn({
+        let (tier, stopping) = (Arc::clone(&tier), stopping.clone());
+        move || (tier.forget_store(TOKEN, &stopping), Instant::now())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!forgetting.is_finished(), "it did not wait for the restore");
+    let asked_to_stop = Instant::now();
+    stopping.request();
+    let (forgot, answered) = forgetting.join().unwrap();
+    assert!(!forgot.unwrap(), "it forgot the store under a restore");
+    assert!(answered.duration_since(asked_to_stop) < Duration::from_secs(2));
+    // Nothing was forgotten: the restore goes on and ends as before.
+    park.release.notify_one();
+    assert!(restore.join().unwrap().unwrap(), "the restore went on");
+    assert_eq!(state(&tier, "b_tas_1").state, State::Hot);
+    assert_eq!(hot(&fixture, "tas/2.0"), Some(chunk(2)));
+}
+
+#[test]
 fn a_listing_is_read_a_directory_at_a_time_in_pages() {
     let dir = tempfile::tempdir().unwrap();
     let tier = open(dir.path());
@@ -1758,7 +1788,7 @@ fn a_start_drops_the_listings_and_manifests_of_stores_not_ready_and_keeps_the_re
     let mut known: HashSet<Uuid> = [TOKEN, unready, manifest_only].into_iter().collect();
     for n in 100..2100 {
         let token = Uuid::from_u128(n);
-        tier.forget_store(token).unwrap();
+        assert!(tier.forget_store(token, &Stop::default()).unwrap());
         known.insert(token);
     }
     tier.repair(&known, &[TOKEN], |_| unreachable!("the store is listed"))
