@@ -1570,6 +1570,22 @@ fn parked() -> (Fixture, Arc<Park>, std::sync::mpsc::Receiver<()>) {
     (fixture, park, holding)
 }
 
+/// A restore of instance `b_tas_1` on a thread of its own, once it is held in its download
+/// (`holding` hears it: see [`parked`]); joined, it gives the restore's outcome.
+fn restore_held(
+    tier: &Arc<Tier>,
+    holding: &std::sync::mpsc::Receiver<()>,
+) -> std::thread::JoinHandle<Result<bool>> {
+    let restore = std::thread::spawn({
+        let tier = Arc::clone(tier);
+        move || tier.restore_instance(TOKEN, "b_tas_1", None)
+    });
+    holding
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the restore reads its object");
+    restore
+}
+
 #[test]
 fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
     // A real restore, held in the middle of its download from the cold tier: it holds the
@@ -1579,13 +1595,7 @@ fn a_store_busy_at_one_cleaning_is_cleaned_at_the_next_once_its_lock_frees() {
     let mut batch = Batch::default();
     mark_for_cleaning(&mut batch, TOKEN);
     tier.db.write(batch).unwrap();
-    let restore = std::thread::spawn({
-        let tier = Arc::clone(&tier);
-        move || tier.restore_instance(TOKEN, "b_tas_1", None)
-    });
-    holding
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the restore reads its object");
+    let restore = restore_held(&tier, &holding);
     // Not waiting in the lock (the first cleaning would not answer in time then).
     let (cleaned, cleaning) = std::sync::mpsc::channel();
     std::thread::spawn({
@@ -1665,13 +1675,7 @@ fn a_reader_waiting_for_a_restore_is_answered_when_the_daemon_stops_and_the_rest
 fn a_store_converted_again_during_a_restore_waits_for_it_until_the_daemon_stops() {
     let (fixture, park, holding) = parked();
     let tier = Arc::clone(&fixture.tier);
-    let restore = std::thread::spawn({
-        let tier = Arc::clone(&tier);
-        move || tier.restore_instance(TOKEN, "b_tas_1", None)
-    });
-    holding
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the restore reads its object");
+    let restore = restore_held(&tier, &holding);
     let stopping = Stop::default();
     let forgetting = std::thread::spawn({
         let (tier, stopping) = (Arc::clone(&tier), stopping.clone());
