@@ -78,7 +78,7 @@ async fn serve(config: Config, mount: Option<PathBuf>) -> anyhow::Result<()> {
     tokio::select! {
         served = &mut serving => served?,
         () = drained => tracing::warn!(
-            "requests still open {} s after the stop began were closed",
+            "requests still open {} s after the stop began are cut short",
             DRAIN.as_secs()
         ),
     }
@@ -108,7 +108,8 @@ async fn serve(config: Config, mount: Option<PathBuf>) -> anyhow::Result<()> {
 }
 
 /// How long the server's open requests may take to finish once a stop began: a client that
-/// sends or reads nothing would otherwise hold the stop past systemd's `TimeoutStopSec`.
+/// sends or reads nothing, or reads slowly, would otherwise hold the stop past systemd's
+/// `TimeoutStopSec`; a download still under way then is cut short (the client asks again).
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Completes on SIGINT or SIGTERM.

@@ -581,6 +581,32 @@ def test_a_daemon_stop_ends_the_waits_of_readers_at_once(daemon, tmp_path):
     assert_ready_after_a_restart(daemon, data, env, base, headers, url, source)
 
 
+def test_a_complete_stores_long_consolidated_metadata_is_read_whole(daemon, tmp_path):
+    """A store converted before conversions were bounded to 16 MiB of consolidated metadata
+    (here, one whose `.zmetadata` is made longer once it is ready) is read whole, as before:
+    only a store being converted is held to the bound."""
+    import netCDF4
+
+    data = tmp_path / "svcd"
+    data.mkdir()
+    source = data / "tas.nc"
+    with netCDF4.Dataset(source, "w") as nc:
+        nc.createDimension("time", 4)
+        nc.createVariable("tas", "f4", ("time",))[:] = [1, 2, 3, 4]
+    with own_daemon(daemon.binary, tmp_path, data) as (base, headers, convert):
+        url = convert(source)
+        assert wait_ready(base, headers, url) == {"status": 0, "reason": ""}
+        consolidated = data / "stores" / url.rsplit("/", 1)[1].removesuffix(".zarr") / ".zmetadata"
+        document = json.loads(consolidated.read_text())
+        document["metadata"][".zattrs"]["history"] = "x" * (17 << 20)
+        written = consolidated.with_name("zmetadata.tmp")
+        written.write_text(json.dumps(document))
+        written.rename(consolidated)
+        answer = requests.get(f"{url}/.zmetadata", headers=headers, timeout=60)
+        assert answer.status_code == 200, answer.text[:300]
+        assert len(answer.json()["metadata"][".zattrs"]["history"]) == 17 << 20
+
+
 def test_a_client_that_sends_nothing_does_not_hold_the_daemons_stop(daemon, tmp_path):
     """A client that opened a request and sends no more (nor reads) would hold the server's
     drain of its requests, and the stop, past systemd's 60 s: requests still open 10 s after

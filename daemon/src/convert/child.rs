@@ -415,8 +415,9 @@ impl Child {
         use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
         let failed =
             |e: &dyn std::fmt::Display| format!("cannot start a conversion's process: {e}");
-        let (forker, (socket, its_socket), (said, its_said)) = super::patiently(Some(stop), || {
-            let forker = ready::take()?;
+        // The descriptors first: a waiting process taken, then dropped for want of them,
+        // would be killed.
+        let make = || {
             let socket = socketpair(
                 AddressFamily::Unix,
                 SockType::SeqPacket,
@@ -424,9 +425,16 @@ impl Child {
                 SockFlag::SOCK_CLOEXEC,
             )?;
             let pipe = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-            Ok((forker, socket, pipe))
-        })
-        .map_err(|e| failed(&e))?;
+            Ok((socket, pipe, ready::take()?))
+        };
+        // A conversion waits for what the machine lacks for a moment; a reader's request,
+        // which only spares the reader a wait for the conversion, does not.
+        let made = if matches!(task, Task::Convert { .. }) {
+            super::patiently(Some(stop), make)
+        } else {
+            make()
+        };
+        let ((socket, its_socket), (said, its_said), forker) = made.map_err(|e| failed(&e))?;
         let mut child = Child {
             forker: Some(forker),
             socket,
@@ -574,6 +582,7 @@ impl Child {
     /// How the process ended, when it sent fewer; that it took longer than its time.
     fn bytes(&mut self, len: u64, stop: &Stop) -> Result<Vec<u8>, String> {
         let mut bytes = Vec::new();
+        let mut piece = vec![0; usize::try_from(len).unwrap_or(usize::MAX).min(1 << 20)];
         while (bytes.len() as u64) < len {
             if stop.requested() {
                 return Err(format!(
@@ -588,8 +597,8 @@ impl Child {
             }
             // What is there now: a read waits for no more.
             let left = usize::try_from(len - bytes.len() as u64).unwrap_or(usize::MAX);
-            let mut piece = vec![0; left.min(1 << 20)];
-            match self.said.read(&mut piece) {
+            let piece = &mut piece[..left.min(1 << 20)];
+            match self.said.read(piece) {
                 Ok(0) | Err(_) => return Err(self.ended()),
                 Ok(read) => bytes.extend_from_slice(&piece[..read]),
             }

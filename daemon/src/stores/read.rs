@@ -679,9 +679,15 @@ impl Stores {
         let file_identity = FileIdentity::of(&file.metadata().map_err(failed)?);
         let corrupt =
             |reason: String| failed(std::io::Error::new(std::io::ErrorKind::InvalidData, reason));
-        // Written by a process that read a user's file: not trusted to be as long as a
-        // conversion writes it.
-        let most = convert::metadata::MAX_CONSOLIDATED_BYTES;
+        // Written by a process that read a user's file, while the store is converted: not
+        // trusted to be as long as a conversion writes it. A complete store's was checked so
+        // as its conversion ended (the job lists it through here), or was written before
+        // conversions were bounded so, and is read whole as then.
+        let most = if record.is_complete() {
+            u64::MAX - 1
+        } else {
+            convert::metadata::MAX_CONSOLIDATED_BYTES
+        };
         let too_long = || corrupt(format!("longer than the {most} bytes a conversion writes"));
         if file_identity.size > most {
             return Err(too_long());
