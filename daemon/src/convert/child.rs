@@ -43,7 +43,7 @@
 //! in its own process.
 
 use std::io::{BufRead, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -544,9 +544,7 @@ impl Child {
             } else {
                 probe::STOP_CHECK
             };
-            if self.said.buffer().is_empty()
-                && !probe::readable_within(self.said.get_ref().as_fd(), slice)
-            {
+            if !probe::readable_within(&self.said, slice) {
                 continue;
             }
             let mut line = String::new();
@@ -564,12 +562,12 @@ impl Child {
 
     /// Done with a process whose outcome was read: the `convert-child` process that forked
     /// it goes back to waiting for work once it said that this one ended, which is waited
-    /// for on a thread of its own, so that the outcome (a reader's chunk) is not held up by
-    /// the process's exit.
-    fn done(mut self) {
+    /// for on a thread of its own ([`Child::finish`]), so that the outcome (a reader's chunk)
+    /// is not held up by the process's exit.
+    fn done(self) {
         let waited = std::thread::Builder::new()
             .name("svcd-task-ended".into())
-            .spawn(move || drop(self.ending()));
+            .spawn(move || self.finish());
         if let Err(e) = waited {
             tracing::warn!("cannot wait for a conversion's process to end: {e}");
         }
@@ -590,15 +588,12 @@ impl Child {
                     self.shown
                 ));
             }
-            if self.said.buffer().is_empty()
-                && !probe::readable_within(self.said.get_ref().as_fd(), probe::STOP_CHECK)
-            {
+            if !probe::readable_within(&self.said, probe::STOP_CHECK) {
                 continue;
             }
-            // What is there now: a read waits for no more.
-            let left = usize::try_from(len - bytes.len() as u64).unwrap_or(usize::MAX);
-            let piece = &mut piece[..left.min(1 << 20)];
-            match self.said.read(piece) {
+            // What is there now, up to what is left: a read waits for no more.
+            let left = len - bytes.len() as u64;
+            match (&mut self.said).take(left).read(&mut piece) {
                 Ok(0) | Err(_) => return Err(self.ended()),
                 Ok(read) => bytes.extend_from_slice(&piece[..read]),
             }
@@ -619,8 +614,7 @@ impl Child {
         let Some(mut forker) = self.forker.take() else {
             return Err("a conversion's process ended".into());
         };
-        let said_in_time = !forker.said.buffer().is_empty()
-            || probe::readable_within(forker.said.get_ref().as_fd(), ENDED_WAIT);
+        let said_in_time = probe::readable_within(&forker.said, ENDED_WAIT);
         let mut line = String::new();
         if said_in_time
             && forker.said.read_line(&mut line).is_ok()

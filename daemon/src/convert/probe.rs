@@ -375,11 +375,6 @@ impl Probe {
     /// # Errors
     /// When `stop` is requested meanwhile (the probe is then dropped, and killed).
     fn answers_in_time(&self, stop: Option<&Stop>) -> Result<bool, String> {
-        use std::os::fd::AsFd;
-        // The answers of a batch come together: the next may have been read already.
-        if !self.answers.buffer().is_empty() {
-            return Ok(true);
-        }
         let deadline =
             std::time::Instant::now() + std::time::Duration::from_secs(PROBE_WAIT_SECONDS);
         loop {
@@ -387,7 +382,7 @@ impl Probe {
                 return Err(STOPPING.into());
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if readable_within(self.answers.get_ref().as_fd(), left.min(STOP_CHECK)) {
+            if readable_within(&self.answers, left.min(STOP_CHECK)) {
                 return Ok(true);
             }
             if left.is_zero() {
@@ -437,13 +432,24 @@ impl Probe {
     }
 }
 
-/// Whether `fd` becomes readable within `slice` (closed or failing counts: reading it
-/// tells); a signal that interrupts the wait counts as not.
-pub(super) fn readable_within(fd: std::os::fd::BorrowedFd, slice: std::time::Duration) -> bool {
+/// Whether `reader` has something to read within `slice`: bytes it buffered already (a
+/// process's lines come together, and a line read may have brought the next), or its
+/// descriptor becomes readable (closed or failing counts: reading it tells); a signal that
+/// interrupts the wait counts as not.
+pub(super) fn readable_within<R: std::os::fd::AsFd>(
+    reader: &std::io::BufReader<R>,
+    slice: std::time::Duration,
+) -> bool {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    if !reader.buffer().is_empty() {
+        return true;
+    }
     let timeout = PollTimeout::from(u16::try_from(slice.as_millis()).unwrap_or(u16::MAX));
     !matches!(
-        poll(&mut [PollFd::new(fd, PollFlags::POLLIN)], timeout),
+        poll(
+            &mut [PollFd::new(reader.get_ref().as_fd(), PollFlags::POLLIN)],
+            timeout
+        ),
         Ok(0) | Err(nix::errno::Errno::EINTR)
     )
 }

@@ -660,14 +660,18 @@ impl Stores {
     fn served(&self, record: &StoreRecord) -> Result<Option<Arc<Served>>> {
         let path = self.dir(record.token).join(".zmetadata");
         let failed = |e| Error::io(format!("read {}", path.display()), e);
+        let kept = |file: FileIdentity| {
+            self.cache
+                .metadata
+                .get(&record.token)
+                .filter(|served| served.file == Some(file))
+        };
         let written = match std::fs::metadata(&path) {
             Ok(meta) => FileIdentity::of(&meta),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(failed(e)),
         };
-        if let Some(served) = self.cache.metadata.get(&record.token)
-            && served.file == Some(written)
-        {
+        if let Some(served) = kept(written) {
             return Ok(Some(served));
         }
         // Read the file and its identity from one open file, so they agree.
@@ -683,31 +687,30 @@ impl Stores {
         // trusted to be as long as a conversion writes it. A complete store's was checked so
         // as its conversion ended (the job lists it through here), or was written before
         // conversions were bounded so, and is read whole as then.
-        let most = if record.is_complete() {
-            u64::MAX - 1
-        } else {
-            convert::metadata::MAX_CONSOLIDATED_BYTES
+        let most = (!record.is_complete()).then_some(convert::metadata::MAX_CONSOLIDATED_BYTES);
+        let too_long = |len: u64| {
+            most.filter(|&most| len > most)
+                .map(|most| corrupt(format!("longer than the {most} bytes a conversion writes")))
         };
-        let too_long = || corrupt(format!("longer than the {most} bytes a conversion writes"));
-        if file_identity.size > most {
-            return Err(too_long());
+        if let Some(refused) = too_long(file_identity.size) {
+            return Err(refused);
         }
         // One long document parsed at a time (each takes many times its length), and the
         // readers of the same store waiting meanwhile find it kept.
-        let _parsing = (file_identity.size > LONG_METADATA).then(|| PARSING.lock());
-        if let Some(served) = self.cache.metadata.get(&record.token)
-            && served.file == Some(file_identity)
+        let parsing = (file_identity.size > LONG_METADATA).then(|| PARSING.lock());
+        if parsing.is_some()
+            && let Some(served) = kept(file_identity)
         {
             return Ok(Some(served));
         }
         let mut consolidated = Vec::new();
         std::io::Read::read_to_end(
-            &mut std::io::Read::take(&mut file, most + 1),
+            &mut std::io::Read::take(&mut file, most.map_or(u64::MAX, |most| most + 1)),
             &mut consolidated,
         )
         .map_err(failed)?;
-        if consolidated.len() as u64 > most {
-            return Err(too_long());
+        if let Some(refused) = too_long(consolidated.len() as u64) {
+            return Err(refused);
         }
         let value: Value =
             serde_json::from_slice(&consolidated).map_err(|e| corrupt(e.to_string()))?;

@@ -100,6 +100,10 @@ const FORMAT: u8 = 1;
 /// next one; a store's job, its cold objects to the cleaning.
 const COLD_ANSWER_WAIT: Duration = Duration::from_secs(10);
 
+/// How often what waits for a store's restore, or for its lock, looks whether the daemon
+/// stops (nothing notifies it).
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
 /// The length of a store token, the first bytes of the keys of its listing and manifest.
 const TOKEN_BYTES: usize = 16;
 
@@ -1043,7 +1047,7 @@ impl Tier {
     pub(crate) fn forget_store(&self, token: Uuid, stopping: &crate::jobs::Stop) -> Result<bool> {
         let store_lock = self.store_lock(token);
         let _exclusive = loop {
-            if let Some(exclusive) = store_lock.try_write_for(Duration::from_millis(100)) {
+            if let Some(exclusive) = store_lock.try_write_for(STOP_CHECK) {
                 break exclusive;
             }
             if stopping.stopping() {

@@ -22,16 +22,14 @@ use uuid::Uuid;
 
 use super::archive::hex;
 use super::{
-    Asked, Flight, MOST_FAILURES_KEPT, State, Tier, now, partial_path, remove_file, tier_error,
+    Asked, Flight, MOST_FAILURES_KEPT, STOP_CHECK, State, Tier, now, partial_path, remove_file,
+    tier_error,
 };
 use crate::error::{Error, Result};
 use crate::jobs::Stop;
 
 /// How long a reader that gave up waiting is told to wait before asking again.
 const RETRY: Duration = Duration::from_secs(5);
-
-/// How often a reader waiting for a restore looks whether the daemon stops.
-const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// The error of a read whose blob `instance` could not be restored, for `reason`.
 fn restore_failed(instance: &str, reason: &str) -> Error {
