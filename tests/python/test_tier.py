@@ -906,69 +906,73 @@ def test_one_users_reads_stalled_on_the_cold_tier_hold_up_no_other_users(tmp_pat
     reads as before."""
     mountpoint = Path(tempfile.mkdtemp(prefix="svcd-tier-fair-"))
     os.chmod(mountpoint, 0o755)
-    other = local_user(OTHER)
-    timeout = 60
-    with NoiseStore(tmp_path, 40, seed=7, max_bytes=1 << 20, mount=mountpoint,
-                    env={"SVCD_MOUNT_READ_TIMEOUT_SECONDS": str(timeout)}) as noise:
-        data, stalled = noise.data, noise.store
-        tas(4, 512, 512, seed=8).to_netcdf(noise.sources / "quick.nc")
-        os.chmod(noise.sources / "quick.nc", 0o644)
-        base = noise.url.split("/data-portal/")[0]
-        quick_url, quick = convert(base, noise.headers, noise.sources / "quick.nc", public=True)
-        quick_chunks = [k for k in chunk_files(data, quick) if k.startswith("tas/")]
-        quick_served = {k: requests.get(f"{quick_url}/{k}", headers=noise.headers, timeout=30).content for k in quick_chunks}
-        svcd(data, "tier", "archive")
-        assert {r["state"] for r in tier_rows(data)} == {"archived"}
-        assert len(tier_rows(data, stalled)) >= 32 and len(tier_rows(data, quick)) >= 2
-        objects = sorted((data / "cold" / stalled).rglob("*.zip"))
-        for cold in objects:
-            cold.rename(cold.with_suffix(".kept"))
-            os.mkfifo(cold)
-        chunks = [k for k in noise.served if k.startswith("tas/") and not k.startswith("tas/.")]
-        assert len(chunks) == 40
-        directory = mountpoint / f"{stalled}.zarr"
-
-        def read(key):
-            asked = time.monotonic()
-            try:
-                return (directory / key).read_bytes() == noise.served[key], time.monotonic() - asked
-            except OSError as e:
-                return errno.errorcode.get(e.errno, str(e.errno)), time.monotonic() - asked
-
-        with concurrent.futures.ThreadPoolExecutor(len(chunks)) as pool:
-            reads = [pool.submit(read, key) for key in chunks]
-            def restoring():
-                return sum(r["state"] == "restoring" for r in tier_rows(data, stalled))
-
-            # One user's 40 reads run half of the 8 restores at once, whatever they wait for.
-            assert eventually(lambda: restoring() >= 4)
-            time.sleep(1)
-            assert restoring() == 4 and len(restore_threads(noise.proc.pid)) <= 8
-            # Another user's read of another store's archived chunk, through the mount and
-            # over HTTP, is answered at once.
-            started = time.monotonic()
-            key = quick_chunks[0]
-            got = as_user(other, "sha256sum", str(mountpoint / f"{quick}.zarr" / key))
-            assert got.returncode == 0, got.stderr
-            assert got.stdout.split()[0] == hashlib.sha256(quick_served[key]).hexdigest()
-            key = quick_chunks[-1]
-            answer = requests.get(f"{quick_url}/{key}", params={"timeout": 20}, timeout=30)
-            assert answer.status_code == 200 and answer.content == quick_served[key], answer.text
-            assert time.monotonic() - started < timeout / 3
-            assert not any(r.done() for r in reads), "the stalled store's reads waited"
-            # The cold objects come back: a restore that opened its FIFO reads it empty and
-            # fails (its readers get EIO), the others restore. (Opened read-write, a FIFO
-            # opens at once, and lets a restore blocked opening it go on.)
+    try:
+        other = local_user(OTHER)
+        timeout = 60
+        with NoiseStore(tmp_path, 40, seed=7, max_bytes=1 << 20, mount=mountpoint,
+                        env={"SVCD_MOUNT_READ_TIMEOUT_SECONDS": str(timeout)}) as noise:
+            data, stalled = noise.data, noise.store
+            tas(4, 512, 512, seed=8).to_netcdf(noise.sources / "quick.nc")
+            os.chmod(noise.sources / "quick.nc", 0o644)
+            base = noise.url.split("/data-portal/")[0]
+            quick_url, quick = convert(base, noise.headers, noise.sources / "quick.nc", public=True)
+            quick_chunks = [k for k in chunk_files(data, quick) if k.startswith("tas/")]
+            quick_served = {k: requests.get(f"{quick_url}/{k}", headers=noise.headers, timeout=30).content for k in quick_chunks}
+            svcd(data, "tier", "archive")
+            assert {r["state"] for r in tier_rows(data)} == {"archived"}
+            assert len(tier_rows(data, stalled)) >= 32 and len(tier_rows(data, quick)) >= 2
+            objects = sorted((data / "cold" / stalled).rglob("*.zip"))
             for cold in objects:
-                writer = os.open(cold, os.O_RDWR)
-                cold.with_suffix(".kept").rename(cold)
-                os.close(writer)
-            outcomes = [r.result(timeout=timeout + 30) for r in reads]
-        assert {outcome for outcome, _ in outcomes} <= {True, "EIO"}, outcomes
-        assert all(seconds < timeout + 10 for _, seconds in outcomes), outcomes
-        for key in chunks:
-            answer = requests.get(f"{noise.url}/{key}", headers=noise.headers, timeout=120)
-            assert answer.status_code == 200 and answer.content == noise.served[key], key
+                cold.rename(cold.with_suffix(".kept"))
+                os.mkfifo(cold)
+            chunks = [k for k in noise.served if k.startswith("tas/") and not k.startswith("tas/.")]
+            assert len(chunks) == 40
+            directory = mountpoint / f"{stalled}.zarr"
+
+            def read(key):
+                asked = time.monotonic()
+                try:
+                    return (directory / key).read_bytes() == noise.served[key], time.monotonic() - asked
+                except OSError as e:
+                    return errno.errorcode.get(e.errno, str(e.errno)), time.monotonic() - asked
+
+            with concurrent.futures.ThreadPoolExecutor(len(chunks)) as pool:
+                reads = [pool.submit(read, key) for key in chunks]
+                def restoring():
+                    return sum(r["state"] == "restoring" for r in tier_rows(data, stalled))
+
+                # One user's 40 reads run half of the 8 restores at once, whatever they wait for.
+                assert eventually(lambda: restoring() >= 4)
+                time.sleep(1)
+                assert restoring() == 4 and len(restore_threads(noise.proc.pid)) <= 8
+                # Another user's read of another store's archived chunk, through the mount and
+                # over HTTP, is answered at once.
+                started = time.monotonic()
+                key = quick_chunks[0]
+                got = as_user(other, "sha256sum", str(mountpoint / f"{quick}.zarr" / key))
+                assert got.returncode == 0, got.stderr
+                assert got.stdout.split()[0] == hashlib.sha256(quick_served[key]).hexdigest()
+                key = quick_chunks[-1]
+                answer = requests.get(f"{quick_url}/{key}", params={"timeout": 20}, timeout=30)
+                assert answer.status_code == 200 and answer.content == quick_served[key], answer.text
+                assert time.monotonic() - started < timeout / 3
+                assert not any(r.done() for r in reads), "the stalled store's reads waited"
+                # The cold objects come back: a restore that opened its FIFO reads it empty and
+                # fails (its readers get EIO), the others restore. (Opened read-write, a FIFO
+                # opens at once, and lets a restore blocked opening it go on.)
+                for cold in objects:
+                    writer = os.open(cold, os.O_RDWR)
+                    cold.with_suffix(".kept").rename(cold)
+                    os.close(writer)
+                outcomes = [r.result(timeout=timeout + 30) for r in reads]
+            assert {outcome for outcome, _ in outcomes} <= {True, "EIO"}, outcomes
+            assert all(seconds < timeout + 10 for _, seconds in outcomes), outcomes
+            for key in chunks:
+                answer = requests.get(f"{noise.url}/{key}", headers=noise.headers, timeout=120)
+                assert answer.status_code == 200 and answer.content == noise.served[key], key
+    finally:
+        if not os.path.ismount(mountpoint):
+            os.rmdir(mountpoint)
 
 
 def test_a_reader_joining_another_readers_queued_restore_waits_in_its_own_turn(tmp_path):

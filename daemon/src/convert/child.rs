@@ -829,7 +829,7 @@ fn bound_and_confine(sources: &[Source], memory: u64, task: &Task) -> Result<(),
         Task::Layout | Task::Chunk { .. } => None,
     };
     let files: Vec<&std::fs::File> = sources.iter().map(|source| &source.file).collect();
-    super::confine::confine(&files, store)
+    super::confine::confine(&files, store, true)
 }
 
 /// Does `task` on `sources`: what to say, and the bytes that follow, or why it failed. A

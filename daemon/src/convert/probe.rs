@@ -540,7 +540,7 @@ fn read_files(files: &[std::fs::File], answers: std::os::fd::OwnedFd) -> i32 {
     let mut answers = std::fs::File::from(answers);
     let statm = std::fs::File::open("/proc/self/statm");
     // Says nothing of the files: no answer, which fails this conversion only.
-    if let Err(e) = super::confine::confine(&files.iter().collect::<Vec<_>>(), None) {
+    if let Err(e) = super::confine::confine(&files.iter().collect::<Vec<_>>(), None, false) {
         eprintln!("svcd {SUBCOMMAND}: {e}");
         return 2;
     }
