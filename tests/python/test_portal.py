@@ -651,8 +651,8 @@ def test_a_conversions_process_is_confined_and_has_none_of_the_daemons_environme
     """The process that converts a store (forked for this conversion by a `convert-child`
     process, which reads no source itself) gains no privilege, runs under a seccomp filter,
     has none of the daemon's environment (which may hold the cold tier's credentials), and
-    has open no file of the daemon's but its source and its store's; the store ends ready
-    with every value."""
+    has open no file of the daemon's but its source and its store's (its standard output
+    and error are a pipe, not the daemon's log); the store ends ready with every value."""
     import os
 
     options = {"access_pattern": "time_series", "chunk_size": 1}
@@ -671,10 +671,12 @@ def test_a_conversions_process_is_confined_and_has_none_of_the_daemons_environme
             with contextlib.suppress(FileNotFoundError):  # closed meanwhile
                 opened.append(os.readlink(f"/proc/{task}/fd/{fd}"))
         assert str(source) in opened, opened
-        # Its standard error is the daemon's log, which this test keeps in the data directory.
-        allowed = (str(source), str(data / "svcd.log"))
-        of_the_daemon = [path for path in opened if path.startswith(str(data)) and path not in allowed and not path.startswith(str(store_dir.parent))]
+        # Not even the daemon's log (which this test keeps in the data directory): what it
+        # prints goes to a pipe of its own, which its convert-child writes to the log quoted.
+        of_the_daemon = [path for path in opened if path.startswith(str(data)) and path != str(source) and not path.startswith(str(store_dir.parent))]
         assert not of_the_daemon, of_the_daemon
+        for printed in (1, 2):
+            assert os.readlink(f"/proc/{task}/fd/{printed}").startswith("pipe:"), printed
         assert_ready_with_every_value(base, headers, url, source)
     finally:
         proc.terminate()

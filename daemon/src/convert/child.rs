@@ -751,6 +751,13 @@ pub fn serve() -> std::io::Result<()> {
             unreachable!("counted above");
         };
         let said_fd = said.get_ref().as_raw_fd();
+        let whose = match &request.task {
+            Task::Convert { dir, .. } => format!("the conversion into {}", dir.display()),
+            Task::Layout => "a store's metadata computed on request".to_string(),
+            Task::Chunk { array, index, .. } => {
+                format!("the chunk {array} {index:?} computed on request")
+            }
+        };
         // The listening thread of a conversion runs in the task's process. Its descriptors
         // go with the closure: closed here as the fork is made.
         let task = super::fork_task(move || {
@@ -759,7 +766,7 @@ pub fn serve() -> std::io::Result<()> {
             let _ = nix::unistd::close(requests);
             task(request, fds.collect(), &socket, pipe)
         })?;
-        let (code, signal) = super::reap(task)?;
+        let (code, signal) = super::reap(task, &whose)?;
         say(&mut said, &Said::Ended { code, signal })?;
     }
     Ok(())

@@ -22,7 +22,8 @@
 //! What it can still do: write what it likes below its store (the owner's allowance is
 //! asked for by the task itself), answer the daemon on its own socket and pipe (a forged
 //! answer reaches only its own store, or the request of the same reader, whose file it is),
-//! write to the daemon's log (its standard error), and `stat` any path.
+//! and `stat` any path. What it prints reaches the daemon's log only quoted, by its parent
+//! (`super::reap`).
 //!
 //! Landlock is applied as far as the kernel supports it (Linux 5.13 and later; the network
 //! and scopes from 6.7 and 6.12): the daemon logs at start how far ([`report`]). Seccomp

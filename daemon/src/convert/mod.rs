@@ -111,17 +111,18 @@ fn patiently<T>(
 }
 
 /// Runs `task` in a fork of this process, which must run one thread (checked: the fork's
-/// copy of it then finds no lock held by another), and returns the fork's pid; `task`
-/// first closes what the fork has no business with. The fork ends with this process
+/// copy of it then finds no lock held by another), and returns the fork; `task` first
+/// closes what the fork has no business with. The fork ends with this process
 /// (`PR_SET_PDEATHSIG`: the daemon kills a `convert-child` or probe process to end its
-/// task), and as soon as `task` returns, with its exit code: no exit handlers of the
-/// libraries, no buffers of this process flushed twice. Reap it with [`reap`].
+/// task), and as soon as `task` returns (or panics), with its exit code: no exit handlers
+/// of the libraries, no buffers of this process flushed twice. Its standard output and
+/// error are a pipe of its own ([`Forked`]). Reap it with [`reap`].
 ///
 /// A fork that fails for want of a process or memory is tried again ([`patiently`]).
 ///
 /// # Errors
 /// How many threads run, or why the fork failed.
-fn fork_task(task: impl FnOnce() -> i32) -> std::io::Result<nix::unistd::Pid> {
+fn fork_task(task: impl FnOnce() -> i32) -> std::io::Result<Forked> {
     let threads = std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count);
     if threads != 1 {
         return Err(std::io::Error::other(format!(
@@ -129,16 +130,39 @@ fn fork_task(task: impl FnOnce() -> i32) -> std::io::Result<nix::unistd::Pid> {
         )));
     }
     let parent = nix::unistd::getpid();
+    let (messages, its_messages) = patiently(None, || {
+        Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+    })?;
     // SAFETY: this process runs one thread (checked above).
     #[allow(unsafe_code)]
     let fork = || unsafe { nix::unistd::fork() }.map_err(std::io::Error::from);
     match patiently(None, fork)? {
-        nix::unistd::ForkResult::Parent { child } => Ok(child),
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked {
+            pid: child,
+            messages,
+        }),
         nix::unistd::ForkResult::Child => {
+            drop(messages);
             let orphaned = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
                 .is_err()
                 || nix::unistd::getppid() != parent;
-            let code = if orphaned { 1 } else { task() };
+            // Written without waiting: what does not fit in the pipe is not kept.
+            let apart = nix::unistd::dup2_stdout(&its_messages)
+                .and_then(|()| nix::unistd::dup2_stderr(&its_messages))
+                .and_then(|()| {
+                    nix::fcntl::fcntl(
+                        &its_messages,
+                        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+                    )
+                });
+            drop(its_messages);
+            // A panic must not unwind into this process's copy of its parent's loop.
+            let run = std::panic::AssertUnwindSafe(task);
+            let code = if orphaned || apart.is_err() {
+                1
+            } else {
+                std::panic::catch_unwind(run).unwrap_or(101)
+            };
             // SAFETY: ends the fork at once, as said above.
             #[allow(unsafe_code)]
             unsafe {
@@ -148,21 +172,78 @@ fn fork_task(task: impl FnOnce() -> i32) -> std::io::Result<nix::unistd::Pid> {
     }
 }
 
+/// A process forked by [`fork_task`]: its pid, and the reading end of the pipe that is its
+/// standard output and error. The libraries print their messages there, and a process
+/// that reads users' files is not trusted with the daemon's log: [`reap`] writes what it
+/// printed to the log as its words, quoted.
+pub(crate) struct Forked {
+    pub(crate) pid: nix::unistd::Pid,
+    messages: std::os::fd::OwnedFd,
+}
+
+/// The most of a process's messages written to the log ([`log_messages`]): lines, and
+/// characters of a line.
+const MESSAGES_LOGGED: (usize, usize) = (20, 500);
+
 /// How a process forked by [`fork_task`] ended, once it did: its exit code, or the signal
-/// that ended it.
+/// that ended it. What it printed is then logged as the words of `whose` ([`log_messages`]).
 ///
 /// # Errors
 /// When it cannot be waited for.
-fn reap(fork: nix::unistd::Pid) -> std::io::Result<(Option<i32>, Option<i32>)> {
+fn reap(forked: Forked, whose: &str) -> std::io::Result<(Option<i32>, Option<i32>)> {
     use nix::sys::wait::{WaitStatus, waitpid};
-    loop {
-        match waitpid(fork, None) {
-            Ok(WaitStatus::Exited(_, code)) => return Ok((Some(code), None)),
-            Ok(WaitStatus::Signaled(_, signal, _)) => return Ok((None, Some(signal as i32))),
+    let ended = loop {
+        match waitpid(forked.pid, None) {
+            Ok(WaitStatus::Exited(_, code)) => break (Some(code), None),
+            Ok(WaitStatus::Signaled(_, signal, _)) => break (None, Some(signal as i32)),
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(e.into()),
         }
+    };
+    let mut printed = Vec::new();
+    // What is in the pipe, and no more: a descriptor the process passed on could keep it
+    // open.
+    let drained = nix::fcntl::fcntl(
+        &forked.messages,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    );
+    if drained.is_ok() {
+        let pipe = std::fs::File::from(forked.messages);
+        let _ = std::io::Read::read_to_end(&mut std::io::Read::take(pipe, 1 << 20), &mut printed);
     }
+    for line in log_messages(&printed) {
+        tracing::warn!("{whose} printed: {line}");
+    }
+    Ok(ended)
+}
+
+/// The lines of `printed` as the log shows them: each quoted, with its control characters
+/// and quotes escaped (no line of the log can be forged), the first [`MESSAGES_LOGGED`]
+/// lines of up to as many characters, and how many more were left out.
+fn log_messages(printed: &[u8]) -> Vec<String> {
+    let (most_lines, most_chars) = MESSAGES_LOGGED;
+    let text = String::from_utf8_lossy(printed);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    let mut logged: Vec<String> = lines
+        .iter()
+        .take(most_lines)
+        .map(|line| {
+            let shown: String = line.chars().take(most_chars).collect();
+            let cut = if shown.len() < line.len() {
+                " (cut)"
+            } else {
+                ""
+            };
+            format!("{shown:?}{cut}")
+        })
+        .collect();
+    if lines.len() > most_lines {
+        logged.push(format!("{} lines more, left out", lines.len() - most_lines));
+    }
+    logged
 }
 
 /// What a panic says (the `netcdf` crate panics on some errors of the library).

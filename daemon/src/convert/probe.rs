@@ -514,8 +514,8 @@ pub fn serve() -> std::io::Result<()> {
         }
         // It has nothing left to do: one that lingers would hold up the next batch, which
         // may be another owner's.
-        let _ = nix::sys::signal::kill(reader, nix::sys::signal::Signal::SIGKILL);
-        let ended = super::reap(reader)?;
+        let _ = nix::sys::signal::kill(reader.pid, nix::sys::signal::Signal::SIGKILL);
+        let ended = super::reap(reader, "the probe's reader of a conversion's files")?;
         // One that ended before it answered for every file, and answered `ok` so far: why,
         // as the answer for the file it was reading.
         if answered < count && refused.is_none() {

@@ -1510,3 +1510,30 @@ fn what_the_machine_has_none_of_for_a_moment_is_tried_again_and_nothing_else_is(
     assert_eq!(stopped.unwrap_err().raw_os_error(), Some(libc::EMFILE));
     assert_eq!(tries, 1);
 }
+
+#[test]
+fn what_a_process_reading_users_files_prints_is_logged_quoted_and_bounded() {
+    // A forged line of the daemon's own log, a terminal escape and a carriage return each
+    // stay inside one quoted entry.
+    let forged = b"HDF5-DIAG: error\n2026-11-27T12:00:00Z  INFO svc_http: store deleted\n\x1b[2Jcleared\rover\n\n";
+    let logged = log_messages(forged);
+    assert_eq!(
+        logged,
+        [
+            r#""HDF5-DIAG: error""#,
+            r#""2026-11-27T12:00:00Z  INFO svc_http: store deleted""#,
+            r#""\u{1b}[2Jcleared\rover""#,
+        ]
+    );
+    // Bounded: lines past the first 20, and characters past 500 of a line, are left out.
+    let many = "x".repeat(600) + "\n" + &"a line\n".repeat(30);
+    let logged = log_messages(many.as_bytes());
+    let (lines, chars) = MESSAGES_LOGGED;
+    assert_eq!(logged.len(), lines + 1);
+    assert_eq!(logged[0], format!("{:?} (cut)", "x".repeat(chars)));
+    assert_eq!(logged[lines], "11 lines more, left out");
+    // Bytes that are not UTF-8 are replaced, not passed on, and so is text written right to
+    // left over the line's end.
+    assert_eq!(log_messages(b"\xff\xfe\n"), ["\"\u{fffd}\u{fffd}\""]);
+    assert_eq!(log_messages("\u{202e}gol".as_bytes()), [r#""\u{202e}gol""#]);
+}
