@@ -52,7 +52,8 @@ pub enum Fault {
     Syntax,
     /// The request names a parameter, body field or facet that the endpoint does not take.
     Unknown,
-    /// A field of a JSON body has the wrong JSON type, or a required field is missing.
+    /// A JSON body is not JSON or not an object, a field of it has the wrong JSON type, or a
+    /// required field is missing.
     WrongType,
     /// The value parses but is not allowed: out of range, reserved, in conflict with another
     /// parameter, or matching nothing.

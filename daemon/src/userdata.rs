@@ -17,7 +17,11 @@
 //!   touched by it. User data is versioned per owner, so it never changes which version of a
 //!   catalogue dataset (or of another user's entries) searches show.
 //! - One add takes at most [`MAX_ENTRIES`] entries (422 beyond), so one request's memory and
-//!   write are bounded; larger collections are added in several requests.
+//!   write are bounded; larger collections are added in several requests. One user holds at
+//!   most [`MAX_ENTRIES_PER_USER`] (422 beyond). A `file` is at most [`MAX_PATH_BYTES`]
+//!   long, any other value [`MAX_VALUE_BYTES`], and no value holds a control character
+//!   (422): each is kept in the shared index in memory, walked by every wildcard search, and
+//!   a line break in a path would split a line of `data-search`'s answer.
 //! - A delete body may name `user` only as the caller (a no-op); any other owner is 422, so
 //!   a body can never widen a delete beyond the caller's entries.
 //! - `time` may be `fx` (time-invariant files, as freva-client sends them): the entry has no
@@ -34,7 +38,7 @@ use serde_json::{Map, Value};
 
 use crate::auth::Caller;
 use crate::catalog::facet::{self, OWNER, STANDARD_FACETS};
-use crate::catalog::query::{Field, Pattern};
+use crate::catalog::query::{Field, Pattern, Query, Source};
 use crate::catalog::time::TimeRange;
 use crate::catalog::{Catalog, Record};
 use crate::databrowser::params::{SearchParams, build_query};
@@ -52,6 +56,16 @@ pub(crate) const MAX_ENTRIES: usize = 100_000;
 
 /// Keys `facets` may not set.
 const FIXED_KEYS: [&str; 3] = ["user", "file", "uri"];
+
+/// The longest `file` of an entry, in bytes: Linux's longest path (`PATH_MAX`).
+pub(crate) const MAX_PATH_BYTES: usize = 4096;
+
+/// The longest value of any other key, in bytes. Real facet values are tens of bytes; every
+/// value is kept in the shared index, and every wildcard or free-text search walks them.
+pub(crate) const MAX_VALUE_BYTES: usize = 1024;
+
+/// The most entries one user may hold: each is kept in the shared index, in memory.
+pub(crate) const MAX_ENTRIES_PER_USER: u64 = 1_000_000;
 
 fn object(body: &[u8]) -> Result<Map<String, Value>> {
     match serde_json::from_slice(body) {
@@ -189,6 +203,9 @@ fn entry_record(
             other => return Err(format!("{key:?} must be a string, not {other}")),
         };
     }
+    for (key, value) in values.iter().chain(facets.iter()) {
+        check_value(key, value)?;
+    }
     let missing: Vec<&str> = REQUIRED
         .iter()
         .copied()
@@ -221,12 +238,48 @@ fn entry_record(
     Ok(record)
 }
 
+/// Refuses a value longer than its bound ([`MAX_PATH_BYTES`] for `file`,
+/// [`MAX_VALUE_BYTES`] for any other key), or holding a control character: a line break in
+/// a `file` made one entry two lines of a `data-search` answer, one of them any path.
+fn check_value(key: &str, value: &str) -> std::result::Result<(), String> {
+    let most = if key == "file" {
+        MAX_PATH_BYTES
+    } else {
+        MAX_VALUE_BYTES
+    };
+    if value.len() > most {
+        return Err(format!(
+            "{key:?} is {} bytes long, at most {most}",
+            value.len()
+        ));
+    }
+    if let Some(control) = value.chars().find(|c| c.is_control()) {
+        return Err(format!("{key:?} holds the control character {control:?}"));
+    }
+    Ok(())
+}
+
 /// Adds the entries of an add request owned by `caller`; returns the status message.
 ///
 /// # Errors
 /// 422 listing every bad entry (nothing is added), or a store error (nothing was added).
 pub(crate) fn add(catalog: &Catalog, body: &[u8], caller: &Caller) -> Result<String> {
     let records = parse_add(body, caller)?;
+    let mut owned = Query::over(Source::UserData);
+    owned.set_multi_version(true);
+    owned.only_owner(&caller.user);
+    // Counted before the add: two adds at once may pass the bound by one request's entries.
+    let held = catalog.select(&owned).len();
+    if held + records.len() as u64 > MAX_ENTRIES_PER_USER {
+        return Err(Error::invalid(
+            "user_metadata",
+            Fault::Refused,
+            format!(
+                "user_metadata: you hold {held} entries, and one user may hold at most \
+                 {MAX_ENTRIES_PER_USER}; delete some first"
+            ),
+        ));
+    }
     let (added, duplicates) = catalog.add_new(&records)?;
     drop(records);
     if added >= crate::memory::LARGE_CHANGE {
@@ -338,6 +391,35 @@ mod tests {
     fn entry(file: &str) -> Value {
         json!({"file": file, "variable": "tas", "time_frequency": "mon",
                "time": "[2000-01-16T12:00:00Z TO 2000-12-16T12:00:00Z]", "version": ""})
+    }
+
+    #[test]
+    fn values_too_long_or_holding_a_control_character_are_refused() {
+        let refused = |body: Value| {
+            parse_add(body.to_string().as_bytes(), &jane())
+                .unwrap_err()
+                .to_string()
+        };
+        let long_path = format!("/{}", "a".repeat(MAX_PATH_BYTES));
+        assert!(refused(json!({"user_metadata": [entry(&long_path)]})).contains("at most 4096"));
+        let split = refused(json!({"user_metadata": [entry("/home/jane/a.nc\n/home/john/b.nc")]}));
+        assert!(split.contains("control character '\\n'"), "{split}");
+        let long_value = "x".repeat(MAX_VALUE_BYTES + 1);
+        let said =
+            refused(json!({"user_metadata": [entry("/a.nc")], "facets": {"project": long_value}}));
+        assert!(
+            said.contains("\"project\" is 1025 bytes long, at most 1024"),
+            "{said}"
+        );
+        // At the bounds, accepted.
+        let longest = format!("/{}", "a".repeat(MAX_PATH_BYTES - 1));
+        let body = json!({"user_metadata": [entry(&longest)], "facets": {"project": "x".repeat(MAX_VALUE_BYTES)}});
+        assert_eq!(
+            parse_add(body.to_string().as_bytes(), &jane())
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]

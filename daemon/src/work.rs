@@ -96,19 +96,18 @@ impl Daemon {
         self.run(move |daemon| Ok((work(daemon)?, slot)))
     }
 
-    /// Starts `produce` on the blocking pool holding `slot` until it returns: the producer of
-    /// a streamed answer, which sends its parts through a channel the facade reads. Call it
-    /// on the runtime (it watches the producer with a task).
+    /// Starts `produce` on the blocking pool with `slot`: the producer of a streamed answer,
+    /// which sends its parts through a channel the facade reads. The producer holds the slot
+    /// while it works, and may give it back while it waits for a slow client and take one
+    /// again ([`Daemon::slot_again`]). Call it on the runtime (it watches the producer with a
+    /// task).
     pub fn produce(
         self: &Arc<Self>,
         slot: ExpensiveSlot,
-        produce: impl FnOnce(&Daemon) + Send + 'static,
+        produce: impl FnOnce(&Daemon, ExpensiveSlot) + Send + 'static,
     ) {
         let daemon = Arc::clone(self);
-        let producer = tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            produce(&daemon);
-        });
+        let producer = tokio::task::spawn_blocking(move || produce(&daemon, slot));
         // Nobody awaits a producer's result; a panic in it ends the stream early, and is
         // logged here so that the truncated answer has a cause on record.
         tokio::spawn(async move {
@@ -116,6 +115,17 @@ impl Daemon {
                 tracing::error!(error = %e, "a stream producer failed");
             }
         });
+    }
+
+    /// A slot of expensive work for a producer on the blocking pool that gave its slot back
+    /// while its client was slow: waits as long as every slot is taken (its answer has begun,
+    /// so there is no 503 to give).
+    pub fn slot_again(&self) -> ExpensiveSlot {
+        let waiting = Arc::clone(&self.slots.0).acquire_owned();
+        match tokio::runtime::Handle::current().block_on(waiting) {
+            Ok(permit) => ExpensiveSlot(permit),
+            Err(_) => unreachable!("the semaphore of the slots is never closed"),
+        }
     }
 }
 

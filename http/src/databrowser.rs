@@ -2,6 +2,8 @@
 //! catalogues. Handlers extract, call the daemon's databrowser, and shape the answer.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::Json;
 use axum::Router;
@@ -44,16 +46,28 @@ pub(crate) fn routes() -> Router<AppState> {
         )
 }
 
-async fn overview(State(state): State<AppState>, caller: MaybeAuthenticated) -> Json<Value> {
-    let flavours = state.daemon.flavours().visible(caller.user());
-    let attributes: Map<String, Value> = flavours
-        .iter()
-        .map(|f| (f.name.clone(), json!(f.attributes())))
-        .collect();
-    Json(json!({
-        "flavours": flavours.iter().map(|f| f.name.clone()).collect::<Vec<_>>(),
-        "attributes": attributes,
-    }))
+/// The overview, built on the blocking pool: a user's flavours are many and long enough to
+/// hold the runtime up.
+async fn overview(
+    State(state): State<AppState>,
+    caller: MaybeAuthenticated,
+) -> Result<Json<Value>, ApiError> {
+    let user = caller.user().map(str::to_string);
+    let overview = state
+        .daemon
+        .run(move |daemon| {
+            let flavours = daemon.flavours().visible(user.as_deref());
+            let attributes: Map<String, Value> = flavours
+                .iter()
+                .map(|f| (f.name.clone(), json!(f.attributes())))
+                .collect();
+            Ok(json!({
+                "flavours": flavours.iter().map(|f| f.name.clone()).collect::<Vec<_>>(),
+                "attributes": attributes,
+            }))
+        })
+        .await?;
+    Ok(Json(overview))
 }
 
 /// Validates a request off the runtime (compiling many wildcards is real work).
@@ -77,34 +91,112 @@ async fn prepare(
         .map_err(ApiError::from)
 }
 
+/// How long a streamed body waits for its client to take what was sent before: a client
+/// that takes nothing for this long has its answer cut. (A client may read slowly: one
+/// that hands each path to slow work reads the next only when it is done.)
+const STALLED_CLIENT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The sending end of a streamed body: parts, or the error that ends it.
-type BodyTx = mpsc::Sender<std::io::Result<Bytes>>;
+#[derive(Clone)]
+struct BodyTx {
+    parts: mpsc::Sender<std::io::Result<Bytes>>,
+    /// The producer's slot of expensive work, given back while it waits for its client
+    /// (four clients that never read held every slot, and every search answered 503).
+    slot: Arc<Mutex<Option<ExpensiveSlot>>>,
+    daemon: Arc<Daemon>,
+    /// Set when the body was cut for a client that took nothing for [`STALLED_CLIENT`]: the
+    /// body then ends with an error, never as if it were whole.
+    cut: Arc<AtomicBool>,
+}
+
+/// The client went away, or took nothing for [`STALLED_CLIENT`].
+struct Gone;
+
+impl BodyTx {
+    /// Sends `part`. When the client has not taken what was sent before, the producer's
+    /// slot is given back while it waits, for at most [`STALLED_CLIENT`], and taken again
+    /// before it goes on. Called from a producer on the blocking pool, where the runtime's
+    /// handle is at hand.
+    fn send(&self, part: std::io::Result<Bytes>) -> Result<(), Gone> {
+        use mpsc::error::{SendTimeoutError, TrySendError};
+        let part = match self.parts.try_send(part) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Closed(_)) => return Err(Gone),
+            Err(TrySendError::Full(part)) => part,
+        };
+        let given_back = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(given_back);
+        let sent = tokio::runtime::Handle::current()
+            .block_on(self.parts.send_timeout(part, STALLED_CLIENT));
+        match sent {
+            Ok(()) => {
+                let slot = self.daemon.slot_again();
+                *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(slot);
+                Ok(())
+            }
+            Err(SendTimeoutError::Closed(_)) => Err(Gone),
+            Err(SendTimeoutError::Timeout(_)) => {
+                self.cut.store(true, Ordering::Release);
+                tracing::info!(
+                    "a streamed answer was cut: its client took nothing for {} s",
+                    STALLED_CLIENT.as_secs()
+                );
+                Err(Gone)
+            }
+        }
+    }
+
+    /// Whether the client went away.
+    fn is_closed(&self) -> bool {
+        self.parts.is_closed()
+    }
+}
 
 /// A body that blocking work produces through a channel, holding an expensive-work slot
-/// until the body is produced.
+/// while it produces ([`BodyTx::send`]).
 fn stream_body(
     state: &AppState,
     slot: ExpensiveSlot,
     produce: impl FnOnce(&Daemon, BodyTx) + Send + 'static,
 ) -> Body {
-    let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
-    state
-        .daemon
-        .produce(slot, move |daemon| produce(daemon, tx));
-    Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+    use futures::StreamExt;
+    let (parts, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
+    let cut = Arc::new(AtomicBool::new(false));
+    let daemon = Arc::clone(&state.daemon);
+    let cut_too = Arc::clone(&cut);
+    state.daemon.produce(slot, move |on, slot| {
+        let tx = BodyTx {
+            parts,
+            slot: Arc::new(Mutex::new(Some(slot))),
+            daemon,
+            cut: cut_too,
+        };
+        produce(on, tx);
+    });
+    // Looked at once every part sent was taken and the producer ended.
+    let end = futures::stream::once(async move { cut.load(Ordering::Acquire) }).filter_map(
+        |cut| async move {
+            cut.then(|| {
+                Err(std::io::Error::other(
+                    "the client took nothing for too long: the answer was cut",
+                ))
+            })
+        },
+    );
+    Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx).chain(end))
 }
 
 /// Ends a streamed body with an error: logged with its causes, and sent into the body so the
 /// server aborts the response instead of ending it as if it were complete (the status line
 /// is gone by then; a cut connection is what tells the client the answer is not whole).
 fn fail_stream(tx: &BodyTx, what: &str, error: &svc_daemon::Error) {
-    if tx.is_closed() {
-        // The client went away: nothing failed on our side.
+    if tx.is_closed() || tx.cut.load(Ordering::Acquire) {
+        // The client went away or stalled: nothing failed on our side.
         tracing::debug!(error = %error.chain(), "{what} stopped: the client went away");
         return;
     }
     tracing::error!(error = %error.chain(), "{what} failed while streaming");
-    let _ = tx.blocking_send(Err(std::io::Error::other(error.to_string())));
+    let _ = tx.send(Err(std::io::Error::other(error.to_string())));
 }
 
 async fn data_search(
@@ -124,7 +216,7 @@ async fn data_search(
                 chunk.extend_from_slice(if uri { uri_value } else { path }.as_bytes());
                 chunk.push(b'\n');
             });
-            if n == 0 || tx.blocking_send(Ok(Bytes::from(chunk))).is_err() {
+            if n == 0 || tx.send(Ok(Bytes::from(chunk))).is_err() {
                 break;
             }
         }
@@ -198,7 +290,7 @@ pub(crate) fn intake_download(
         loop {
             match catalogue.next_chunk() {
                 Ok(Some(chunk)) => {
-                    if tx.blocking_send(Ok(Bytes::from(chunk))).is_err() {
+                    if tx.send(Ok(Bytes::from(chunk))).is_err() {
                         break;
                     }
                 }
@@ -282,8 +374,8 @@ impl Write for ChannelWriter {
         }
         let chunk = Bytes::from(std::mem::take(&mut self.buffer));
         self.tx
-            .blocking_send(Ok(chunk))
-            .map_err(|_| std::io::Error::other("client went away"))
+            .send(Ok(chunk))
+            .map_err(|Gone| std::io::Error::other("the client went away or stalled"))
     }
 }
 

@@ -231,8 +231,8 @@ async fn a_busy_server_is_503_with_retry_after() {
     assert_eq!(answer.status, StatusCode::OK);
 }
 
-/// The STAC API answers parameter faults with 400 except a body field of the wrong JSON
-/// type (422), while the databrowser answers the same faults with 422.
+/// The STAC API answers parameter faults with 400 except an invalid body or a body field of
+/// the wrong JSON type (422), while the databrowser answers the same faults with 422.
 #[tokio::test]
 async fn the_stac_api_answers_syntax_with_400_and_wrong_types_with_422() {
     let app = app(&[]);
@@ -253,8 +253,14 @@ async fn the_stac_api_answers_syntax_with_400_and_wrong_types_with_422() {
         .await;
     assert_eq!(wrong_type.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(wrong_type.detail().contains("'collections'"));
+    // A body that is not JSON is an invalid body: 422 (spec 2, endpoint 15).
     let not_json = app.send("POST", &search, None, "{").await;
-    assert_eq!(not_json.status, StatusCode::BAD_REQUEST);
+    assert_eq!(not_json.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        not_json.detail().contains("not JSON"),
+        "{}",
+        not_json.detail()
+    );
     let databrowser = app
         .get(&format!(
             "{API}/databrowser/data-search/svc/file?time=yesterday"

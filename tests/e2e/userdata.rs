@@ -60,6 +60,28 @@ fn flavour_crud_statuses_and_use_in_searches() {
             json!({"flavour_name": "x", "mapping": {}, "extra": true}),
             "extra",
         ),
+        // Names a search could not use: it reads parameter names in lower case, `_not_` as
+        // a negation, and its own parameters as such.
+        (
+            json!({"flavour_name": "x", "mapping": {"model": "Source"}}),
+            "lower case",
+        ),
+        (
+            json!({"flavour_name": "x", "mapping": {"experiment": "exp_not_x"}}),
+            "_not_",
+        ),
+        (
+            json!({"flavour_name": "x", "mapping": {"variable": "fields"}}),
+            "parameter",
+        ),
+        (
+            json!({"flavour_name": "x", "mapping": {"project": "time_select"}}),
+            "parameter",
+        ),
+        (
+            json!({"flavour_name": "x", "mapping": {"model": "m".repeat(65)}}),
+            "longer than 64",
+        ),
     ] {
         let reply = post(&jane, body.clone());
         assert_eq!(reply.status, 422, "{body}");
@@ -212,6 +234,46 @@ fn flavour_crud_statuses_and_use_in_searches() {
         )
         .status,
         422
+    );
+}
+
+/// One user holds at most 100 personal flavours; another user, and a global flavour, are
+/// not held up by them.
+#[test]
+fn one_user_holds_a_bounded_number_of_flavours() {
+    let svcd = Svcd::start();
+    let jane = svcd.token("jane", false);
+    let john = svcd.token("john", false);
+    let admin = svcd.token("ada", true);
+    let post = |token: &str, body: Value| {
+        svcd.send("POST", "/databrowser/flavours", Some(token), Some(&body))
+    };
+    for i in 0..100 {
+        let reply = post(
+            &jane,
+            json!({"flavour_name": format!("f{i}"), "mapping": {}}),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.text());
+    }
+    let refused = post(&jane, json!({"flavour_name": "one-more", "mapping": {}}));
+    assert_eq!(refused.status, 422, "{}", refused.text());
+    assert!(
+        refused.detail().contains("100 personal flavours"),
+        "{}",
+        refused.detail()
+    );
+    assert_eq!(
+        post(&john, json!({"flavour_name": "f0", "mapping": {}})).status,
+        201
+    );
+    let global = json!({"flavour_name": "g", "mapping": {}, "is_global": true});
+    assert_eq!(post(&admin, global).status, 201);
+    // A delete gives the room back.
+    let deleted = svcd.send("DELETE", "/databrowser/flavours/f0", Some(&jane), None);
+    assert_eq!(deleted.status, 200, "{}", deleted.text());
+    assert_eq!(
+        post(&jane, json!({"flavour_name": "one-more", "mapping": {}})).status,
+        201
     );
 }
 

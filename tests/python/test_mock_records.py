@@ -76,3 +76,27 @@ def test_static_catalogue_of_the_mock_records_validates(mock_api, tmp_path):
     assert len(items) == catalogue_count(mock_api)
     for item in items:
         assert item.common_metadata.start_datetime.year >= 1
+
+
+@pytest.mark.parametrize("flavour", ["svc", "cmip6", "cordex"])
+def test_the_intake_catalogue_of_records_of_several_projects_opens_in_intake_esm(mock_api, tmp_path, flavour):
+    """The mock records mix projects whose records carry different facets (member_id in
+    CMIP6's, grid_id in nextgems'): the catalogue of all of them still opens, groups and
+    lists every record, a record without a facet giving an empty value."""
+    import intake
+
+    reply = requests.get(f"{mock_api}/databrowser/intake-catalogue/{flavour}/file", timeout=120)
+    assert reply.status_code == 200, reply.text
+    path = tmp_path / "catalogue.json"
+    path.write_bytes(reply.content)
+    cat = intake.open_esm_datastore(str(path))
+    assert len(cat.df) == catalogue_count(mock_api)
+    assert len(cat.keys()) > 1
+    groupby = cat.esmcat.aggregation_control.groupby_attrs
+    assert not cat.df[groupby].isna().any().any()
+    # Records without a facet are still found by the ones they have.
+    project = "project" if flavour != "cmip6" else "mip_era"
+    projects = set(cat.df[project])
+    assert len(projects) > 1, projects
+    for value in projects:
+        assert len(cat.search(**{project: value}).df) == (cat.df[project] == value).sum()

@@ -67,8 +67,14 @@ impl Caller {
         let user = USERNAME_CLAIMS
             .iter()
             .chain(std::iter::once(&"sub"))
-            .find_map(|c| claims.get(*c).and_then(Value::as_str))
-            .filter(|u| !u.is_empty())
+            // An empty claim names nobody: the next one is read (DECISIONS.md: the first
+            // present, else `sub`).
+            .find_map(|c| {
+                claims
+                    .get(*c)
+                    .and_then(Value::as_str)
+                    .filter(|u| !u.is_empty())
+            })
             .ok_or_else(|| Error::unauthenticated("the token names no user"))?;
         check_user_name(user)?;
         let role_lists = [
@@ -99,6 +105,10 @@ pub(crate) fn check_user_name(user: &str) -> Result<()> {
         Some("it is blank")
     } else if user.chars().any(char::is_control) {
         Some("it contains control characters")
+    } else if user.chars().any(is_invisible) {
+        Some(
+            "it contains characters that show nothing or turn text around (a name would look like another)",
+        )
     } else if user.contains(':') {
         Some("it contains ':', which separates owner and flavour names")
     } else if RESERVED_NAMES.contains(&user) {
@@ -112,6 +122,18 @@ pub(crate) fn check_user_name(user: &str) -> Result<()> {
         ))),
         None => Ok(()),
     }
+}
+
+/// Whether `c` is shown as nothing or changes how the text around it is shown (Unicode's
+/// default-ignorable code points: zero-width spaces and joiners, direction marks and
+/// overrides, variation selectors, ...): `"\u{200b}jane"` looks like `jane`.
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
+        | '\u{FFA0}' | '\u{FFF0}'..='\u{FFF8}' | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E0FFF}')
 }
 
 /// Issues and verifies tokens.
@@ -353,11 +375,25 @@ mod tests {
             .unwrap();
         assert_eq!((c.user.as_str(), c.admin), ("s", false));
         assert!(Caller::from_claims(&json!({"roles": ["admin"]}), &admins).is_err());
-        for bad in ["global", " ", "", "a:b", "x\ny"] {
+        // An empty claim names nobody; the next is read.
+        let c =
+            Caller::from_claims(&json!({"preferred_username": "", "sub": "s"}), &admins).unwrap();
+        assert_eq!(c.user, "s");
+        // Names that would look like another's: invisible or direction-turning characters.
+        for bad in [
+            "global",
+            " ",
+            "",
+            "a:b",
+            "x\ny",
+            "\u{200b}jane",
+            "\u{202e}enaj",
+            "ja\u{2060}ne",
+        ] {
             let err = Caller::from_claims(&json!({"sub": bad}), &admins);
             assert!(err.is_err(), "{bad:?} was accepted");
         }
-        for fine in ["*", "-jane", "JANE", "not jane", "Global"] {
+        for fine in ["*", "-jane", "JANE", "not jane", "Global", "jürgen", "山田"] {
             assert_eq!(
                 Caller::from_claims(&json!({"sub": fine}), &admins)
                     .unwrap()

@@ -7,7 +7,8 @@
 //! Shape (DECISIONS.md, intake catalogue): the variable column
 //! (`aggregation_control.variable_column_name`) is an array of strings; every other facet
 //! column, `fs_type` and the location are strings, a record with several values giving its
-//! first. intake-esm groups rows by the `groupby_attrs` columns, and array values there make
+//! first. Every row has every column: a record without a facet gives `""` (`[]` for the
+//! variable), since intake-esm refuses a grouping column that is empty in some rows only. intake-esm groups rows by the `groupby_attrs` columns, and array values there make
 //! its `keys()` and `to_dataset_dict()` fail with "unhashable type".
 //!
 //! A catalogue of Zarr stores (`load/{flavour}` with `catalogue-type=intake`) is the same
@@ -129,9 +130,10 @@ impl IntakeCatalogue {
                 object.insert(name.clone(), Value::String("zarr".into()));
                 continue;
             }
-            let Some(values) = record.facets.get(std) else {
-                continue;
-            };
+            // A facet the record lacks is an empty value, never a missing one: intake-esm
+            // refuses a grouping column that some rows leave out ("should either be all
+            // NaN or there should be no NaNs"), as in a catalogue spanning projects.
+            let values = record.facets.get(std).map_or(&[][..], Vec::as_slice);
             let value = if *name == self.variable {
                 values.iter().cloned().map(Value::String).collect()
             } else {

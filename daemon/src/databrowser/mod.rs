@@ -165,6 +165,10 @@ impl Databrowser {
                 })
                 .collect::<Result<_>>()?
         };
+        // Each counted once, however often it is asked for (in its own or the flavour's
+        // name): a request naming one facet thousands of times asked for as many counts.
+        let mut counted = std::collections::HashSet::new();
+        facets.retain(|facet| counted.insert(facet.clone()));
         if search.params.multi_version && !facets.iter().any(|f| f == "version") {
             facets.push("version".to_string());
         }

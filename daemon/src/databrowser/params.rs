@@ -24,7 +24,7 @@ use crate::error::{Error, Fault, Result};
 use crate::flavours::{Flavour, ListFilter};
 
 /// Parameters every search endpoint declares; they are never facets.
-const DECLARED: [&str; 11] = [
+pub(crate) const DECLARED: [&str; 11] = [
     "multi-version",
     "multi_version",
     "translate",
@@ -45,7 +45,7 @@ pub(crate) const MAX_LOCATION_WILDCARDS: usize = 100;
 pub(crate) const MAX_FACET_WILDCARDS: usize = 100;
 
 /// Parameters that refine `time` and `bbox`.
-const SELECT_KEYS: [&str; 2] = ["time_select", "bbox_select"];
+pub(crate) const SELECT_KEYS: [&str; 2] = ["time_select", "bbox_select"];
 
 /// The raw parameters of a search call, split into options and facet filters.
 #[derive(Debug, Clone, Default)]

@@ -24,6 +24,36 @@ use crate::error::{Error, Fault, Holder, Missing, Result};
 /// Result keys no facet may be renamed onto.
 const RESERVED_TARGETS: [&str; 3] = ["file", "uri", "fs_type"];
 
+/// The longest name a mapping gives a facet, in bytes.
+pub(crate) const MAX_FACET_NAME_BYTES: usize = 64;
+
+/// The most personal flavours one user may hold (each is resolved for each of their
+/// searches, and listed in every overview they ask for).
+pub(crate) const MAX_PERSONAL_FLAVOURS: usize = 100;
+
+/// Why a facet can not be searched by `renamed`, if it cannot: a search reads its
+/// parameter names in lower case, takes a `_not_` in one as a negation, and reads its
+/// declared parameters (`start`, `fields`, `time_select`, ...) as such, never as facets.
+fn unsearchable(renamed: &str) -> Option<String> {
+    use crate::databrowser::params::{DECLARED, SELECT_KEYS};
+    if renamed.len() > MAX_FACET_NAME_BYTES {
+        return Some(format!("is longer than {MAX_FACET_NAME_BYTES} bytes"));
+    }
+    if renamed.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Some("holds a space or a control character".into());
+    }
+    if renamed != renamed.to_lowercase() {
+        return Some("is not in lower case (searches read their parameters so)".into());
+    }
+    if renamed.contains("_not_") {
+        return Some("holds `_not_`, which a search reads as a negation".into());
+    }
+    if DECLARED.contains(&renamed) || SELECT_KEYS.contains(&renamed) {
+        return Some("is a parameter of the search endpoints".into());
+    }
+    None
+}
+
 /// A create or update request body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -116,6 +146,13 @@ fn check_mapping(name: &str, mapping: &BTreeMap<String, String>) -> Result<()> {
                 format!("mapping: the value of {key:?} is empty"),
             ));
         }
+        if let Some(why) = unsearchable(value) {
+            return Err(Error::invalid(
+                "mapping",
+                Fault::Refused,
+                format!("mapping: {key:?} cannot be called {value:?}: the name {why}"),
+            ));
+        }
         if key == "fs_type" && value != "fs_type" {
             return Err(Error::invalid(
                 "mapping",
@@ -183,6 +220,24 @@ impl Flavours {
                 name: name.to_string(),
                 holder: Holder::BuiltIn,
             });
+        }
+        if !global {
+            let held = self
+                .custom
+                .read()
+                .iter()
+                .filter(|f| !f.is_global && f.owner == owner)
+                .count();
+            if held >= MAX_PERSONAL_FLAVOURS {
+                return Err(Error::invalid(
+                    "flavour_name",
+                    Fault::Refused,
+                    format!(
+                        "you hold {held} personal flavours, the most one user may hold; \
+                         delete one first"
+                    ),
+                ));
+            }
         }
         if self.find(global, owner, name).is_some() {
             return Err(Error::FlavourExists {

@@ -230,17 +230,19 @@ impl SearchRequest {
     /// [`Error::InvalidParameter`] for a body that is not a JSON object, an unknown field, a
     /// malformed bbox or datetime, a field of the wrong type or a `limit` below 1.
     pub fn from_body(body: &[u8]) -> Result<Self> {
+        // An invalid body is 422 (spec 2, endpoint 15), as a field of the wrong type is; only
+        // malformed values of the fields are 400 (DECISIONS.md).
         let value: Value = serde_json::from_slice(body).map_err(|e| {
             Error::invalid(
                 "body",
-                Fault::Syntax,
+                Fault::WrongType,
                 format!("The search body is not JSON: {e}."),
             )
         })?;
         let Value::Object(fields) = value else {
             return Err(Error::invalid(
                 "body",
-                Fault::Syntax,
+                Fault::WrongType,
                 "The search body must be a JSON object.",
             ));
         };
@@ -597,8 +599,9 @@ mod tests {
         assert_eq!(fault(br#"{"intersects":"x"}"#), Some(Fault::Syntax));
         let many = format!(r#"{{"q":"{}"}}"#, vec!["t"; MAX_TERMS + 1].join(","));
         assert_eq!(fault(many.as_bytes()), Some(Fault::Refused));
-        assert_eq!(fault(b"[1]"), Some(Fault::Syntax));
-        assert_eq!(fault(b"{"), Some(Fault::Syntax));
+        // A body that is not a JSON object is an invalid body (422, spec 2).
+        assert_eq!(fault(b"[1]"), Some(Fault::WrongType));
+        assert_eq!(fault(b"{"), Some(Fault::WrongType));
         assert_eq!(fault(br#"{"limit":"5"}"#), Some(Fault::Syntax));
         assert_eq!(fault(br#"{"limit":-1}"#), Some(Fault::Refused));
         assert_eq!(fault(br#"{"collections":"cmip6"}"#), Some(Fault::WrongType));
