@@ -68,7 +68,7 @@ pub use tier::{
     ArchiveOptions, ArchiveRow, Asked, BlobState, InstanceRow, Listed, ListedPage,
     State as TierState,
 };
-pub use work::{ExpensiveSlot, SLOT_WAIT};
+pub use work::{ExpensiveSlot, SLOT_WAIT, StreamSlot};
 
 /// What `load/{flavour}` made of a search: [`Daemon::load`].
 pub struct Load {

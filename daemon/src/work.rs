@@ -23,14 +23,29 @@ use crate::error::{Error, Result};
 /// How long expensive work waits for a slot before it is turned away.
 pub const SLOT_WAIT: Duration = Duration::from_secs(2);
 
-/// The slots of expensive work.
-pub(crate) struct Slots(Arc<Semaphore>);
+/// Streamed answers that may be under way at once, per slot of expensive work. A producer
+/// gives its slot back while its client reads nothing, but keeps its thread of the blocking
+/// pool (512 threads): bounded, so that work holding a slot always finds a thread (with the
+/// streams unbounded, 512 stalled ones took every thread, and their producers then waited
+/// for slots held by work that had none: the daemon was stuck for good).
+const STREAMS_PER_SLOT: usize = 8;
+
+/// The slots of expensive work, and of streamed answers.
+pub(crate) struct Slots(Arc<Semaphore>, Arc<Semaphore>);
 
 impl Slots {
     pub(crate) fn new(count: usize) -> Self {
-        Slots(Arc::new(Semaphore::new(count.max(1))))
+        let count = count.max(1);
+        Slots(
+            Arc::new(Semaphore::new(count)),
+            Arc::new(Semaphore::new(count * STREAMS_PER_SLOT)),
+        )
     }
 }
+
+/// A place for a streamed answer, held by its producer until it ends ([`Daemon::produce`]).
+#[derive(Debug)]
+pub struct StreamSlot(#[expect(dead_code, reason = "held for its drop")] OwnedSemaphorePermit);
 
 /// A slot of expensive work, held until dropped (move it into the producer of a streamed
 /// answer to hold it until the answer is produced).
@@ -46,6 +61,18 @@ impl Daemon {
         let waiting = Arc::clone(&self.slots.0).acquire_owned();
         match tokio::time::timeout(SLOT_WAIT, waiting).await {
             Ok(Ok(permit)) => Ok(ExpensiveSlot(permit)),
+            _ => Err(Error::Busy { retry: SLOT_WAIT }),
+        }
+    }
+
+    /// Takes a place for a streamed answer, waiting up to [`SLOT_WAIT`].
+    ///
+    /// # Errors
+    /// [`Error::Busy`] when every place stays taken.
+    pub async fn stream_slot(&self) -> Result<StreamSlot> {
+        let waiting = Arc::clone(&self.slots.1).acquire_owned();
+        match tokio::time::timeout(SLOT_WAIT, waiting).await {
+            Ok(Ok(permit)) => Ok(StreamSlot(permit)),
             _ => Err(Error::Busy { retry: SLOT_WAIT }),
         }
     }
@@ -96,18 +123,23 @@ impl Daemon {
         self.run(move |daemon| Ok((work(daemon)?, slot)))
     }
 
-    /// Starts `produce` on the blocking pool with `slot`: the producer of a streamed answer,
+    /// Starts `produce` on the blocking pool with `slot`, holding `place` until it ends: the
+    /// producer of a streamed answer,
     /// which sends its parts through a channel the facade reads. The producer holds the slot
     /// while it works, and may give it back while it waits for a slow client and take one
     /// again ([`Daemon::slot_again`]). Call it on the runtime (it watches the producer with a
     /// task).
     pub fn produce(
         self: &Arc<Self>,
+        place: StreamSlot,
         slot: ExpensiveSlot,
         produce: impl FnOnce(&Daemon, ExpensiveSlot) + Send + 'static,
     ) {
         let daemon = Arc::clone(self);
-        let producer = tokio::task::spawn_blocking(move || produce(&daemon, slot));
+        let producer = tokio::task::spawn_blocking(move || {
+            let _place = place;
+            produce(&daemon, slot);
+        });
         // Nobody awaits a producer's result; a panic in it ends the stream early, and is
         // logged here so that the truncated answer has a cause on record.
         tokio::spawn(async move {
@@ -155,6 +187,23 @@ mod tests {
         assert_eq!(error.kind(), crate::ErrorKind::Internal);
         // The pool survives it.
         assert_eq!(daemon.run(|_| Ok(7)).await.unwrap(), 7);
+    }
+
+    /// Streamed answers are bounded apart from the slots: a producer that gave its slot back
+    /// while its client reads nothing still holds its place (and its thread).
+    #[tokio::test]
+    async fn streamed_answers_are_bounded_whatever_their_slots() {
+        let (_dir, daemon) = daemon(1);
+        let mut places = Vec::new();
+        for _ in 0..STREAMS_PER_SLOT {
+            places.push(daemon.stream_slot().await.unwrap());
+        }
+        let error = daemon.stream_slot().await.unwrap_err();
+        assert!(matches!(error, Error::Busy { .. }), "{error:?}");
+        // Searches still find their slot.
+        assert!(daemon.expensive_slot().await.is_ok());
+        places.pop();
+        assert!(daemon.stream_slot().await.is_ok());
     }
 
     #[tokio::test]

@@ -14,7 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
-use svc_daemon::{Daemon, ExpensiveSlot, IntakeCatalogue, Search, StaticLinks, VERSION};
+use svc_daemon::{
+    Daemon, ExpensiveSlot, IntakeCatalogue, Search, StaticLinks, StreamSlot, VERSION,
+};
 use tokio::sync::mpsc;
 
 use crate::AppState;
@@ -119,6 +121,10 @@ impl BodyTx {
     /// handle is at hand.
     fn send(&self, part: std::io::Result<Bytes>) -> Result<(), Gone> {
         use mpsc::error::{SendTimeoutError, TrySendError};
+        if self.cut.load(Ordering::Acquire) {
+            // Cut already: nothing more is sent (a writer flushing as it drops waited again).
+            return Err(Gone);
+        }
         let part = match self.parts.try_send(part) {
             Ok(()) => return Ok(()),
             Err(TrySendError::Closed(_)) => return Err(Gone),
@@ -156,6 +162,7 @@ impl BodyTx {
 /// while it produces ([`BodyTx::send`]).
 fn stream_body(
     state: &AppState,
+    place: StreamSlot,
     slot: ExpensiveSlot,
     produce: impl FnOnce(&Daemon, BodyTx) + Send + 'static,
 ) -> Body {
@@ -164,7 +171,7 @@ fn stream_body(
     let cut = Arc::new(AtomicBool::new(false));
     let daemon = Arc::clone(&state.daemon);
     let cut_too = Arc::clone(&cut);
-    state.daemon.produce(slot, move |on, slot| {
+    state.daemon.produce(place, slot, move |on, slot| {
         let tx = BodyTx {
             parts,
             slot: Arc::new(Mutex::new(Some(slot))),
@@ -206,9 +213,10 @@ async fn data_search(
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
     let search = prepare(&state, &caller, &flavour, &uniq_key, pairs).await?;
+    let place = state.daemon.stream_slot().await?;
     let slot = state.daemon.expensive_slot().await?;
     let uri = uniq_key == "uri";
-    let body = stream_body(&state, slot, move |daemon, tx| {
+    let body = stream_body(&state, place, slot, move |daemon, tx| {
         let mut cursor = daemon.databrowser().locations(&search);
         loop {
             let mut chunk = Vec::with_capacity(LOCATIONS_PER_CHUNK * 128);
@@ -268,6 +276,7 @@ async fn intake_catalogue(
     let search = prepare(&state, &caller, &flavour, &uniq_key, pairs)
         .await
         .map_err(|e| e.at(Endpoint::Intake))?;
+    let place = state.daemon.stream_slot().await?;
     let slot = state.daemon.expensive_slot().await?;
     let (catalogue, slot) = state
         .daemon
@@ -276,17 +285,18 @@ async fn intake_catalogue(
         })
         .await
         .map_err(|e| ApiError::from(e).at(Endpoint::Intake))?;
-    Ok(intake_download(&state, slot, catalogue, &uniq_key))
+    Ok(intake_download(&state, place, slot, catalogue, &uniq_key))
 }
 
 /// An intake-esm catalogue streamed as a JSON download, named after its location column.
 pub(crate) fn intake_download(
     state: &AppState,
+    place: StreamSlot,
     slot: ExpensiveSlot,
     mut catalogue: IntakeCatalogue,
     uniq_key: &str,
 ) -> Response {
-    let body = stream_body(state, slot, move |_, tx| {
+    let body = stream_body(state, place, slot, move |_, tx| {
         loop {
             match catalogue.next_chunk() {
                 Ok(Some(chunk)) => {
@@ -316,6 +326,7 @@ async fn stac_catalogue(
     let links = StaticLinks {
         api_base: state.api_base.clone(),
     };
+    let place = state.daemon.stream_slot().await?;
     let slot = state.daemon.expensive_slot().await?;
     let (catalogue, slot) = state
         .daemon
@@ -324,7 +335,7 @@ async fn stac_catalogue(
         })
         .await?;
     let name = catalogue.file_name.clone();
-    let body = stream_body(&state, slot, move |_, tx| {
+    let body = stream_body(&state, place, slot, move |_, tx| {
         let writer = ChannelWriter {
             tx: tx.clone(),
             buffer: Vec::new(),

@@ -176,6 +176,7 @@ async fn load(
         .zip(urls)
         .collect::<std::collections::HashMap<_, _>>();
     let search = load.search;
+    let place = state.daemon.stream_slot().await?;
     let slot = state.daemon.expensive_slot().await?;
     let (catalogue, slot) = state
         .daemon
@@ -187,7 +188,7 @@ async fn load(
         .await
         .map_err(|e| ApiError::from(e).at(Endpoint::Intake))?;
     Ok(crate::databrowser::intake_download(
-        &state, slot, catalogue, "uri",
+        &state, place, slot, catalogue, "uri",
     ))
 }
 

@@ -157,7 +157,8 @@ impl Handler for ConvertJob {
                 (keys, bytes) = (Vec::new(), 0);
             }
         }
-        tracing::info!(%token, status = u8::from(status), %reason, "conversion finished");
+        // Quoted: a reason may name a user's file, whose name may hold a line break.
+        tracing::info!(%token, status = u8::from(status), ?reason, "conversion finished");
         if status == Status::Ready {
             // The listing and the manifest are written before the record that says ready, so
             // a ready store always has them; not with it, as that write holds the lock every
