@@ -43,6 +43,17 @@ impl Slots {
     }
 }
 
+/// A permit of `semaphore`, waiting up to [`SLOT_WAIT`].
+///
+/// # Errors
+/// [`Error::Busy`] when none comes free in time.
+async fn within_slot_wait(semaphore: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit> {
+    match tokio::time::timeout(SLOT_WAIT, Arc::clone(semaphore).acquire_owned()).await {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => Err(Error::Busy { retry: SLOT_WAIT }),
+    }
+}
+
 /// A place for a streamed answer, held by its producer until it ends ([`Daemon::produce`]).
 #[derive(Debug)]
 pub struct StreamSlot(#[expect(dead_code, reason = "held for its drop")] OwnedSemaphorePermit);
@@ -58,11 +69,7 @@ impl Daemon {
     /// # Errors
     /// [`Error::Busy`] when every slot stays taken.
     pub async fn expensive_slot(&self) -> Result<ExpensiveSlot> {
-        let waiting = Arc::clone(&self.slots.0).acquire_owned();
-        match tokio::time::timeout(SLOT_WAIT, waiting).await {
-            Ok(Ok(permit)) => Ok(ExpensiveSlot(permit)),
-            _ => Err(Error::Busy { retry: SLOT_WAIT }),
-        }
+        within_slot_wait(&self.slots.0).await.map(ExpensiveSlot)
     }
 
     /// Takes a place for a streamed answer, waiting up to [`SLOT_WAIT`].
@@ -70,11 +77,17 @@ impl Daemon {
     /// # Errors
     /// [`Error::Busy`] when every place stays taken.
     pub async fn stream_slot(&self) -> Result<StreamSlot> {
-        let waiting = Arc::clone(&self.slots.1).acquire_owned();
-        match tokio::time::timeout(SLOT_WAIT, waiting).await {
-            Ok(Ok(permit)) => Ok(StreamSlot(permit)),
-            _ => Err(Error::Busy { retry: SLOT_WAIT }),
-        }
+        within_slot_wait(&self.slots.1).await.map(StreamSlot)
+    }
+
+    /// What a streamed answer takes before its work: a place ([`Daemon::stream_slot`]), then
+    /// a slot of expensive work, each waiting up to [`SLOT_WAIT`].
+    ///
+    /// # Errors
+    /// [`Error::Busy`] when either stays taken.
+    pub async fn stream_slots(&self) -> Result<(StreamSlot, ExpensiveSlot)> {
+        let place = self.stream_slot().await?;
+        Ok((place, self.expensive_slot().await?))
     }
 
     /// Starts `work` on the blocking pool at once; the returned future is its result (it

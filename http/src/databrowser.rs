@@ -213,8 +213,7 @@ async fn data_search(
     QueryPairs(pairs): QueryPairs,
 ) -> Result<Response, ApiError> {
     let search = prepare(&state, &caller, &flavour, &uniq_key, pairs).await?;
-    let place = state.daemon.stream_slot().await?;
-    let slot = state.daemon.expensive_slot().await?;
+    let (place, slot) = state.daemon.stream_slots().await?;
     let uri = uniq_key == "uri";
     let body = stream_body(&state, place, slot, move |daemon, tx| {
         let mut cursor = daemon.databrowser().locations(&search);
@@ -276,8 +275,7 @@ async fn intake_catalogue(
     let search = prepare(&state, &caller, &flavour, &uniq_key, pairs)
         .await
         .map_err(|e| e.at(Endpoint::Intake))?;
-    let place = state.daemon.stream_slot().await?;
-    let slot = state.daemon.expensive_slot().await?;
+    let (place, slot) = state.daemon.stream_slots().await?;
     let (catalogue, slot) = state
         .daemon
         .run_in_slot(slot, move |daemon| {
@@ -326,8 +324,7 @@ async fn stac_catalogue(
     let links = StaticLinks {
         api_base: state.api_base.clone(),
     };
-    let place = state.daemon.stream_slot().await?;
-    let slot = state.daemon.expensive_slot().await?;
+    let (place, slot) = state.daemon.stream_slots().await?;
     let (catalogue, slot) = state
         .daemon
         .run_in_slot(slot, move |daemon| {

@@ -176,8 +176,7 @@ async fn load(
         .zip(urls)
         .collect::<std::collections::HashMap<_, _>>();
     let search = load.search;
-    let place = state.daemon.stream_slot().await?;
-    let slot = state.daemon.expensive_slot().await?;
+    let (place, slot) = state.daemon.stream_slots().await?;
     let (catalogue, slot) = state
         .daemon
         .run_in_slot(slot, move |daemon| {

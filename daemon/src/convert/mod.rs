@@ -130,8 +130,12 @@ fn fork_task(task: impl FnOnce() -> i32) -> std::io::Result<Forked> {
         )));
     }
     let parent = nix::unistd::getpid();
+    // Non-blocking at both ends: the task writes without waiting (what does not fit in the
+    // pipe is not kept), and `reap` reads what is there, and no more (a descriptor the task
+    // passed on could keep the pipe open).
     let (messages, its_messages) = patiently(None, || {
-        Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+        use nix::fcntl::OFlag;
+        Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?)
     })?;
     // SAFETY: this process runs one thread (checked above).
     #[allow(unsafe_code)]
@@ -146,15 +150,8 @@ fn fork_task(task: impl FnOnce() -> i32) -> std::io::Result<Forked> {
             let orphaned = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
                 .is_err()
                 || nix::unistd::getppid() != parent;
-            // Written without waiting: what does not fit in the pipe is not kept.
             let apart = nix::unistd::dup2_stdout(&its_messages)
-                .and_then(|()| nix::unistd::dup2_stderr(&its_messages))
-                .and_then(|()| {
-                    nix::fcntl::fcntl(
-                        &its_messages,
-                        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-                    )
-                });
+                .and_then(|()| nix::unistd::dup2_stderr(&its_messages));
             drop(its_messages);
             // A panic must not unwind into this process's copy of its parent's loop.
             let run = std::panic::AssertUnwindSafe(task);
@@ -201,16 +198,9 @@ fn reap(forked: Forked, whose: &str) -> std::io::Result<(Option<i32>, Option<i32
         }
     };
     let mut printed = Vec::new();
-    // What is in the pipe, and no more: a descriptor the process passed on could keep it
-    // open.
-    let drained = nix::fcntl::fcntl(
-        &forked.messages,
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-    );
-    if drained.is_ok() {
-        let pipe = std::fs::File::from(forked.messages);
-        let _ = std::io::Read::read_to_end(&mut std::io::Read::take(pipe, 1 << 20), &mut printed);
-    }
+    // What is in the pipe (non-blocking, see `fork_task`).
+    let pipe = std::fs::File::from(forked.messages);
+    let _ = std::io::Read::read_to_end(&mut std::io::Read::take(pipe, 1 << 20), &mut printed);
     for line in log_messages(&printed) {
         tracing::warn!("{whose} printed: {line}");
     }
